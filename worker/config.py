@@ -1,0 +1,93 @@
+"""Configuration from environment variables (12-factor), read once into a frozen object.
+
+Every variable the code reads is named here, so the deployment files can be checked against this list.
+URLs may hold passwords: use ``redact_url`` before a URL reaches a log line or a report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_DATABASE_URL = "sqlite:///var/billing.db"
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    redis_url: str = DEFAULT_REDIS_URL
+    broker_url: str = DEFAULT_REDIS_URL
+    database_url: str = DEFAULT_DATABASE_URL
+    prefix: str = "billing"
+    partitions: int = 1
+    batch_size: int = 200
+    claim_idle_ms: int = 60_000
+    sweep_idle_ms: int = 300_000
+    grace_seconds: int = 3_600
+    stream_ttl_seconds: int = 86_400
+    price_book: str | None = None
+    hash_salt: str = "billing-worker"
+    resolve_policy: str = "release"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        redis_url = env.get("REDIS_URL") or DEFAULT_REDIS_URL
+        policy = env.get("BILLING_RESOLVE_POLICY") or "release"
+        if policy not in ("release", "charge_estimate", "none"):
+            raise ValueError("BILLING_RESOLVE_POLICY must be release, charge_estimate or none")
+        return cls(
+            redis_url=redis_url,
+            broker_url=env.get("CELERY_BROKER_URL") or redis_url,
+            database_url=env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
+            prefix=env.get("BILLING_PREFIX") or "billing",
+            partitions=_int(env, "BILLING_PARTITIONS", 1, minimum=1),
+            batch_size=_int(env, "BILLING_BATCH_SIZE", 200, minimum=1),
+            claim_idle_ms=_int(env, "BILLING_CLAIM_IDLE_MS", 60_000),
+            sweep_idle_ms=_int(env, "BILLING_SWEEP_IDLE_MS", 300_000),
+            grace_seconds=_int(env, "BILLING_GRACE_SECONDS", 3_600),
+            stream_ttl_seconds=_int(env, "BILLING_STREAM_TTL_SECONDS", 86_400, minimum=1),
+            price_book=env.get("BILLING_PRICE_BOOK") or None,
+            hash_salt=env.get("BILLING_HASH_SALT") or "billing-worker",
+            resolve_policy=policy,
+        )
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (user names stay, they help debugging)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable url>"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    netloc = f"{user}:***@{host}" if user else f":***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def ensure_sqlite_dir(database_url: str) -> None:
+    """Create the directory of a relative or absolute SQLite file URL, so the default just works."""
+    prefix = "sqlite:///"
+    if database_url.startswith(prefix) and ":memory:" not in database_url:
+        path = Path(database_url[len(prefix) :].split("?", 1)[0])
+        path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ class Micros(int):
     __slots__ = ()
 
     def __new__(cls, value: Any = 0) -> Micros:
-        if isinstance(value, bool) or isinstance(value, float):
+        if isinstance(value, bool | float):
             raise TypeError(f"money must be integer micro-USD, not {type(value).__name__}")
         if isinstance(value, Decimal):
             if value != value.to_integral_value():

@@ -94,7 +94,8 @@ def request_from_dict(data: object) -> RequestMeta:
         raise RequestMetaError("messages: expected a list")
     if not isinstance(tools, list):
         raise RequestMetaError("tools: expected a list")
-    n = _optional_int(data, "n") or 1
+    n = _optional_int(data, "n")
+    n = 1 if n is None else n
     if n < 1:
         raise RequestMetaError("n: must be at least 1")
     temperature = data.get("temperature")

@@ -1,0 +1,1 @@
+"""The Redis and Celery edges: the gateway contract (keys, publisher), the consumer, the tasks."""

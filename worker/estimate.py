@@ -1,0 +1,348 @@
+"""Offline token estimates of a call, for when the upstream usage block is missing or doubted.
+
+The prompt rules are the ones OpenAI publishes in the cookbook "How to count tokens with tiktoken"
+(``num_tokens_from_messages`` and ``num_tokens_for_tools``); for the cookbook's worked examples they
+reproduce what the API reported. The completion count is the text the model produced, encoded
+without special tokens.
+
+Every function here is pure (the vocabularies are read once per process from the package), never
+raises on odd input (what is not text is skipped) and never logs: prompts and completions are
+customer data. Only a damaged vocabulary raises (``VocabularyError``): that is a broken deployment,
+not a bad call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import tiktoken
+
+from worker.result import Choice, Estimate
+from worker.vocab import VOCABULARIES, load_encoding
+
+O200K = "o200k_base"
+CL100K = "cl100k_base"
+
+# Cookbook: "every message follows <|start|>{role/name}\n{content}<|end|>\n" and "every reply is
+# primed with <|start|>assistant<|message|>"; identical for gpt-3.5-turbo-0125, gpt-4 and gpt-4o.
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMER = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ToolConstants:
+    """The cookbook's per-function, per-property and per-enum overheads of tool definitions."""
+
+    func_init: int
+    prop_init: int
+    prop_key: int
+    enum_init: int
+    enum_item: int
+    func_end: int
+
+
+# The cookbook gives these for gpt-4o/gpt-4o-mini and for gpt-3.5-turbo/gpt-4; they are keyed by
+# encoding here so that every model sharing a tokenizer (and the approximate ones) gets a value.
+TOOL_CONSTANTS: dict[str, ToolConstants] = {
+    O200K: ToolConstants(
+        func_init=7, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12
+    ),
+    CL100K: ToolConstants(
+        func_init=10, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12
+    ),
+}
+
+DEFAULT_RULES: dict[str, str] = {
+    "gpt-5": O200K,
+    "gpt-5.": O200K,
+    "gpt-4.5": O200K,
+    "gpt-4.1": O200K,
+    "gpt-4o": O200K,
+    "chatgpt-4o": O200K,
+    "o1": O200K,
+    "o3": O200K,
+    "o4": O200K,
+    "gpt-4": CL100K,
+    "gpt-3.5": CL100K,
+    "gpt-35": CL100K,
+}
+
+# A prefix matches a whole name, or a name continuing with a separator: "o1" takes "o1-mini" but not
+# "o100", and "gpt-4" takes neither "gpt-4o" nor an unknown "gpt-4.2". A prefix that ends with a
+# separator ("gpt-5.") takes whatever follows it.
+_SEPARATORS = frozenset("-:_@")
+_PREFIX_ENDS = frozenset("-:_@.")
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenizer:
+    """How one model's text is counted."""
+
+    encoding: str
+    approximate: bool
+
+
+class EncodingTable:
+    """Model name → shipped encoding, by longest matching prefix.
+
+    Names are compared lowercased after removing a fine-tune wrapper (``ft:gpt-4o-mini:org::id`` is
+    ``gpt-4o-mini``) and a routing prefix (``openai/gpt-4o`` is ``gpt-4o``). A model no rule matches
+    is counted with ``default`` and marked approximate: its real tokenizer is not one we ship.
+    """
+
+    def __init__(self, rules: Mapping[str, str], default: str = O200K) -> None:
+        for encoding in (*rules.values(), default):
+            if encoding not in VOCABULARIES or encoding not in TOOL_CONSTANTS:
+                known = ", ".join(sorted(VOCABULARIES))
+                raise ValueError(f"unknown encoding {encoding!r} (known: {known})")
+        # Longest first, so the first match is the most specific rule.
+        self._rules = sorted(
+            ((prefix.lower(), encoding) for prefix, encoding in rules.items()),
+            key=lambda rule: len(rule[0]),
+            reverse=True,
+        )
+        self.default = default
+        self._resolve = functools.lru_cache(maxsize=1024)(self._lookup)
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, str], default: str = O200K) -> EncodingTable:
+        return cls(mapping, default)
+
+    def rules(self) -> dict[str, str]:
+        return dict(self._rules)
+
+    def resolve(self, model: object) -> Tokenizer:
+        if not isinstance(model, str):
+            return Tokenizer(self.default, approximate=True)
+        return self._resolve(model)
+
+    def _lookup(self, model: str) -> Tokenizer:
+        name = base_model_name(model)
+        for prefix, encoding in self._rules:
+            if _matches(name, prefix):
+                return Tokenizer(encoding, approximate=False)
+        return Tokenizer(self.default, approximate=True)
+
+
+def _matches(name: str, prefix: str) -> bool:
+    if not prefix or not name.startswith(prefix):
+        return False
+    return (
+        len(name) == len(prefix) or prefix[-1] in _PREFIX_ENDS or name[len(prefix)] in _SEPARATORS
+    )
+
+
+def base_model_name(model: str) -> str:
+    """``ft:gpt-4o-mini-2024-07-18:org::abc`` → ``gpt-4o-mini-2024-07-18``; ``openai/x`` → ``x``."""
+    name = model.strip().lower()
+    if name.startswith("ft:"):
+        name = name[3:].split(":", 1)[0]
+    return name.rsplit("/", 1)[-1]
+
+
+DEFAULT_TABLE = EncodingTable(DEFAULT_RULES)
+
+
+def is_approximate(model: str, table: EncodingTable = DEFAULT_TABLE) -> bool:
+    """True when the model's tokenizer is not one we ship, so counts are only indicative."""
+    return table.resolve(model).approximate
+
+
+def _encoder(model: object, table: EncodingTable) -> tuple[tiktoken.Encoding, Tokenizer]:
+    tokenizer = table.resolve(model)
+    return load_encoding(tokenizer.encoding), tokenizer
+
+
+def _count(encoding: tiktoken.Encoding, text: object) -> int:
+    if isinstance(text, str) and text:
+        return len(encoding.encode_ordinary(text))
+    return 0
+
+
+# ---------------------------------------------------------------- prompt
+
+
+def _content_tokens(encoding: tiktoken.Encoding, content: object) -> tuple[int, bool]:
+    """Text of a content value; the flag is set when a part (image, audio, file) went uncounted."""
+    if isinstance(content, str):
+        return _count(encoding, content), False
+    parts: Iterable[object]
+    if isinstance(content, Mapping):
+        parts = (content,)
+    elif isinstance(content, list | tuple):
+        parts = content
+    else:
+        return 0, False
+    total = 0
+    uncounted = False
+    for part in parts:
+        if isinstance(part, str):
+            total += _count(encoding, part)
+        elif isinstance(part, Mapping):
+            kind = part.get("type")
+            if kind == "text":
+                total += _count(encoding, part.get("text"))
+            elif kind == "refusal":
+                total += _count(encoding, part.get("refusal"))
+            else:
+                uncounted = True
+    return total, uncounted
+
+
+def _call_tokens(encoding: tiktoken.Encoding, function: object) -> int:
+    if not isinstance(function, Mapping):
+        return 0
+    return _count(encoding, function.get("name")) + _count(encoding, function.get("arguments"))
+
+
+def _message_tokens(encoding: tiktoken.Encoding, message: Mapping[Any, Any]) -> tuple[int, bool]:
+    total = TOKENS_PER_MESSAGE
+    uncounted = False
+    for key, value in message.items():
+        if isinstance(value, str):
+            total += _count(encoding, value)
+            if key == "name":
+                total += TOKENS_PER_NAME
+        elif key == "content":
+            tokens, skipped = _content_tokens(encoding, value)
+            total += tokens
+            uncounted = uncounted or skipped
+        elif key == "tool_calls" and isinstance(value, list | tuple):
+            # Not in the cookbook (its examples have none): the call's name and arguments are text
+            # the model reads back, so they are counted like any other string.
+            for call in value:
+                if isinstance(call, Mapping):
+                    total += _call_tokens(encoding, call.get("function"))
+        elif key == "function_call":
+            total += _call_tokens(encoding, value)
+    return total, uncounted
+
+
+def _strip_period(text: str) -> str:
+    return text[:-1] if text.endswith(".") else text
+
+
+def _as_text(value: object) -> str:
+    """Text of a field the cookbook formats with an f-string; absent or null is empty."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return str(value)
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return str(list(value))
+    return ""
+
+
+def _tool_tokens(encoding: tiktoken.Encoding, tool: object, constants: ToolConstants) -> int:
+    """One tool definition, by the cookbook's ``num_tokens_for_tools``.
+
+    Accepts the ``tools`` shape (``{"type": "function", "function": {...}}``) and the legacy
+    ``functions`` shape (the function object itself). Missing descriptions count as empty.
+    """
+    if not isinstance(tool, Mapping):
+        return 0
+    function = tool.get("function")
+    if not isinstance(function, Mapping):
+        if "name" not in tool:
+            return 0
+        function = tool
+    total = constants.func_init
+    name = _as_text(function.get("name"))
+    description = _strip_period(_as_text(function.get("description")))
+    total += _count(encoding, f"{name}:{description}")
+    parameters = function.get("parameters")
+    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    if isinstance(properties, Mapping) and len(properties) > 0:
+        total += constants.prop_init
+        for key, spec in properties.items():
+            total += constants.prop_key
+            spec = spec if isinstance(spec, Mapping) else {}
+            if "enum" in spec:
+                total += constants.enum_init
+                items = spec["enum"]
+                for item in items if isinstance(items, list | tuple) else ():
+                    total += constants.enum_item
+                    total += _count(encoding, _as_text(item))
+            p_type = _as_text(spec.get("type"))
+            p_desc = _strip_period(_as_text(spec.get("description")))
+            total += _count(encoding, f"{_as_text(key)}:{p_type}:{p_desc}")
+    return total
+
+
+def _prompt_tokens(
+    model: str, messages: object, tools: object, table: EncodingTable
+) -> tuple[int, bool]:
+    encoding, tokenizer = _encoder(model, table)
+    total = 0
+    uncounted = False
+    if isinstance(messages, Sequence) and not isinstance(messages, str | bytes):
+        for message in messages:
+            if isinstance(message, Mapping):
+                tokens, skipped = _message_tokens(encoding, message)
+                total += tokens
+                uncounted = uncounted or skipped
+    total += REPLY_PRIMER
+    if isinstance(tools, Sequence) and not isinstance(tools, str | bytes) and len(tools) > 0:
+        constants = TOOL_CONSTANTS[tokenizer.encoding]
+        total += sum(_tool_tokens(encoding, tool, constants) for tool in tools)
+        total += constants.func_end
+    return total, uncounted
+
+
+def estimate_prompt(
+    model: str,
+    messages: Sequence[Any],
+    tools: Sequence[Any] = (),
+    table: EncodingTable = DEFAULT_TABLE,
+) -> int:
+    """Prompt tokens of a chat completion request, by the cookbook's rules.
+
+    Messages that are not mappings are skipped; of a message, string values are counted (plus one
+    per ``name``), text and refusal parts of a list ``content``, and the name and arguments of
+    assistant tool calls. Image, audio and file parts are not counted (``estimate`` then reports
+    the result as approximate).
+    """
+    return _prompt_tokens(model, messages, tools, table)[0]
+
+
+# ---------------------------------------------------------------- completion
+
+
+def estimate_completion(
+    model: str, choices: Sequence[Choice], table: EncodingTable = DEFAULT_TABLE
+) -> int:
+    """Completion tokens: content, refusal, reasoning and tool calls of every choice, summed."""
+    encoding = _encoder(model, table)[0]
+    encode = encoding.encode_ordinary
+    total = 0
+    for choice in choices:
+        if not isinstance(choice, Choice):
+            continue
+        for text in (choice.content, choice.refusal, choice.reasoning_content):
+            if text and isinstance(text, str):
+                total += len(encode(text))
+        calls = choice.tool_calls if isinstance(choice.tool_calls, list | tuple) else ()
+        for call in calls:
+            total += _count(encoding, getattr(call, "name", None))
+            total += _count(encoding, getattr(call, "arguments", None))
+    return total
+
+
+def estimate(
+    model: str,
+    messages: Sequence[Any],
+    tools: Sequence[Any],
+    choices: Sequence[Choice],
+    table: EncodingTable = DEFAULT_TABLE,
+) -> Estimate:
+    """Both counts of a call; approximate when the tokenizer is unknown or a part went uncounted."""
+    prompt, uncounted = _prompt_tokens(model, messages, tools, table)
+    completion = estimate_completion(model, choices, table)
+    approximate = uncounted or table.resolve(model).approximate
+    return Estimate(prompt_tokens=prompt, completion_tokens=completion, approximate=approximate)

@@ -1,0 +1,460 @@
+"""The assembled completion: chunks of a stream (or one non-streamed body) put back together.
+
+Pure and total: ``StreamAssembler`` accepts any decoded JSON object and never raises on it. A malformed
+piece inside a chunk (``choices`` not a list, a delta that is not an object, content that is not a
+string) is skipped and recorded as a ``FrameError`` naming the frame and the piece, so a bad frame is
+a counted anomaly, never a crash and never silence.
+
+For OpenAI-shaped streams the result equals what the ``openai`` SDK's ``ChatCompletionStreamState``
+builds (tests/test_assembly_oracle.py holds us to it). Where providers differ, the rules below follow
+what the gateway sees in practice:
+
+* usage is read from every chunk before its choices, and the last block wins: vLLM repeats a cumulative
+  block on every chunk, Mistral puts it on the finish chunk, OpenAI on a ``choices: []`` chunk;
+* a chunk with empty ``choices`` and no usage (Azure's ``prompt_filter_results``) contributes nothing,
+  and its empty ``id`` neither becomes the completion id nor counts as a mixed id;
+* a top-level ``error`` object, or an ``event: error`` frame, is recorded (the first one);
+* a tool-call fragment carrying a new ``id`` at an index already held by a call with another id
+  starts a new call (providers that send whole calls in one chunk, all at index 0);
+* ``role`` is taken once; ``content``, ``refusal`` and ``reasoning_content`` are independent
+  accumulators that stay None until a fragment arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from worker.errors import FrameError
+from worker.result import Choice, ToolCall
+from worker.sse import BadFrame, Chunk, Done, Frame, _kind, body_text, decode_event, iter_raw_events
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_CHUNK_OBJECT = "chat.completion.chunk"
+
+
+@dataclass(slots=True)
+class Assembled:
+    choices: list[Choice]
+    usage_raw: dict[str, Any] | None
+    completion_id: str | None
+    model: str | None
+    created: int | None
+    system_fingerprint: str | None
+    error: dict[str, Any] | None
+    frame_errors: list[FrameError]
+    mixed_id_count: int
+    saw_done: bool
+    chunk_count: int
+    foreign_objects: int
+
+
+class _Call:
+    __slots__ = ("args", "id", "name", "seq", "type", "wire_index")
+
+    def __init__(self, wire_index: int, seq: int) -> None:
+        self.wire_index = wire_index
+        self.seq = seq
+        self.id: str | None = None
+        self.type: str | None = None
+        self.name: str | None = None
+        self.args: list[str] = []
+
+
+class _ChoiceState:
+    __slots__ = (
+        "calls",
+        "content",
+        "current_call",
+        "finish_reason",
+        "lp_content",
+        "lp_refusal",
+        "reasoning",
+        "refusal",
+        "role",
+    )
+
+    def __init__(self) -> None:
+        self.role: str | None = None
+        self.content: list[str] | None = None
+        self.refusal: list[str] | None = None
+        self.reasoning: list[str] | None = None
+        self.calls: list[_Call] = []
+        self.current_call: dict[int, _Call] = {}
+        self.finish_reason: str | None = None
+        self.lp_content: list[Any] | None = None
+        self.lp_refusal: list[Any] | None = None
+
+
+def _join(parts: list[str] | None) -> str | None:
+    return None if parts is None else "".join(parts)
+
+
+class StreamAssembler:
+    """Accumulates the frames of one call, in order; ``finish`` builds the ``Assembled`` result.
+
+    Feed either frames (``feed``) or their parts (``feed_chunk``/``feed_bad``/``feed_done``). Safe to
+    call ``finish`` at any point (a dropped stream is just one that was never finished by the server).
+    """
+
+    def __init__(self) -> None:
+        self._choices: dict[int, _ChoiceState] = {}
+        self._frames = 0
+        self._meta_pending = True
+        self.usage_raw: dict[str, Any] | None = None
+        self.completion_id: str | None = None
+        self.model: str | None = None
+        self.created: int | None = None
+        self.system_fingerprint: str | None = None
+        self.error: dict[str, Any] | None = None
+        self.frame_errors: list[FrameError] = []
+        self.mixed_id_count = 0
+        self.saw_done = False
+        self.chunk_count = 0
+        self.foreign_objects = 0
+
+    # -- frames -------------------------------------------------------------------------------------
+
+    def feed(self, frame: Frame) -> None:
+        kind = type(frame)
+        if kind is Chunk:
+            self.feed_chunk(frame.obj, frame.index, frame.event)  # type: ignore[union-attr]
+        elif kind is Done:
+            self.feed_done(frame.index)  # type: ignore[union-attr]
+        elif kind is BadFrame:
+            self.feed_bad(frame.error)  # type: ignore[union-attr]
+
+    def feed_done(self, index: int | None = None) -> None:
+        self._frames += 1
+        self.saw_done = True
+
+    def feed_bad(self, error: FrameError) -> None:
+        self._frames += 1
+        self.frame_errors.append(error)
+
+    def feed_chunk(
+        self, obj: dict[str, Any], index: int | None = None, event: str | None = None
+    ) -> None:
+        """Absorb one decoded data object. ``index`` is its frame position (for errors); it defaults
+        to the number of frames fed so far."""
+        if index is None:
+            index = self._frames
+        self._frames += 1
+        if event == "error":
+            if self.error is None:
+                inner = obj.get("error") if isinstance(obj, dict) else None
+                self.error = inner if isinstance(inner, dict) else obj
+            return
+        if not isinstance(obj, dict):
+            self.frame_errors.append(FrameError(index, f"not a JSON object (got {_kind(obj)})"))
+            return
+        self.chunk_count += 1
+        kind = obj.get("object")
+        if kind and kind != _CHUNK_OBJECT:
+            self.foreign_objects += 1
+        self._absorb(obj, index, "delta")
+
+    def _error(self, index: int, reason: str) -> None:
+        self.frame_errors.append(FrameError(index, reason))
+
+    def _absorb(self, obj: dict[str, Any], index: int, delta_key: str) -> None:
+        get = obj.get
+        usage = get("usage")
+        if usage is not None:
+            if isinstance(usage, dict):
+                self.usage_raw = usage
+            else:
+                self._error(index, f"usage is not an object (got {_kind(usage)})")
+        error = get("error")
+        if self.error is None and (error or isinstance(error, dict)):
+            # Several providers send a JSON error after HTTP 200; a bare string is wrapped.
+            self.error = error if isinstance(error, dict) else {"message": error}
+        cid = get("id")
+        if cid and cid != self.completion_id and isinstance(cid, str):
+            if self.completion_id is None:
+                self.completion_id = cid
+            else:
+                self.mixed_id_count += 1
+        if self._meta_pending:
+            self._take_meta(get)
+        choices = get("choices")
+        if choices is None:
+            return
+        if type(choices) is not list:
+            self._error(index, f"choices is not a list (got {_kind(choices)})")
+            return
+        for pos, choice in enumerate(choices):
+            self._absorb_choice(choice, pos, index, delta_key)
+
+    def _take_meta(self, get: Any) -> None:
+        if self.model is None:
+            model = get("model")
+            if model and isinstance(model, str):
+                self.model = model
+        if self.created is None:
+            created = get("created")
+            if type(created) is int and created > 0:
+                self.created = created
+        if self.system_fingerprint is None:
+            fingerprint = get("system_fingerprint")
+            if fingerprint and isinstance(fingerprint, str):
+                self.system_fingerprint = fingerprint
+        self._meta_pending = (
+            self.model is None or self.created is None or self.system_fingerprint is None
+        )
+
+    def _absorb_choice(self, choice: Any, pos: int, index: int, delta_key: str) -> None:
+        where = f"choices[{pos}]"
+        if type(choice) is not dict:
+            self._error(index, f"{where} is not an object (got {_kind(choice)})")
+            return
+        get = choice.get
+        number = get("index")
+        if number is None:
+            number = 0
+        elif type(number) is not int or number < 0:
+            self._error(index, f"{where}.index is not a non-negative integer (got {number!r:.40})")
+            return
+        state = self._choices.get(number)
+        if state is None:
+            state = self._choices[number] = _ChoiceState()
+        delta = get(delta_key)
+        if delta:
+            if type(delta) is dict:
+                self._absorb_delta(state, delta, where + "." + delta_key, index, delta_key)
+            else:
+                self._error(index, f"{where}.{delta_key} is not an object (got {_kind(delta)})")
+        elif delta is not None and type(delta) is not dict:
+            self._error(index, f"{where}.{delta_key} is not an object (got {_kind(delta)})")
+        logprobs = get("logprobs")
+        if logprobs is not None:
+            self._absorb_logprobs(state, logprobs, where, index)
+        finish = get("finish_reason")
+        if finish is not None:
+            if isinstance(finish, str):
+                if finish:
+                    state.finish_reason = finish
+            else:
+                self._error(index, f"{where}.finish_reason is not a string (got {_kind(finish)})")
+
+    def _absorb_delta(
+        self, state: _ChoiceState, delta: dict[str, Any], where: str, index: int, delta_key: str
+    ) -> None:
+        get = delta.get
+        text = get("content")
+        if text is not None:
+            if isinstance(text, str):
+                parts = state.content
+                if parts is None:
+                    state.content = [text]
+                else:
+                    parts.append(text)
+            else:
+                self._error(index, f"{where}.content is not a string (got {_kind(text)})")
+            if len(delta) == 1:
+                return
+        role = get("role")
+        if role is not None:
+            if not isinstance(role, str):
+                self._error(index, f"{where}.role is not a string (got {_kind(role)})")
+            elif role and state.role is None:
+                state.role = role
+        text = get("refusal")
+        if text is not None:
+            if isinstance(text, str):
+                if state.refusal is None:
+                    state.refusal = [text]
+                else:
+                    state.refusal.append(text)
+            else:
+                self._error(index, f"{where}.refusal is not a string (got {_kind(text)})")
+        # DeepSeek names the reasoning channel ``reasoning_content``; OpenRouter ``reasoning``.
+        key = "reasoning_content"
+        text = get(key)
+        if text is None:
+            key = "reasoning"
+            text = get(key)
+        if text is not None:
+            if isinstance(text, str):
+                if state.reasoning is None:
+                    state.reasoning = [text]
+                else:
+                    state.reasoning.append(text)
+            else:
+                self._error(index, f"{where}.{key} is not a string (got {_kind(text)})")
+        calls = get("tool_calls")
+        if calls is not None:
+            if type(calls) is list:
+                for pos, fragment in enumerate(calls):
+                    self._absorb_call(
+                        state, fragment, f"{where}.tool_calls[{pos}]", pos, index, delta_key
+                    )
+            else:
+                self._error(index, f"{where}.tool_calls is not a list (got {_kind(calls)})")
+
+    def _absorb_call(
+        self, state: _ChoiceState, fragment: Any, where: str, pos: int, index: int, delta_key: str
+    ) -> None:
+        if type(fragment) is not dict:
+            self._error(index, f"{where} is not an object (got {_kind(fragment)})")
+            return
+        get = fragment.get
+        wire = get("index")
+        if wire is None:
+            # A streamed fragment without an index belongs to call 0 (the only call of providers
+            # that omit it); in a whole message the list position is the index.
+            wire = 0 if delta_key == "delta" else pos
+        elif type(wire) is not int or wire < 0:
+            self._error(index, f"{where}.index is not a non-negative integer (got {wire!r:.40})")
+            return
+        call_id = get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            self._error(index, f"{where}.id is not a string (got {_kind(call_id)})")
+            call_id = None
+        call = state.current_call.get(wire)
+        if call is None or (call_id and call.id is not None and call.id != call_id):
+            call = _Call(wire, len(state.calls))
+            state.calls.append(call)
+            state.current_call[wire] = call
+        if call_id and call.id is None:
+            call.id = call_id
+        kind = get("type")
+        if kind is not None:
+            if not isinstance(kind, str):
+                self._error(index, f"{where}.type is not a string (got {_kind(kind)})")
+            elif kind and call.type is None:
+                call.type = kind
+        function = get("function")
+        if function is None:
+            return
+        if type(function) is not dict:
+            self._error(index, f"{where}.function is not an object (got {_kind(function)})")
+            return
+        name = function.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                self._error(index, f"{where}.function.name is not a string (got {_kind(name)})")
+            elif call.name is None:
+                call.name = name
+            elif name and name != call.name:
+                # A name streamed in pieces (the SDK concatenates them); a repeated name is not.
+                call.name += name
+        arguments = function.get("arguments")
+        if arguments is not None:
+            if isinstance(arguments, str):
+                call.args.append(arguments)
+            else:
+                self._error(
+                    index, f"{where}.function.arguments is not a string (got {_kind(arguments)})"
+                )
+
+    def _absorb_logprobs(self, state: _ChoiceState, logprobs: Any, where: str, index: int) -> None:
+        if type(logprobs) is not dict:
+            self._error(index, f"{where}.logprobs is not an object (got {_kind(logprobs)})")
+            return
+        content = logprobs.get("content")
+        if content is not None:
+            if type(content) is list:
+                if state.lp_content is None:
+                    state.lp_content = list(content)
+                else:
+                    state.lp_content.extend(content)
+            else:
+                self._error(index, f"{where}.logprobs.content is not a list (got {_kind(content)})")
+        refusal = logprobs.get("refusal")
+        if refusal is not None:
+            if type(refusal) is list:
+                if state.lp_refusal is None:
+                    state.lp_refusal = list(refusal)
+                else:
+                    state.lp_refusal.extend(refusal)
+            else:
+                self._error(index, f"{where}.logprobs.refusal is not a list (got {_kind(refusal)})")
+
+    # -- result -------------------------------------------------------------------------------------
+
+    def finish(self) -> Assembled:
+        """The completion as assembled so far; does not change the assembler."""
+        choices = []
+        for number in sorted(self._choices):
+            state = self._choices[number]
+            calls = sorted(state.calls, key=lambda call: (call.wire_index, call.seq))
+            choices.append(
+                Choice(
+                    index=number,
+                    role=state.role,
+                    content=_join(state.content),
+                    refusal=_join(state.refusal),
+                    reasoning_content=_join(state.reasoning),
+                    tool_calls=[
+                        ToolCall(pos, call.id, call.type, call.name, "".join(call.args))
+                        for pos, call in enumerate(calls)
+                    ],
+                    finish_reason=state.finish_reason,
+                    logprobs_content=None if state.lp_content is None else list(state.lp_content),
+                    logprobs_refusal=None if state.lp_refusal is None else list(state.lp_refusal),
+                )
+            )
+        return Assembled(
+            choices=choices,
+            usage_raw=self.usage_raw,
+            completion_id=self.completion_id,
+            model=self.model,
+            created=self.created,
+            system_fingerprint=self.system_fingerprint,
+            error=self.error,
+            frame_errors=list(self.frame_errors),
+            mixed_id_count=self.mixed_id_count,
+            saw_done=self.saw_done,
+            chunk_count=self.chunk_count,
+            foreign_objects=self.foreign_objects,
+        )
+
+
+_Body = bytes | bytearray | memoryview | str
+
+
+def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
+    """Parse and assemble a streamed body, or a list of records each holding one or more events
+    (parsed one by one, fed in order, frame positions numbered across records). Never raises."""
+    records: Iterable[_Body] = [body] if isinstance(body, _Body) else body  # type: ignore[list-item]
+    assembler = StreamAssembler()
+    feed_chunk = assembler.feed_chunk
+    feed = assembler.feed
+    next_index = 0
+    for record in records:
+        if not isinstance(record, _Body):
+            assembler.feed_bad(
+                FrameError(next_index, f"record is not bytes or text (got {_kind(record)})")
+            )
+            next_index += 1
+            continue
+        for index, event, data in iter_raw_events(body_text(record), next_index):
+            next_index = index + 1
+            # Fast path: a plain data event holding a JSON object (nearly every frame).
+            if event is None and data is not None and data[:1] == "{":
+                try:
+                    obj = _loads(data)
+                except _JSONDecodeError:
+                    pass
+                else:
+                    if type(obj) is dict:
+                        feed_chunk(obj, index)
+                        continue
+            for frame in decode_event(index, event, data):
+                feed(frame)
+    return assembler.finish()
+
+
+def assemble_response(body: Any) -> Assembled:
+    """Assemble a non-streamed ``chat.completion`` object (or a top-level ``error`` body)."""
+    assembler = StreamAssembler()
+    if not isinstance(body, dict):
+        assembler.feed_bad(FrameError(0, f"not a JSON object (got {_kind(body)})"))
+        return assembler.finish()
+    assembler._absorb(body, 0, "message")
+    return assembler.finish()

@@ -1,0 +1,52 @@
+"""Reservations: one per gateway request, the hold the gateway placed before the call ran."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, BigId, UTCDateTime
+
+
+class Status(StrEnum):
+    """``held`` → ``settled`` | ``voided`` | ``unsettled``; ``unsettled`` → ``released`` |
+    ``settled_from_estimate`` | ``settled`` (a late result within grace)."""
+
+    HELD = "held"
+    SETTLED = "settled"
+    VOIDED = "voided"
+    UNSETTLED = "unsettled"
+    RELEASED = "released"
+    SETTLED_FROM_ESTIMATE = "settled_from_estimate"
+
+
+OPEN_STATUSES = (Status.HELD, Status.UNSETTLED)
+
+
+class Reservation(Base):
+    __tablename__ = "reservations"
+    __table_args__ = (
+        CheckConstraint("reserved_micros >= 0", name="reserved_not_negative"),
+        CheckConstraint(
+            "status IN ('held', 'settled', 'voided', 'unsettled', 'released',"
+            " 'settled_from_estimate')",
+            name="status",
+        ),
+        Index(None, "account_id"),
+        Index(None, "fingerprint"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    request_id: Mapped[str] = mapped_column(String(200), unique=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    model: Mapped[str] = mapped_column(String(200))
+    stream: Mapped[bool]
+    reserved_micros: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # A salted hash of the request (for duplicate detection by later issues); never the prompt.
+    fingerprint: Mapped[str | None] = mapped_column(String(128))

@@ -1,0 +1,35 @@
+"""Usage records: what a settled call consumed and what it was charged. Counts only, never text."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, BigId, UTCDateTime
+
+
+class UsageRecord(Base):
+    __tablename__ = "usage_records"
+    __table_args__ = (
+        CheckConstraint("usage_source IN ('reported', 'estimated')", name="usage_source"),
+        CheckConstraint("charge_micros >= 0", name="charge_not_negative"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    reservation_id: Mapped[int] = mapped_column(ForeignKey("reservations.id"), unique=True)
+    prompt_tokens: Mapped[int]
+    cached_tokens: Mapped[int]
+    completion_tokens: Mapped[int]
+    reasoning_tokens: Mapped[int]
+    usage_source: Mapped[str] = mapped_column(String(16))
+    finish_reasons: Mapped[str | None] = mapped_column(Text)
+    charge_micros: Mapped[int] = mapped_column(BigInteger)
+    estimate_prompt_tokens: Mapped[int]
+    estimate_completion_tokens: Mapped[int]
+    estimate_approximate: Mapped[bool]
+    system_fingerprint: Mapped[str | None] = mapped_column(String(200))
+    completion_id: Mapped[str | None] = mapped_column(String(200))
+    anomalies: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())

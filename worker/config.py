@@ -44,6 +44,10 @@ class Settings:
     price_book: str | None = None
     hash_salt: str = "billing-worker"
     resolve_policy: str = "release"
+    drain_ms: int = 2_000
+    block_ms: int = 200
+    sweep_interval_seconds: int = 10
+    recheck_seconds: int = 30
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -66,6 +70,10 @@ class Settings:
             price_book=env.get("BILLING_PRICE_BOOK") or None,
             hash_salt=env.get("BILLING_HASH_SALT") or "billing-worker",
             resolve_policy=policy,
+            drain_ms=_int(env, "BILLING_DRAIN_MS", 2_000, minimum=100),
+            block_ms=_int(env, "BILLING_BLOCK_MS", 200, minimum=1),
+            sweep_interval_seconds=_int(env, "BILLING_SWEEP_INTERVAL_SECONDS", 10, minimum=1),
+            recheck_seconds=_int(env, "BILLING_RECHECK_SECONDS", 30, minimum=1),
         )
 
 

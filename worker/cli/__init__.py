@@ -10,7 +10,7 @@ import importlib
 
 import click
 
-COMMAND_MODULES = ("replay",)
+COMMAND_MODULES = ("replay", "worker")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

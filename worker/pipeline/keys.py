@@ -45,6 +45,11 @@ class Keys:
         return f"{self.prefix}:recheck"
 
     @property
+    def quarantine(self) -> str:
+        """Set of request ids whose streams were dead-lettered; the sweeper leaves them alone."""
+        return f"{self.prefix}:quarantine"
+
+    @property
     def group(self) -> str:
         """The consumer group every worker process joins on each notification stream."""
         return f"{self.prefix}-workers"

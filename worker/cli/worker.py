@@ -1,0 +1,25 @@
+"""``billing worker``: a Celery worker with beat embedded, for one host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from worker.cli import main
+
+
+@main.command("worker")
+@click.option("--concurrency", "-c", default=2, show_default=True, type=click.IntRange(1, 64))
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option("--no-beat", is_flag=True, help="Run without the embedded beat (production form).")
+def worker_command(concurrency: int, loglevel: str, no_beat: bool) -> None:
+    """Consume the gateway's events and settle every call until stopped."""
+    from worker.pipeline.app import app
+
+    state = Path("var")
+    state.mkdir(exist_ok=True)
+    argv = ["worker", f"--concurrency={concurrency}", f"--loglevel={loglevel}"]
+    if not no_beat:
+        argv += ["--beat", f"--schedule={state / 'celerybeat-schedule'}"]
+    app.worker_main(argv)

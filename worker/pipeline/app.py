@@ -1,0 +1,42 @@
+"""The Celery application: broker on Redis, beat schedule for draining and sweeping.
+
+Production: ``celery -A worker.pipeline.app worker`` on every host, and exactly one
+``celery -A worker.pipeline.app beat``. ``billing worker`` runs both in one process for one host.
+
+Why beat drives the drain: a ``drain`` task reads notification batches for ``BILLING_DRAIN_MS`` and
+returns; beat sends one per partition every second, with an expiry so a stopped worker does not come
+back to a pile of stale tasks. There is no Celery message per call or per frame: the notification
+streams are the queue, the consumer group shares them among processes, and Celery only schedules.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from worker.config import Settings
+
+settings = Settings.from_env()
+
+app = Celery("billing", broker=settings.broker_url, include=["worker.pipeline.tasks"])
+app.conf.update(
+    task_ignore_result=True,
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    beat_schedule={
+        **{
+            f"drain-{partition}": {
+                "task": "billing.drain",
+                "schedule": 1.0,
+                "args": (partition,),
+                "options": {"expires": 2.0},
+            }
+            for partition in range(settings.partitions)
+        },
+        "sweep": {
+            "task": "billing.sweep",
+            "schedule": float(settings.sweep_interval_seconds),
+            "options": {"expires": float(settings.sweep_interval_seconds)},
+        },
+    },
+)

@@ -1,0 +1,288 @@
+"""The consumer: notification batches → reconciled calls → one database commit → acknowledgements.
+
+Contract of ``Consumer.poll`` (may block up to ``block_ms``; safe to call from any number of processes
+at once, they share the work through the consumer group):
+
+1. Claim entries another consumer left pending longer than ``claim_idle_ms`` (it died), then read new
+   ones, up to ``batch_size`` in all.
+2. Read every involved call's stream in one pipelined round trip.
+3. Apply every call in ONE database transaction, each inside its own savepoint, so one bad call neither
+   aborts the batch nor is lost: bad input becomes a dead letter; an unexpected database error leaves
+   that call's entries unacknowledged, to be claimed and redone later.
+4. Only after the commit: write dead letters, acknowledge, delete settled streams, schedule rechecks.
+   A crash anywhere before step 4 redoes the batch; every ledger effect is idempotent, so redoing
+   changes nothing that was already committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from models.reservations import Reservation, Status
+from worker.config import Settings
+from worker.errors import InputError
+from worker.ledger.operations import apply_result, hold
+from worker.pipeline.entries import (
+    MAX_ENTRIES,
+    Entry,
+    Notification,
+    dead_letter_fields,
+    decode_call,
+    parse_notification,
+    read_meta,
+)
+from worker.pipeline.keys import Keys
+from worker.pipeline.pricing import PriceSource
+from worker.reconcile import reconcile_response, reconcile_stream
+from worker.result import Outcome, Result
+
+log = logging.getLogger(__name__)
+
+FINAL_STATUSES = frozenset(
+    {Status.SETTLED, Status.VOIDED, Status.RELEASED, Status.SETTLED_FROM_ESTIMATE}
+)
+
+
+@dataclass
+class BatchStats:
+    read: int = 0
+    held: int = 0
+    settled: int = 0
+    unsettled: int = 0
+    voided: int = 0
+    duplicates: int = 0
+    dead: int = 0
+    deferred: int = 0
+    acked: int = 0
+    effects: dict[str, int] = field(default_factory=dict)
+    latencies_ms: list[int] = field(default_factory=list)
+
+    def add(self, other: BatchStats) -> None:
+        for name in ("read", "held", "settled", "unsettled", "voided", "duplicates", "dead"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.deferred += other.deferred
+        self.acked += other.acked
+        for key, value in other.effects.items():
+            self.effects[key] = self.effects.get(key, 0) + value
+        self.latencies_ms.extend(other.latencies_ms)
+
+
+def reconcile_record(entries: list[Entry], request_id: str, prices: Any) -> Result:
+    """Decode a call's stream and reconcile it (raises ``InputError`` for unusable streams)."""
+    record = decode_call(entries, request_id)
+    book = prices.current()
+    if record.streamed:
+        return reconcile_stream(record.meta, record.frames, book)
+    assert record.response_status is not None
+    return reconcile_response(
+        record.meta, record.response_status, record.response_body or b"", book
+    )
+
+
+@dataclass
+class _Call:
+    """The notifications of one request inside a batch, and what became of them."""
+
+    request_id: str
+    notes: list[Notification] = field(default_factory=list)
+    effect: str | None = None
+    outcome: Outcome | None = None
+    dead_reason: str | None = None
+    close_ts: int | None = None
+
+    @property
+    def closing(self) -> bool:
+        return any(note.kind == "close" for note in self.notes)
+
+
+class Consumer:
+    def __init__(
+        self,
+        client: redis.Redis,
+        sessions: Callable[[], Session],
+        settings: Settings,
+        *,
+        name: str,
+        prices: PriceSource | None = None,
+        recheck_seconds: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.sessions = sessions
+        self.settings = settings
+        self.keys = Keys(settings.prefix, settings.partitions)
+        self.name = name
+        self.prices = prices or PriceSource(sessions, settings.price_book)
+        self.recheck_seconds = recheck_seconds
+        self.grace = timedelta(seconds=settings.grace_seconds)
+        self._groups_ready: set[str] = set()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def ensure_group(self, stream: str) -> None:
+        """Create the consumer group from the stream's start, so nothing written before is missed."""
+        if stream in self._groups_ready:
+            return
+        try:
+            self.client.xgroup_create(stream, self.keys.group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._groups_ready.add(stream)
+
+    def read(self, stream: str, block_ms: int | None) -> list[tuple[bytes, Any]]:
+        self.ensure_group(stream)
+        count = self.settings.batch_size
+        _, claimed, *_ = self.client.xautoclaim(
+            stream, self.keys.group, self.name, self.settings.claim_idle_ms, "0-0", count=count
+        )
+        entries = list(claimed)
+        if len(entries) < count:
+            reply = self.client.xreadgroup(
+                self.keys.group,
+                self.name,
+                {stream: ">"},
+                count=count - len(entries),
+                block=None if entries or block_ms is None else block_ms,
+            )
+            for _stream, new in reply or ():
+                entries.extend(new)
+        return entries
+
+    def poll(self, partition: int = 0, block_ms: int | None = 200) -> BatchStats:
+        stream = self.keys.events(partition)
+        entries = self.read(stream, block_ms)
+        if not entries:
+            return BatchStats()
+        return self.process(stream, entries)
+
+    def drain(self, partition: int = 0, seconds: float = 1.0, block_ms: int = 200) -> BatchStats:
+        """Poll repeatedly for about ``seconds``; what a Celery task runs each time it is called."""
+        total = BatchStats()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            total.add(self.poll(partition, block_ms))
+        return total
+
+    # -- processing ----------------------------------------------------------------------------
+
+    def _fetch_streams(self, calls: list[_Call]) -> list[list[Entry]]:
+        pipe = self.client.pipeline(transaction=False)
+        for call in calls:
+            key = self.keys.request(call.request_id)
+            pipe.xrange(key, "-", "+", count=MAX_ENTRIES + 1 if call.closing else 1)
+        return pipe.execute()
+
+    def process(self, stream: str, entries: list[tuple[bytes, Any]]) -> BatchStats:
+        stats = BatchStats(read=len(entries))
+        now = datetime.now(UTC)
+        now_ms = int(now.timestamp() * 1000)
+        ack: list[bytes] = []
+        dead: list[dict[str, Any]] = []
+        calls: dict[str, _Call] = {}
+        for entry_id, fields in entries:
+            if fields is None:  # deleted from the stream while pending
+                ack.append(entry_id)
+                continue
+            try:
+                note = parse_notification(entry_id, fields)
+            except InputError as exc:
+                dead.append(dead_letter_fields("notification", str(exc), fields, now_ms, entry_id))
+                ack.append(entry_id)
+                continue
+            call = calls.setdefault(note.request_id, _Call(note.request_id))
+            call.notes.append(note)
+            if note.kind == "close" and note.ts is not None:
+                call.close_ts = note.ts
+
+        ordered = list(calls.values())
+        streams = self._fetch_streams(ordered) if ordered else []
+        with self.sessions() as session, session.begin():
+            for call, call_entries in zip(ordered, streams, strict=True):
+                try:
+                    with session.begin_nested():
+                        self._apply(session, call, call_entries, now)
+                except InputError as exc:
+                    call.dead_reason = str(exc)
+                except SQLAlchemyError:
+                    log.exception("call %s deferred: database error", call.request_id)
+                    call.effect = "deferred"
+
+        pipe = self.client.pipeline(transaction=False)
+        done_ms = int(time.time() * 1000)
+        for call in ordered:
+            if call.effect == "deferred":
+                stats.deferred += 1
+                continue
+            ack.extend(note.entry_id for note in call.notes)
+            if call.dead_reason is not None:
+                stats.dead += 1
+                pipe.sadd(self.keys.quarantine, call.request_id)
+                for note in call.notes:
+                    original = {"kind": note.kind, "request_id": note.request_id}
+                    dead.append(
+                        dead_letter_fields(
+                            "call", call.dead_reason, original, now_ms, note.entry_id
+                        )
+                    )
+                continue
+            stats.effects[call.effect or "none"] = stats.effects.get(call.effect or "none", 0) + 1
+            if call.effect == "held":
+                stats.held += 1
+                continue
+            if call.effect == "duplicate":
+                stats.duplicates += 1
+                continue
+            key = self.keys.request(call.request_id)
+            if call.outcome is Outcome.UNSETTLED:
+                stats.unsettled += 1
+                pipe.zadd(self.keys.recheck, {call.request_id: time.time() + self.recheck_seconds})
+            else:
+                if call.outcome is Outcome.VOID:
+                    stats.voided += 1
+                else:
+                    stats.settled += 1
+                pipe.delete(key)
+            if call.close_ts is not None:
+                stats.latencies_ms.append(max(0, done_ms - call.close_ts))
+        for letter in dead:
+            pipe.xadd(self.keys.dead, letter)
+        if ack:
+            pipe.xack(stream, self.keys.group, *ack)
+        pipe.execute()
+        stats.acked = len(ack)
+        return stats
+
+    def _apply(self, session: Session, call: _Call, entries: list[Entry], now: datetime) -> None:
+        if not call.closing:
+            if not entries:
+                if self._status(session, call.request_id) is not None:
+                    call.effect = "duplicate"
+                    return
+                raise InputError("open for a stream that does not exist")
+            hold(session, read_meta(entries), now=now)
+            call.effect = "held"
+            return
+        if not entries:
+            if self._status(session, call.request_id) not in (None, Status.HELD):
+                call.effect = "duplicate"
+                return
+            raise InputError("close for a stream that does not exist")
+        result = reconcile_record(entries, call.request_id, self.prices)
+        call.outcome = result.outcome
+        call.effect = apply_result(session, result, now=now, grace=self.grace)
+
+    @staticmethod
+    def _status(session: Session, request_id: str) -> str | None:
+        return session.scalar(
+            select(Reservation.status).where(Reservation.request_id == request_id)
+        )

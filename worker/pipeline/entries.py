@@ -1,0 +1,148 @@
+"""Decode the gateway's Redis entries into notifications and call records. Pure; no IO.
+
+Everything here raises ``InputError`` with a short reason for input that cannot be used; the consumer
+turns that into a dead letter. Size limits bound what one call may hold, so a hostile or broken gateway
+cannot make a worker hold unbounded memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from worker.errors import InputError
+from worker.request import RequestMeta, parse_request
+
+NOTIFICATION_KINDS = ("open", "close")
+
+# Limits on one call's stream; beyond them the call is refused into the dead-letter stream.
+MAX_ENTRIES = 50_000
+MAX_ENTRY_BYTES = 1 << 20
+MAX_CALL_BYTES = 32 << 20
+
+Fields = dict[bytes, bytes]
+Entry = tuple[bytes, Fields]
+
+
+def text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    entry_id: bytes
+    kind: str
+    request_id: str
+    ts: int | None
+    reason: str | None
+
+
+def parse_notification(entry_id: bytes, fields: Fields) -> Notification:
+    kind = text(fields.get(b"kind"))
+    if kind not in NOTIFICATION_KINDS:
+        raise InputError(f"unknown notification kind {kind!r}")
+    request_id = text(fields.get(b"request_id"))
+    if not request_id:
+        raise InputError("notification without request_id")
+    if len(request_id) > 200:
+        raise InputError("request_id longer than 200 characters")
+    raw_ts = text(fields.get(b"ts"))
+    ts = int(raw_ts) if raw_ts and raw_ts.isdigit() else None
+    return Notification(entry_id, kind, request_id, ts, text(fields.get(b"reason")))
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """A call's stream decoded: its metadata and either its frames or its response."""
+
+    meta: RequestMeta
+    frames: list[bytes]
+    response_status: int | None
+    response_body: bytes | None
+    last_entry_id: bytes
+
+    @property
+    def streamed(self) -> bool:
+        return self.response_status is None
+
+
+def read_meta(entries: list[Entry]) -> RequestMeta:
+    """The metadata from a stream's first entry, which must be ``kind=request``."""
+    if not entries:
+        raise InputError("no request entry: the call's stream is empty or gone")
+    fields = entries[0][1]
+    if fields.get(b"kind") != b"request":
+        raise InputError("no request entry: the stream does not start with kind=request")
+    body = fields.get(b"body")
+    if not body:
+        raise InputError("request entry without body")
+    if len(body) > MAX_ENTRY_BYTES:
+        raise InputError(f"request entry larger than {MAX_ENTRY_BYTES} bytes")
+    try:
+        return parse_request(body)
+    except InputError as exc:
+        raise InputError(f"unparsable metadata: {exc}") from None
+
+
+def decode_call(entries: list[Entry], expected_request_id: str | None = None) -> CallRecord:
+    """Decode a whole call stream; raises ``InputError`` when it cannot be reconciled."""
+    if len(entries) > MAX_ENTRIES:
+        raise InputError(f"stream has more than {MAX_ENTRIES} entries")
+    meta = read_meta(entries)
+    if expected_request_id is not None and meta.request_id != expected_request_id:
+        raise InputError(
+            f"request entry names {meta.request_id!r}, not the stream's {expected_request_id!r}"
+        )
+    frames: list[bytes] = []
+    status: int | None = None
+    body: bytes | None = None
+    total = 0
+    for entry_id, fields in entries[1:]:
+        kind = fields.get(b"kind")
+        payload = fields.get(b"body", b"")
+        size = len(payload)
+        if size > MAX_ENTRY_BYTES:
+            raise InputError(f"entry {entry_id.decode()} larger than {MAX_ENTRY_BYTES} bytes")
+        total += size
+        if total > MAX_CALL_BYTES:
+            raise InputError(f"call stream larger than {MAX_CALL_BYTES} bytes")
+        if kind == b"frame":
+            frames.append(payload)
+        elif kind == b"response":
+            if status is not None:
+                raise InputError("more than one response entry")
+            raw_status = text(fields.get(b"status"))
+            if not raw_status or not raw_status.isdigit() or not 100 <= int(raw_status) <= 599:
+                raise InputError(f"response entry with bad status {raw_status!r}")
+            status, body = int(raw_status), payload
+        elif kind == b"request":
+            raise InputError("second request entry in one stream")
+        else:
+            raise InputError(f"unknown entry kind {text(kind)!r}")
+    if status is not None and frames:
+        raise InputError("stream holds both frames and a response")
+    if meta.stream and status is not None:
+        raise InputError("streamed request answered with a non-streamed response entry")
+    if not meta.stream and frames:
+        raise InputError("non-streamed request answered with frames")
+    return CallRecord(meta, frames, status, body, entries[-1][0])
+
+
+def dead_letter_fields(
+    source: str, reason: str, original: dict[Any, Any], now_ms: int, entry_id: bytes | None = None
+) -> dict[str, Any]:
+    """Fields of a dead letter: where it came from, why, when, and the original fields prefixed."""
+    fields: dict[str, Any] = {"source": source, "reason": reason[:500], "ts": now_ms}
+    if entry_id is not None:
+        fields["entry_id"] = entry_id
+    for key, value in original.items():
+        name = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
+        fields[f"orig.{name}"] = value
+    return fields

@@ -1,0 +1,65 @@
+"""Per-process resources of a worker: Redis client, database engine, consumer and sweeper.
+
+Built lazily on first use and rebuilt after a fork (Celery's prefork pool forks after import, and
+neither a Redis connection pool nor a database pool may be shared across processes).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import redis
+from sqlalchemy import Engine
+
+from worker.config import Settings
+from worker.ledger.database import make_engine, session_factory
+from worker.pipeline.consumer import Consumer
+from worker.pipeline.sweeper import Sweeper
+
+
+def redis_client(url: str) -> redis.Redis:
+    """A client for the event streams; bytes in and out (frames need not be UTF-8)."""
+    return redis.Redis.from_url(
+        url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+    )
+
+
+@dataclass
+class Runtime:
+    pid: int
+    settings: Settings
+    client: redis.Redis
+    engine: Engine
+    consumer: Consumer
+    sweeper: Sweeper
+
+    @classmethod
+    def build(cls, settings: Settings | None = None) -> Runtime:
+        settings = settings or Settings.from_env()
+        client = redis_client(settings.redis_url)
+        engine = make_engine(settings.database_url)
+        name = f"{socket.gethostname()}-{os.getpid()}"
+        consumer = Consumer(
+            client,
+            session_factory(engine),
+            settings,
+            name=name,
+            recheck_seconds=settings.recheck_seconds,
+        )
+        return cls(os.getpid(), settings, client, engine, consumer, Sweeper(consumer))
+
+    def close(self) -> None:
+        self.client.close()
+        self.engine.dispose()
+
+
+_current: Runtime | None = None
+
+
+def current() -> Runtime:
+    global _current
+    if _current is None or _current.pid != os.getpid():
+        _current = Runtime.build()
+    return _current

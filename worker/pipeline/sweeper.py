@@ -1,0 +1,192 @@
+"""The sweeper: finishes what notifications alone cannot.
+
+* Calls whose ``close`` never came (a gateway crash): a reservation still ``held`` whose stream has had
+  no new entry for ``sweep_idle_ms`` is reconciled from what is there. A stream with finish and usage
+  settles; one without is ``incomplete``; one that expired away is ``incomplete`` with nothing assembled.
+* Late data: an unsettled call's stream is kept through the grace period and reconciled again on a
+  schedule (the ``recheck`` sorted set), so a usage frame that arrived after ``close`` still settles it.
+  At the end of grace the stream is deleted and the resolve policy decides the hold.
+
+Each pass works in bounded batches and commits per batch, so it is safe to run from any process at any
+time: every effect goes through the idempotent ledger operations.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from models.failures import Failure
+from models.reservations import Reservation, Status
+from worker.errors import InputError
+from worker.ledger.operations import apply_result, resolve_expired
+from worker.pipeline.consumer import Consumer, reconcile_record
+from worker.pipeline.entries import MAX_ENTRIES, dead_letter_fields
+from worker.reconcile import reconcile_stream
+from worker.request import RequestMeta
+from worker.result import Outcome
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SweepStats:
+    finalized: int = 0
+    rechecked: int = 0
+    settled_late: int = 0
+    expired: int = 0
+    resolved: int = 0
+    dead: int = 0
+
+
+def _entry_ms(entry_id: bytes) -> int:
+    return int(entry_id.split(b"-", 1)[0])
+
+
+class Sweeper:
+    def __init__(self, consumer: Consumer, *, limit: int = 500) -> None:
+        self.consumer = consumer
+        self.client = consumer.client
+        self.keys = consumer.keys
+        self.settings = consumer.settings
+        self.limit = limit
+
+    def run(self) -> SweepStats:
+        stats = SweepStats()
+        self.finalize_abandoned(stats)
+        self.recheck_unsettled(stats)
+        self.apply_policy(stats)
+        return stats
+
+    def finalize_abandoned(self, stats: SweepStats) -> None:
+        idle = timedelta(milliseconds=self.settings.sweep_idle_ms)
+        now = datetime.now(UTC)
+        with self.consumer.sessions() as session:
+            rows = session.execute(
+                select(
+                    Reservation.request_id,
+                    Reservation.account_id,
+                    Reservation.model,
+                    Reservation.stream,
+                    Reservation.reserved_micros,
+                    Reservation.created_at,
+                )
+                .where(Reservation.status == Status.HELD, Reservation.updated_at < now - idle)
+                .order_by(Reservation.updated_at)
+                .limit(self.limit)
+            ).all()
+        if not rows:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for row in rows:
+            pipe.xrange(self.keys.request(row.request_id), "-", "+", count=MAX_ENTRIES + 1)
+            pipe.sismember(self.keys.quarantine, row.request_id)
+        fetched = pipe.execute()
+        now_ms = int(time.time() * 1000)
+        dead = []
+        with self.consumer.sessions() as session, session.begin():
+            for index, row in enumerate(rows):
+                entries, quarantined = fetched[2 * index], fetched[2 * index + 1]
+                if quarantined:
+                    continue
+                if entries and now_ms - _entry_ms(entries[-1][0]) < self.settings.sweep_idle_ms:
+                    continue  # still being written: not abandoned yet
+                try:
+                    with session.begin_nested():
+                        if entries:
+                            result = reconcile_record(entries, row.request_id, self.consumer.prices)
+                        else:
+                            meta = RequestMeta(
+                                request_id=row.request_id,
+                                account_id=row.account_id,
+                                model=row.model,
+                                stream=row.stream,
+                                include_usage=True,
+                                reserved_micros=row.reserved_micros,
+                                created_at=row.created_at,
+                            )
+                            result = reconcile_stream(meta, [], self.consumer.prices.current())
+                        apply_result(session, result, now=now, grace=self.consumer.grace)
+                        stats.finalized += 1
+                except InputError as exc:
+                    stats.dead += 1
+                    original = {"request_id": row.request_id, "kind": "sweep"}
+                    dead.append(
+                        (row.request_id, dead_letter_fields("sweep", str(exc), original, now_ms))
+                    )
+                except SQLAlchemyError:
+                    log.exception("sweep of %s deferred: database error", row.request_id)
+        if dead:
+            pipe = self.client.pipeline(transaction=False)
+            for request_id, letter in dead:
+                pipe.xadd(self.keys.dead, letter)
+                pipe.sadd(self.keys.quarantine, request_id)
+            pipe.execute()
+
+    def recheck_unsettled(self, stats: SweepStats) -> None:
+        due = self.client.zrangebyscore(self.keys.recheck, "-inf", time.time(), 0, self.limit)
+        if not due:
+            return
+        ids = [raw.decode() for raw in due]
+        pipe = self.client.pipeline(transaction=False)
+        for request_id in ids:
+            pipe.xrange(self.keys.request(request_id), "-", "+", count=MAX_ENTRIES + 1)
+        fetched = pipe.execute()
+        now = datetime.now(UTC)
+        grace = self.consumer.grace
+        done: list[str] = []
+        later: list[str] = []
+        with self.consumer.sessions() as session, session.begin():
+            detected = dict(
+                session.execute(
+                    select(Reservation.request_id, Failure.detected_at)
+                    .join(Failure, Failure.reservation_id == Reservation.id)
+                    .where(Reservation.request_id.in_(ids))
+                ).all()
+            )
+            for request_id, entries in zip(ids, fetched, strict=True):
+                stats.rechecked += 1
+                since = detected.get(request_id)
+                if not entries or since is None:
+                    done.append(request_id)
+                    continue
+                try:
+                    with session.begin_nested():
+                        result = reconcile_record(entries, request_id, self.consumer.prices)
+                        if result.outcome is Outcome.SETTLED:
+                            effect = apply_result(session, result, now=now, grace=grace)
+                            if effect == "settled_late":
+                                stats.settled_late += 1
+                            done.append(request_id)
+                            continue
+                except (InputError, SQLAlchemyError):
+                    log.exception("recheck of %s failed", request_id)
+                if now - since >= grace:
+                    stats.expired += 1
+                    done.append(request_id)
+                else:
+                    later.append(request_id)
+        pipe = self.client.pipeline(transaction=False)
+        for request_id in done:
+            pipe.delete(self.keys.request(request_id))
+            pipe.zrem(self.keys.recheck, request_id)
+        if later:
+            pipe.zadd(
+                self.keys.recheck,
+                dict.fromkeys(later, time.time() + self.consumer.recheck_seconds),
+            )
+        pipe.execute()
+
+    def apply_policy(self, stats: SweepStats) -> None:
+        policy = self.settings.resolve_policy
+        if policy == "none":
+            return
+        with self.consumer.sessions() as session, session.begin():
+            stats.resolved += resolve_expired(
+                session, now=datetime.now(UTC), grace=self.consumer.grace, policy=policy
+            )

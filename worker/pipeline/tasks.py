@@ -1,0 +1,49 @@
+"""Celery tasks: thin shells over the consumer and the sweeper.
+
+A task that meets a broken Redis or database connection logs it and returns; the next beat tick tries
+again. Nothing is acknowledged that was not committed (see ``Consumer``), so giving up is always safe.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from sqlalchemy.exc import OperationalError
+
+from worker.pipeline import runtime
+from worker.pipeline.app import app
+
+log = logging.getLogger("worker.pipeline")
+
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OperationalError)
+
+
+@app.task(name="billing.drain")
+def drain(partition: int = 0) -> None:
+    rt = runtime.current()
+    try:
+        stats = rt.consumer.drain(
+            partition, seconds=rt.settings.drain_ms / 1000, block_ms=rt.settings.block_ms
+        )
+    except TRANSIENT as exc:
+        log.warning("drain of partition %s interrupted: %s", partition, type(exc).__name__)
+        return
+    if stats.read:
+        log.info(
+            "partition %s: read=%d held=%d settled=%d unsettled=%d void=%d dup=%d dead=%d deferred=%d",
+            partition, stats.read, stats.held, stats.settled, stats.unsettled, stats.voided,
+            stats.duplicates, stats.dead, stats.deferred,
+        )  # fmt: skip
+
+
+@app.task(name="billing.sweep")
+def sweep() -> None:
+    rt = runtime.current()
+    try:
+        stats = rt.sweeper.run()
+    except TRANSIENT as exc:
+        log.warning("sweep interrupted: %s", type(exc).__name__)
+        return
+    if stats.finalized or stats.rechecked or stats.resolved or stats.dead:
+        log.info("sweep: %s", stats)

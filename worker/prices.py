@@ -50,7 +50,9 @@ class Price:
         cached = min(usage.cached_tokens, usage.prompt_tokens)
         uncached = usage.prompt_tokens - cached
         total = (
-            uncached * self.input + cached * self.cached_input + usage.completion_tokens * self.output
+            uncached * self.input
+            + cached * self.cached_input
+            + usage.completion_tokens * self.output
         )
         return round_half_up(total)
 
@@ -96,7 +98,7 @@ class PriceBook:
 def _decimal(entry: dict[str, Any], key: str, where: str) -> Decimal:
     value = entry.get(key)
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise PriceBookError(f"{where}: {key} must be a decimal string such as \"2.50\"")
+        raise PriceBookError(f'{where}: {key} must be a decimal string such as "2.50"')
     try:
         amount = Decimal(str(value))
     except InvalidOperation:
@@ -137,9 +139,13 @@ def prices_from_toml(text: str, source: str = "price book") -> list[Price]:
         effective = _timestamp(entry.get("effective_from", "1970-01-01T00:00:00Z"), where)
         inp = _decimal(entry, "input", where)
         cached = _decimal(entry, "cached_input", where) if "cached_input" in entry else inp
-        price = Price(model, effective.astimezone(UTC), inp, cached, _decimal(entry, "output", where))
+        price = Price(
+            model, effective.astimezone(UTC), inp, cached, _decimal(entry, "output", where)
+        )
         if (price.pattern, price.effective_from) in seen:
-            raise PriceBookError(f"{where}: duplicate {model} at {price.effective_from.isoformat()}")
+            raise PriceBookError(
+                f"{where}: duplicate {model} at {price.effective_from.isoformat()}"
+            )
         seen.add((price.pattern, price.effective_from))
         prices.append(price)
     return prices

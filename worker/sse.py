@@ -55,15 +55,26 @@ class Chunk:
     event: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class BadFrame:
-    """A frame that could not be decoded; the error names the frame and the reason."""
+    """A frame that could not be decoded; the error names the frame and the reason.
+
+    Two bad frames are equal when their errors name the same frame and reason (exceptions themselves
+    compare by identity)."""
 
     error: FrameError
 
     @property
     def index(self) -> int:
         return self.error.index
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BadFrame):
+            return NotImplemented
+        return (self.error.index, self.error.reason) == (other.error.index, other.error.reason)
+
+    def __hash__(self) -> int:
+        return hash((self.error.index, self.error.reason))
 
 
 Frame = Done | Chunk | BadFrame

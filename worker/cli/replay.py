@@ -23,6 +23,23 @@ def sidecar_request(path: Path) -> Path:
     return path.with_name(path.name.split(".", 1)[0] + ".request.json")
 
 
+def expand(paths: tuple[Path, ...]) -> list[Path]:
+    """Files as given; a directory stands for its bodies (``*.sse``, ``*.json``, not sidecars)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(
+                sorted(
+                    p
+                    for p in path.iterdir()
+                    if p.suffix in (".sse", ".json") and not p.name.endswith(".request.json")
+                )
+            )
+        else:
+            found.append(path)
+    return found
+
+
 def _looks_like_json_body(body: bytes) -> bool:
     return body.lstrip()[:1] == b"{"
 
@@ -105,7 +122,11 @@ def replay(
     pretty: bool,
     files: tuple[Path, ...],
 ) -> None:
-    """Reconcile recorded SSE or JSON bodies and print one JSON result per FILE."""
+    """Reconcile recorded SSE or JSON bodies and print one JSON result per FILE.
+
+    A FILE may be a directory: its *.sse and *.json bodies are replayed, each with the metadata in
+    NAME.request.json beside it.
+    """
     try:
         prices = load_price_book(prices_path)
         meta = parse_request(request_path.read_bytes()) if request_path else None
@@ -118,7 +139,7 @@ def replay(
         sys.exit(2)
     option = orjson.OPT_INDENT_2 if pretty else 0
     failed = False
-    for path in files:
+    for path in expand(files):
         try:
             result = replay_file(path, meta, prices, status)
         except BillingError as exc:

@@ -1,0 +1,157 @@
+"""The reconciler end to end on bundled examples, and stream/non-stream parity."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.errors import InputError
+from worker.prices import load_price_book
+from worker.reconcile import reconcile_response, reconcile_stream
+from worker.request import parse_request, request_from_dict
+from worker.result import Outcome, Reason, UsageSource
+
+EXAMPLES = Path(__file__).parent.parent / "worker" / "data" / "examples"
+BOOK = load_price_book()
+
+
+def replay(name: str):
+    meta = parse_request((EXAMPLES / f"{name}.request.json").read_bytes())
+    body = (EXAMPLES / (f"{name}.sse" if meta.stream else f"{name}.json")).read_bytes()
+    if meta.stream:
+        return reconcile_stream(meta, body, BOOK)
+    return reconcile_response(meta, 200, body, BOOK)
+
+
+@pytest.mark.parametrize(
+    ("name", "outcome", "reason", "source", "charge"),
+    [
+        # seed 000: 11 prompt * 2.50 + 3 completion * 10.00 = 57.5 micro-USD → 58
+        ("settled", Outcome.SETTLED, None, UsageSource.REPORTED, 58),
+        ("non_streamed", Outcome.SETTLED, None, UsageSource.REPORTED, 58),
+        ("missing_usage", Outcome.UNSETTLED, Reason.MISSING_USAGE, None, None),
+        ("error_finish", Outcome.UNSETTLED, Reason.ERROR_FINISH, None, None),
+        ("dropped", Outcome.UNSETTLED, Reason.INCOMPLETE, None, None),
+        ("void_error", Outcome.VOID, None, None, None),
+        # gpt-4.1-mini: 32 uncached * 0.40 + 64 cached * 0.10 + 31 * 1.60 = 68.8 → 69
+        ("tool_calls_n2", Outcome.SETTLED, None, UsageSource.REPORTED, 69),
+    ],
+)
+def test_examples(name, outcome, reason, source, charge) -> None:
+    result = replay(name)
+    assert (result.outcome, result.reason, result.usage_source, result.charge_micros) == (
+        outcome,
+        reason,
+        source,
+        charge,
+    )
+    assert result.exposure_micros is not None and result.exposure_micros > 0
+
+
+def test_estimated_usage_is_charged_at_the_estimate() -> None:
+    result = replay("passthrough")
+    assert result.usage_source is UsageSource.ESTIMATED
+    assert result.charge_micros == result.exposure_micros
+
+
+def test_unpriced_model_is_flagged_never_zero() -> None:
+    result = replay("unpriced")
+    assert result.charge_micros is None and result.exposure_micros is None
+    assert "unpriced" in result.anomalies
+    assert result.to_json()["charge_micros"] is None
+
+
+def test_n2_tool_calls_assemble_both_choices() -> None:
+    result = replay("tool_calls_n2")
+    first, second = result.choices
+    assert [c.name for c in first.tool_calls] == ["get_weather", "get_time"]
+    assert first.tool_calls[0].arguments == '{"city": "Paris"}'
+    assert second.content == "I will check the weather."
+
+
+def test_idempotency_key_on_a_stream_is_an_anomaly() -> None:
+    meta = parse_request((EXAMPLES / "settled.request.json").read_bytes())
+    data = orjson.loads((EXAMPLES / "settled.request.json").read_bytes())
+    meta = request_from_dict({**data, "idempotency_key": "k1"})
+    result = reconcile_stream(meta, (EXAMPLES / "settled.sse").read_bytes(), BOOK)
+    assert "idempotency_key_on_stream" in result.anomalies
+
+
+def test_success_status_with_garbage_body_is_input_error() -> None:
+    meta = parse_request((EXAMPLES / "non_streamed.request.json").read_bytes())
+    with pytest.raises(InputError, match="not JSON"):
+        reconcile_response(meta, 200, b"<html>", BOOK)
+    assert reconcile_response(meta, 502, b"<html>", BOOK).outcome is Outcome.VOID
+
+
+MODELS = [
+    "gpt-4o",
+    "gpt-4o-mini",
+    "gpt-4.1",
+    "o3",
+    "o4-mini",
+    "gpt-4",
+    "gpt-3.5-turbo",
+    "llama-3.1-8b",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    model=st.sampled_from(MODELS),
+    prompt=st.integers(0, 200_000),
+    completion=st.integers(0, 50_000),
+    cached_share=st.integers(0, 100),
+    reasoning_share=st.integers(0, 100),
+    day=st.integers(0, 900),
+)
+def test_streamed_and_non_streamed_cost_the_same(
+    model, prompt, completion, cached_share, reasoning_share, day
+) -> None:
+    created = datetime(2025, 1, 1, tzinfo=UTC) + timedelta(days=day)
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": prompt * cached_share // 100},
+        "completion_tokens_details": {"reasoning_tokens": completion * reasoning_share // 100},
+    }
+    base = {
+        "account_id": "a",
+        "model": model,
+        "reserved_micros": 0,
+        "created_at": created.isoformat(),
+        "messages": [{"role": "user", "content": "same prompt"}],
+        "temperature": 0,
+    }
+    chunk = {"id": "c", "object": "chat.completion.chunk", "model": model}
+    frames = [
+        {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]},
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**chunk, "choices": [], "usage": usage},
+    ]
+    sse = b"".join(b"data: " + orjson.dumps(f) + b"\n\n" for f in frames) + b"data: [DONE]\n\n"
+    body = {
+        "id": "c",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+        "usage": usage,
+    }
+    streamed = reconcile_stream(
+        request_from_dict({**base, "request_id": "s", "stream": True}), sse, BOOK
+    )
+    plain = reconcile_response(
+        request_from_dict({**base, "request_id": "p", "stream": False}),
+        200,
+        orjson.dumps(body),
+        BOOK,
+    )
+    assert streamed.outcome is plain.outcome
+    assert streamed.charge_micros == plain.charge_micros
+    assert type(streamed.charge_micros) is type(plain.charge_micros)

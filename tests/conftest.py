@@ -1,0 +1,112 @@
+"""Shared database fixtures: the same tests run on SQLite and on PostgreSQL.
+
+* ``sqlite_url`` / ``pg_url`` (session): a migrated database per xdist worker; PostgreSQL gets a
+  uniquely named database ``billing_test_<worker_id>``, created at the start and dropped at the end.
+  Without a reachable server the PostgreSQL variants are skipped.
+* ``engine`` (session, parameterised ``sqlite`` / ``postgresql``): an engine on that database.
+* ``session`` (function): a Session inside an outer transaction that is rolled back after the test;
+  ``session.commit()`` only releases a SAVEPOINT. On PostgreSQL the deferred constraint triggers
+  (every ledger transaction balances) are checked before the rollback, so each test is audited.
+* ``sessions`` (function): a sessionmaker whose commits are real, for tests that need several
+  connections; use unique request and account ids there (``unique_id``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from worker.ledger.database import make_engine, upgrade
+
+PG_ADMIN_URL = os.environ.get(
+    "BILLING_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def _pg_admin() -> Engine:
+    return make_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+
+
+def create_pg_database(name: str) -> str:
+    """Create (or re-create) an empty PostgreSQL database; returns its URL."""
+    admin = _pg_admin()
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:
+        pytest.skip(f"PostgreSQL not available: {str(exc.orig).splitlines()[0]}")
+    finally:
+        admin.dispose()
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_pg_database(name: str) -> None:
+    admin = _pg_admin()
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url(worker_id: str) -> Iterator[str]:
+    name = f"billing_test_{worker_id}"
+    url = create_pg_database(name)
+    upgrade(url)
+    yield url
+    drop_pg_database(name)
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'billing.db'}"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(
+    scope="session",
+    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+)
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    url = request.getfixturevalue("pg_url" if request.param == "postgresql" else "sqlite_url")
+    engine = make_engine(url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    with engine.connect() as conn:
+        outer = conn.begin()
+        session = Session(bind=conn, join_transaction_mode="create_savepoint")
+        try:
+            yield session
+            if engine.dialect.name == "postgresql" and outer.is_active:
+                session.close()
+                try:
+                    conn.exec_driver_sql("SET CONSTRAINTS ALL IMMEDIATE")
+                except DBAPIError as exc:
+                    if "current transaction is aborted" not in str(exc.orig):
+                        raise
+        finally:
+            session.close()
+            outer.rollback()
+
+
+@pytest.fixture
+def sessions(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@pytest.fixture
+def unique_id() -> str:
+    return uuid.uuid4().hex[:12]

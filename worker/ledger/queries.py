@@ -1,0 +1,187 @@
+"""Support answers: everything the ledger knows about one request, and the open failures.
+
+Read-only; returns plain JSON-ready dicts (money as integer micros; the CLI adds USD).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from models import (
+    Entry,
+    Failure,
+    LedgerAccount,
+    LedgerKind,
+    Reservation,
+    Status,
+    Transaction,
+    UsageRecord,
+)
+
+reservations = Reservation.__table__
+transactions = Transaction.__table__
+entries = Entry.__table__
+ledger_accounts = LedgerAccount.__table__
+usage_records = UsageRecord.__table__
+failures = Failure.__table__
+
+OUTCOME_OF_STATUS = {
+    Status.HELD: None,
+    Status.SETTLED: "settled",
+    Status.VOIDED: "void",
+    Status.UNSETTLED: "unsettled",
+    Status.RELEASED: "unsettled",
+    Status.SETTLED_FROM_ESTIMATE: "unsettled",
+}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _failure(row: Any) -> dict[str, Any]:
+    resolution = None
+    if row.resolved_at is not None:
+        resolution = {
+            "action": row.action,
+            "resolved_by": row.resolved_by,
+            "resolved_at": _iso(row.resolved_at),
+            "note": row.note,
+        }
+    return {
+        "reason": row.reason,
+        "detected_at": _iso(row.detected_at),
+        "exposure_micros": row.exposure_micros,
+        "estimate": {
+            "prompt_tokens": row.estimate_prompt_tokens,
+            "completion_tokens": row.estimate_completion_tokens,
+        },
+        "finish_reasons": row.finish_reasons,
+        "resolution": resolution,
+    }
+
+
+def show(session: Session, request_id: str) -> dict[str, Any] | None:
+    """The support answer for one request, or None when the ledger has never seen it."""
+    res = session.execute(
+        select(reservations).where(reservations.c.request_id == request_id)
+    ).first()
+    if res is None:
+        return None
+    usage = session.execute(
+        select(usage_records).where(usage_records.c.reservation_id == res.id)
+    ).first()
+    failure = session.execute(select(failures).where(failures.c.reservation_id == res.id)).first()
+    ledger = session.execute(
+        select(
+            transactions.c.id,
+            transactions.c.kind,
+            transactions.c.flagged,
+            transactions.c.created_at,
+            ledger_accounts.c.name,
+            ledger_accounts.c.kind.label("account_kind"),
+            entries.c.direction,
+            entries.c.amount,
+        )
+        .select_from(entries.join(transactions).join(ledger_accounts))
+        .where(transactions.c.reservation_id == res.id)
+        .order_by(transactions.c.id, entries.c.id)
+    ).all()
+    charged = sum(
+        (row.amount if row.direction == "credit" else -row.amount)
+        for row in ledger
+        if row.account_kind == LedgerKind.REVENUE
+    )
+    status = Status(res.status)
+    if usage is not None:
+        charge = usage.charge_micros
+    elif status is Status.SETTLED_FROM_ESTIMATE and failure is not None:
+        charge = failure.exposure_micros
+    else:
+        charge = None
+    estimate = None
+    if usage is not None:
+        estimate = {
+            "prompt_tokens": usage.estimate_prompt_tokens,
+            "completion_tokens": usage.estimate_completion_tokens,
+            "approximate": usage.estimate_approximate,
+        }
+    elif failure is not None:
+        estimate = {
+            "prompt_tokens": failure.estimate_prompt_tokens,
+            "completion_tokens": failure.estimate_completion_tokens,
+        }
+    return {
+        "request_id": res.request_id,
+        "account_id": res.account_id,
+        "model": res.model,
+        "stream": res.stream,
+        "created_at": _iso(res.created_at),
+        "updated_at": _iso(res.updated_at),
+        "status": str(status),
+        "outcome": OUTCOME_OF_STATUS[status],
+        "reason": None if failure is None else failure.reason,
+        "usage_source": None if usage is None else usage.usage_source,
+        "usage": None
+        if usage is None
+        else {
+            "prompt_tokens": usage.prompt_tokens,
+            "cached_tokens": usage.cached_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
+        },
+        "finish_reasons": None if usage is None else usage.finish_reasons,
+        "completion_id": None if usage is None else usage.completion_id,
+        "system_fingerprint": None if usage is None else usage.system_fingerprint,
+        "anomalies": None if usage is None else usage.anomalies,
+        "estimate": estimate,
+        "reserved_micros": res.reserved_micros,
+        "charge_micros": charge,
+        "charged_micros": charged,
+        "entries": [
+            {
+                "transaction_id": row.id,
+                "kind": row.kind,
+                "flagged": row.flagged,
+                "created_at": _iso(row.created_at),
+                "ledger_account": row.name,
+                "direction": row.direction,
+                "amount_micros": row.amount,
+            }
+            for row in ledger
+        ],
+        "failure": None if failure is None else _failure(failure),
+    }
+
+
+def unsettled(session: Session, *, include_resolved: bool = False) -> list[dict[str, Any]]:
+    """Failures (open ones unless ``include_resolved``), oldest first."""
+    query = (
+        select(
+            reservations.c.request_id,
+            reservations.c.account_id,
+            reservations.c.model,
+            reservations.c.reserved_micros,
+            reservations.c.status,
+            failures,
+        )
+        .select_from(failures.join(reservations, reservations.c.id == failures.c.reservation_id))
+        .order_by(failures.c.detected_at, failures.c.id)
+    )
+    if not include_resolved:
+        query = query.where(failures.c.resolved_at.is_(None))
+    return [
+        {
+            "request_id": row.request_id,
+            "account_id": row.account_id,
+            "model": row.model,
+            "status": row.status,
+            "reserved_micros": row.reserved_micros,
+            **_failure(row),
+        }
+        for row in session.execute(query).all()
+    ]

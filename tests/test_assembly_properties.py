@@ -1,0 +1,244 @@
+"""Properties of parsing and assembly over open-ended inputs (hypothesis)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.assembly import StreamAssembler, assemble_response, assemble_stream
+from worker.errors import FrameError
+from worker.sse import BadFrame, Chunk, Done, decode_frames, iter_frames, parse_events
+
+# Moderate example counts: the suite shares a small machine.
+moderate = settings(max_examples=200, deadline=None)
+
+text = st.text(st.characters(codec="utf-8"), max_size=60)
+
+
+def fragments(whole: str, cuts: list[int]) -> list[str]:
+    points = sorted({min(cut, len(whole)) for cut in cuts})
+    pieces, start = [], 0
+    for point in [*points, len(whole)]:
+        pieces.append(whole[start:point])
+        start = point
+    return pieces
+
+
+def sse(objs: list[dict[str, Any]], newline: str = "\n", done: bool = True) -> bytes:
+    frames = [b"data: " + orjson.dumps(obj) for obj in objs]
+    if done:
+        frames.append(b"data: [DONE]")
+    sep = newline.encode()
+    return (sep * 2).join(frames) + sep * 2
+
+
+def content_chunk(choice: int, field: str, piece: str) -> dict[str, Any]:
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": choice, "delta": {field: piece}, "finish_reason": None}],
+    }
+
+
+@moderate
+@given(
+    whole=text,
+    cuts=st.lists(st.integers(0, 60), max_size=12),
+    newline=st.sampled_from(["\n", "\r\n", "\r"]),
+)
+def test_any_split_of_a_text_assembles_to_the_text(whole: str, cuts: list[int], newline: str):
+    pieces = fragments(whole, cuts)
+    for field in ("content", "refusal", "reasoning_content"):
+        result = assemble_stream(sse([content_chunk(0, field, p) for p in pieces], newline))
+        assert getattr(result.choices[0], field) == whole
+        assert result.frame_errors == []
+
+
+@moderate
+@given(whole=text, cuts=st.lists(st.integers(0, 60), max_size=12))
+def test_any_split_of_tool_arguments_assembles_to_the_arguments(whole: str, cuts: list[int]):
+    pieces = fragments(whole, cuts)
+    objs = [
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                **({"id": "call_1", "type": "function"} if i == 0 else {}),
+                                "function": {
+                                    **({"name": "f"} if i == 0 else {}),
+                                    "arguments": piece,
+                                },
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
+        for i, piece in enumerate(pieces)
+    ]
+    (call,) = assemble_stream(sse(objs)).choices[0].tool_calls
+    assert (call.id, call.name, call.arguments) == ("call_1", "f", whole)
+
+
+@st.composite
+def interleavings(draw: st.DrawFn) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Per-choice chunk sequences, and one random interleaving that keeps each choice's order."""
+    n = draw(st.integers(1, 4))
+    per_choice = []
+    for index in range(n):
+        pieces = draw(st.lists(text, max_size=6))
+        seq = [{"choices": [{"index": index, "delta": {"role": "assistant", "content": ""}}]}]
+        seq += [{"choices": [{"index": index, "delta": {"content": p}}]} for p in pieces]
+        if draw(st.booleans()):
+            seq.append(
+                {
+                    "choices": [
+                        {
+                            "index": index,
+                            "delta": {
+                                "tool_calls": [
+                                    {
+                                        "index": 0,
+                                        "id": f"call_{index}",
+                                        "type": "function",
+                                        "function": {"name": "f", "arguments": draw(text)},
+                                    }
+                                ]
+                            },
+                        }
+                    ]
+                }
+            )
+        seq.append({"choices": [{"index": index, "delta": {}, "finish_reason": "stop"}]})
+        per_choice.append(seq)
+    queues = [list(seq) for seq in per_choice]
+    merged = []
+    while any(queues):
+        live = [q for q in queues if q]
+        merged.append(draw(st.sampled_from(live)).pop(0))
+    return per_choice, merged
+
+
+@moderate
+@given(interleavings())
+def test_interleaving_choices_changes_no_choice(case) -> None:
+    per_choice, merged = case
+    together = assemble_stream(sse(merged)).choices
+    alone = [assemble_stream(sse(seq)).choices[0] for seq in per_choice]
+    assert together == alone
+
+
+@moderate
+@given(st.binary(max_size=400))
+def test_arbitrary_bytes_never_crash_the_parser(body: bytes) -> None:
+    events = parse_events(body)
+    frames = list(decode_frames(events))
+    assert frames == list(iter_frames(body))
+    for frame in frames:
+        assert isinstance(frame, Done | Chunk | BadFrame)
+        if isinstance(frame, BadFrame):
+            assert isinstance(frame.error, FrameError)
+    assemble_stream(body)
+
+
+sse_ish = st.lists(
+    st.sampled_from(
+        [
+            "data: ",
+            "data:",
+            "event: error\n",
+            ": c\n",
+            "\n",
+            "\r\n",
+            "\r",
+            "[DONE]",
+            "{",
+            "}",
+            '{"choices":[{"delta":{"content":"x"}}]}',
+            '"a"',
+            "\xff",
+            "é",
+            "id: 1\n",
+        ]
+    ),
+    max_size=30,
+).map("".join)
+
+
+@moderate
+@given(sse_ish, st.sampled_from(["utf-8", "latin-1"]))
+def test_sse_like_noise_never_crashes(body: str, codec: str) -> None:
+    raw = body.encode(codec, "replace")
+    assert list(iter_frames(raw)) == list(decode_frames(parse_events(raw)))
+    assemble_stream([raw, body])
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(text, children, max_size=4),
+    max_leaves=20,
+)
+keys = st.sampled_from(
+    [
+        "id",
+        "object",
+        "model",
+        "created",
+        "system_fingerprint",
+        "usage",
+        "error",
+        "choices",
+        "index",
+        "delta",
+        "message",
+        "content",
+        "refusal",
+        "role",
+        "reasoning_content",
+        "tool_calls",
+        "function",
+        "name",
+        "arguments",
+        "type",
+        "logprobs",
+        "finish_reason",
+    ]
+)
+# Objects built from the keys chunks use, with values of any JSON type at any depth.
+chunk_like = st.recursive(
+    json_values,
+    lambda children: st.dictionaries(keys, children, max_size=6) | st.lists(children, max_size=3),
+    max_leaves=30,
+)
+
+
+@moderate
+@given(st.lists(st.dictionaries(keys, chunk_like, max_size=6), max_size=8))
+def test_arbitrary_objects_never_crash_the_assembler(objs: list[dict[str, Any]]) -> None:
+    assembler = StreamAssembler()
+    for index, obj in enumerate(objs):
+        assembler.feed_chunk(obj, index)
+        assembler.feed_chunk(obj, index, "error")
+    result = assembler.finish()
+    assert result.chunk_count == len(objs)
+    for obj in objs:
+        assemble_response(obj)
+    assemble_stream(sse(objs))
+
+
+@moderate
+@given(st.dictionaries(text, json_values, max_size=6))
+def test_arbitrary_json_objects_never_crash_the_assembler(obj: dict[str, Any]) -> None:
+    assemble_stream(sse([obj]))
+    assemble_response(obj)

@@ -3,7 +3,8 @@
 * ``sqlite_url`` / ``pg_url`` (session): a migrated database per xdist worker; PostgreSQL gets a
   uniquely named database ``billing_test_<worker_id>``, created at the start and dropped at the end.
   Without a reachable server the PostgreSQL variants are skipped.
-* ``engine`` (session, parameterised ``sqlite`` / ``postgresql``): an engine on that database.
+* ``engine`` (session, parameterised ``sqlite`` / ``postgresql``): an engine on that database;
+  ``pg_engine`` is the PostgreSQL one alone.
 * ``session`` (function): a Session inside an outer transaction that is rolled back after the test;
   ``session.commit()`` only releases a SAVEPOINT. On PostgreSQL the deferred constraint triggers
   (every ledger transaction balances) are checked before the rollback, so each test is audited.
@@ -79,6 +80,14 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     url = request.getfixturevalue("pg_url" if request.param == "postgresql" else "sqlite_url")
     engine = make_engine(url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_engine(pg_url: str) -> Iterator[Engine]:
+    """PostgreSQL only, for what SQLite cannot do (constraint triggers, row locks)."""
+    engine = make_engine(pg_url)
     yield engine
     engine.dispose()
 

@@ -10,7 +10,7 @@ import importlib
 
 import click
 
-COMMAND_MODULES = ("replay", "worker")
+COMMAND_MODULES = ("replay", "worker", "db", "prices", "unsettled", "balance", "show")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,0 +1,102 @@
+"""``billing db``: migrate the database. Also the one way the ledger commands open it.
+
+``ledger_session`` gives a command one transaction: committed when the command's body returns, rolled
+back on any error, so a failing command leaves nothing half-written. Expected errors (bad input, a
+refused ledger operation, an unreachable or unmigrated database) print one line and exit with 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+import orjson
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from worker.cli import main
+from worker.config import Settings, redact_url
+from worker.errors import BillingError
+from worker.ledger import database
+
+
+def fail(command: str, message: str) -> NoReturn:
+    click.echo(f"billing {command}: {message}", err=True)
+    sys.exit(2)
+
+
+def database_error(exc: SQLAlchemyError) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    if "no such table" in text or ("relation" in text and "does not exist" in text):
+        text += " (run `billing db upgrade`)"
+    return f"database: {text}"
+
+
+def settings(command: str) -> Settings:
+    try:
+        return Settings.from_env()
+    except ValueError as exc:
+        fail(command, str(exc))
+
+
+@contextmanager
+def ledger_session(command: str) -> Iterator[Session]:
+    """A session in one transaction for one command; errors end the command with status 2."""
+    engine = database.make_engine(settings(command).database_url)
+    try:
+        with database.session_factory(engine)() as session, session.begin():
+            yield session
+    except BillingError as exc:
+        fail(command, str(exc))
+    except SQLAlchemyError as exc:
+        fail(command, database_error(exc))
+    finally:
+        engine.dispose()
+
+
+def echo_json(data: Any) -> None:
+    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+@main.group("db")
+def db_group() -> None:
+    """Create and migrate the billing database (DATABASE_URL)."""
+
+
+def _migrate(command: str, action: Any, revision: str) -> None:
+    url = settings(command).database_url
+    try:
+        action(url, revision)
+    except SQLAlchemyError as exc:
+        fail(command, database_error(exc))
+    except Exception as exc:  # Alembic reports unknown revisions and the like as plain errors
+        fail(command, str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+    click.echo(f"{redact_url(url)}: at {revision}")
+
+
+@db_group.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+def upgrade_command(revision: str) -> None:
+    """Migrate up to REVISION (creates the SQLite file and its directory if needed)."""
+    _migrate("db upgrade", database.upgrade, revision)
+
+
+@db_group.command("downgrade")
+@click.argument("revision")
+def downgrade_command(revision: str) -> None:
+    """Migrate down to REVISION (``base`` drops every table)."""
+    _migrate("db downgrade", database.downgrade, revision)
+
+
+@db_group.command("check")
+def check_command() -> None:
+    """Fail if the models and the migrations disagree."""
+    url = settings("db check").database_url
+    try:
+        database.check(url)
+    except Exception as exc:
+        fail("db check", str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+    click.echo("models and migrations agree")

@@ -1,0 +1,78 @@
+"""``billing show``: the support answer for one request, from the ledger alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from worker.cli import main
+from worker.cli.db import echo_json, fail, ledger_session
+from worker.ledger.queries import show
+from worker.money import Micros
+
+
+def _usd(micros: int | None) -> str:
+    return "-" if micros is None else f"{micros} micros (${Micros(micros).usd()})"
+
+
+def _text(answer: dict[str, Any]) -> list[str]:
+    lines = [
+        f"request    {answer['request_id']}  account {answer['account_id']}  model "
+        f"{answer['model']}  stream {answer['stream']}",
+        f"created    {answer['created_at']}  updated {answer['updated_at']}",
+        f"status     {answer['status']}  outcome {answer['outcome'] or '-'}"
+        f"  reason {answer['reason'] or '-'}",
+        f"reserved   {_usd(answer['reserved_micros'])}",
+        f"charge     {_usd(answer['charge_micros'])}  charged {_usd(answer['charged_micros'])}",
+    ]
+    usage = answer["usage"]
+    if usage is not None:
+        lines.append(
+            f"usage      {answer['usage_source']}: prompt {usage['prompt_tokens']} (cached "
+            f"{usage['cached_tokens']}), completion {usage['completion_tokens']} (reasoning "
+            f"{usage['reasoning_tokens']}); finish {answer['finish_reasons'] or '-'}"
+        )
+    estimate = answer["estimate"]
+    if estimate is not None:
+        lines.append(
+            f"estimate   prompt {estimate['prompt_tokens']}, completion "
+            f"{estimate['completion_tokens']}"
+        )
+    if answer["anomalies"]:
+        lines.append(f"anomalies  {answer['anomalies']}")
+    failure = answer["failure"]
+    if failure is not None:
+        lines.append(
+            f"failure    {failure['reason']} at {failure['detected_at']}, exposure "
+            f"{_usd(failure['exposure_micros'])}"
+        )
+        resolution = failure["resolution"]
+        if resolution is not None:
+            lines.append(
+                f"resolved   {resolution['action']} by {resolution['resolved_by']} at "
+                f"{resolution['resolved_at']}: {resolution['note']}"
+            )
+    lines.append("entries")
+    for entry in answer["entries"]:
+        flag = "  FLAGGED" if entry["flagged"] else ""
+        lines.append(
+            f"  #{entry['transaction_id']:<8} {entry['kind']:<16} {entry['direction']:<6} "
+            f"{entry['ledger_account']:<32} {entry['amount_micros']:>12}{flag}"
+        )
+    return lines
+
+
+@main.command("show")
+@click.argument("request_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def show_command(request_id: str, as_json: bool) -> None:
+    """Everything the ledger knows about REQUEST_ID: status, usage, charge, entries, failure."""
+    with ledger_session("show") as session:
+        answer = show(session, request_id)
+    if answer is None:
+        fail("show", f"{request_id}: no such request")
+    if as_json:
+        echo_json(answer)
+        return
+    click.echo("\n".join(_text(answer)))

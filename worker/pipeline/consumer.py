@@ -43,6 +43,7 @@ from worker.pipeline.entries import (
 )
 from worker.pipeline.keys import Keys
 from worker.pipeline.pricing import PriceSource
+from worker.prices import PriceBook
 from worker.reconcile import reconcile_response, reconcile_stream
 from worker.result import Outcome, Result
 
@@ -77,10 +78,9 @@ class BatchStats:
         self.latencies_ms.extend(other.latencies_ms)
 
 
-def reconcile_record(entries: list[Entry], request_id: str, prices: Any) -> Result:
+def reconcile_record(entries: list[Entry], request_id: str, book: PriceBook) -> Result:
     """Decode a call's stream and reconcile it (raises ``InputError`` for unusable streams)."""
     record = decode_call(entries, request_id)
-    book = prices.current()
     if record.streamed:
         return reconcile_stream(record.meta, record.frames, book)
     assert record.response_status is not None
@@ -206,11 +206,14 @@ class Consumer:
 
         ordered = list(calls.values())
         streams = self._fetch_streams(ordered) if ordered else []
+        # Prices are read before the batch transaction: on SQLite a second connection inside it
+        # would wait for the write lock this one holds.
+        book = self.prices.current()
         with self.sessions() as session, session.begin():
             for call, call_entries in zip(ordered, streams, strict=True):
                 try:
                     with session.begin_nested():
-                        self._apply(session, call, call_entries, now)
+                        self._apply(session, call, call_entries, now, book)
                 except InputError as exc:
                     call.dead_reason = str(exc)
                 except SQLAlchemyError:
@@ -262,7 +265,9 @@ class Consumer:
         stats.acked = len(ack)
         return stats
 
-    def _apply(self, session: Session, call: _Call, entries: list[Entry], now: datetime) -> None:
+    def _apply(
+        self, session: Session, call: _Call, entries: list[Entry], now: datetime, book: PriceBook
+    ) -> None:
         if not call.closing:
             if not entries:
                 if self._status(session, call.request_id) is not None:
@@ -277,7 +282,7 @@ class Consumer:
                 call.effect = "duplicate"
                 return
             raise InputError("close for a stream that does not exist")
-        result = reconcile_record(entries, call.request_id, self.prices)
+        result = reconcile_record(entries, call.request_id, book)
         call.outcome = result.outcome
         call.effect = apply_result(session, result, now=now, grace=self.grace)
 

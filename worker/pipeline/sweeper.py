@@ -89,6 +89,7 @@ class Sweeper:
         fetched = pipe.execute()
         now_ms = int(time.time() * 1000)
         dead = []
+        book = self.consumer.prices.current()
         with self.consumer.sessions() as session, session.begin():
             for index, row in enumerate(rows):
                 entries, quarantined = fetched[2 * index], fetched[2 * index + 1]
@@ -99,7 +100,7 @@ class Sweeper:
                 try:
                     with session.begin_nested():
                         if entries:
-                            result = reconcile_record(entries, row.request_id, self.consumer.prices)
+                            result = reconcile_record(entries, row.request_id, book)
                         else:
                             meta = RequestMeta(
                                 request_id=row.request_id,
@@ -110,7 +111,7 @@ class Sweeper:
                                 reserved_micros=row.reserved_micros,
                                 created_at=row.created_at,
                             )
-                            result = reconcile_stream(meta, [], self.consumer.prices.current())
+                            result = reconcile_stream(meta, [], book)
                         apply_result(session, result, now=now, grace=self.consumer.grace)
                         stats.finalized += 1
                 except InputError as exc:
@@ -139,6 +140,7 @@ class Sweeper:
         fetched = pipe.execute()
         now = datetime.now(UTC)
         grace = self.consumer.grace
+        book = self.consumer.prices.current()
         done: list[str] = []
         later: list[str] = []
         with self.consumer.sessions() as session, session.begin():
@@ -157,7 +159,7 @@ class Sweeper:
                     continue
                 try:
                     with session.begin_nested():
-                        result = reconcile_record(entries, request_id, self.consumer.prices)
+                        result = reconcile_record(entries, request_id, book)
                         if result.outcome is Outcome.SETTLED:
                             effect = apply_result(session, result, now=now, grace=grace)
                             if effect == "settled_late":

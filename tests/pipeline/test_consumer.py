@@ -1,0 +1,266 @@
+"""The consumer and the sweeper against real Redis and a real database (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import orjson
+import pytest
+import redis
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from models.reservations import Reservation
+from worker.config import Settings
+from worker.ledger.balances import balance
+from worker.pipeline.consumer import Consumer
+from worker.pipeline.keys import Keys
+from worker.pipeline.publisher import Publisher
+from worker.pipeline.sweeper import Sweeper
+
+CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "gpt-4o"}
+USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
+
+
+def sse(obj: dict) -> str:
+    return "data: " + orjson.dumps({**CHUNK, **obj}).decode() + "\n\n"
+
+
+def frames(finish: str | None = "stop", usage: bool = True) -> list[str]:
+    out = [
+        sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+        sse({"choices": [{"index": 0, "delta": {"content": "Hello there."}}]}),
+    ]
+    if finish:
+        out.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}))
+    if usage:
+        out.append(sse({"choices": [], "usage": USAGE}))
+    if finish:
+        out.append("data: [DONE]\n\n")
+    return out
+
+
+def meta(account: str, stream: bool = True, reserved: int = 1000) -> dict:
+    return {
+        "request_id": f"req-{uuid.uuid4().hex[:12]}",
+        "account_id": account,
+        "model": "gpt-4o",
+        "stream": stream,
+        "reserved_micros": reserved,
+        "created_at": "2026-11-30T00:00:00Z",
+        "messages": [{"role": "user", "content": "Say hello."}],
+    }
+
+
+@pytest.fixture
+def settings(prefix: str) -> Settings:
+    return Settings(
+        prefix=prefix, batch_size=50, claim_idle_ms=60_000, sweep_idle_ms=0, grace_seconds=3600
+    )
+
+
+@pytest.fixture
+def consumer(
+    redis_client: redis.Redis, sessions: sessionmaker[Session], settings: Settings
+) -> Consumer:
+    return Consumer(redis_client, sessions, settings, name="c1", recheck_seconds=0)
+
+
+@pytest.fixture
+def publisher(redis_client: redis.Redis, settings: Settings) -> Publisher:
+    return Publisher(redis_client, Keys(settings.prefix))
+
+
+@pytest.fixture
+def account() -> str:
+    return f"acct-{uuid.uuid4().hex[:8]}"
+
+
+def status(sessions: sessionmaker[Session], request_id: str) -> str | None:
+    with sessions() as s:
+        return s.scalar(select(Reservation.status).where(Reservation.request_id == request_id))
+
+
+def drain(consumer: Consumer) -> None:
+    for _ in range(5):
+        if not consumer.poll(block_ms=None).read:
+            return
+
+
+def play(publisher: Publisher, m: dict, events: list[str], close: bool = True) -> None:
+    with publisher.batch():
+        publisher.open(m)
+        publisher.frames(m["request_id"], events)
+        if close:
+            publisher.close(m["request_id"])
+
+
+def test_streamed_call_settles_acks_and_deletes_its_stream(
+    consumer, publisher, sessions, redis_client, account
+) -> None:
+    m = meta(account)
+    play(publisher, m, frames())
+    drain(consumer)
+    assert status(sessions, m["request_id"]) == "settled"
+    with sessions() as s:
+        b = balance(s, account)
+    assert (b.held, b.charged) == (0, 58)
+    assert not redis_client.exists(consumer.keys.request(m["request_id"]))
+    pending = redis_client.xpending(consumer.keys.events(), consumer.keys.group)
+    assert pending["pending"] == 0
+
+
+def test_duplicates_and_reordering_charge_once(consumer, publisher, sessions, account) -> None:
+    m = meta(account)
+    rid = m["request_id"]
+    # the gateway's stream is complete, but the close overtakes the open and both repeat
+    keys = consumer.keys
+    client = consumer.client
+    client.xadd(keys.request(rid), {"kind": "request", "body": orjson.dumps(m)})
+    for event in frames():
+        client.xadd(keys.request(rid), {"kind": "frame", "body": event})
+    publisher.close(rid)
+    publisher.close(rid)
+    client.xadd(keys.events(), {"kind": "open", "request_id": rid, "ts": 1})
+    drain(consumer)
+    publisher.close(rid)
+    drain(consumer)
+    with sessions() as s:
+        assert balance(s, account).charged == 58
+    assert status(sessions, rid) == "settled"
+
+
+def test_redelivery_after_a_crash_before_ack_changes_nothing(
+    consumer, publisher, sessions, redis_client, settings, account
+) -> None:
+    m = meta(account)
+    play(publisher, m, frames(usage=False))  # unsettled: stream kept, so a redo re-reads it
+    stream = consumer.keys.events()
+    consumer.ensure_group(stream)
+    entries = consumer.read(stream, None)
+    consumer.process(stream, entries)
+    # the same entries delivered again, as if the first consumer died before XACK
+    consumer.process(stream, entries)
+    with sessions() as s:
+        b = balance(s, account)
+    assert (b.held, b.charged) == (1000, 0)
+    assert status(sessions, m["request_id"]) == "unsettled"
+
+
+def test_pending_entries_of_a_dead_consumer_are_claimed(
+    redis_client, sessions, settings, publisher, account
+) -> None:
+    m = meta(account)
+    play(publisher, m, frames())
+    dead = Consumer(redis_client, sessions, settings, name="dead")
+    stream = dead.keys.events()
+    dead.ensure_group(stream)
+    assert len(dead.read(stream, None)) == 2  # read, never processed, never acked
+    survivor = Consumer(
+        redis_client,
+        sessions,
+        Settings(prefix=settings.prefix, claim_idle_ms=0, sweep_idle_ms=0),
+        name="survivor",
+    )
+    drain(survivor)
+    assert status(sessions, m["request_id"]) == "settled"
+
+
+def test_void_non_streamed_error(consumer, publisher, sessions, account) -> None:
+    m = meta(account, stream=False)
+    with publisher.batch():
+        publisher.open(m)
+        publisher.response(m["request_id"], 429, b'{"error": {"message": "rate limited"}}')
+        publisher.close(m["request_id"], "upstream_error")
+    drain(consumer)
+    assert status(sessions, m["request_id"]) == "voided"
+    with sessions() as s:
+        b = balance(s, account)
+    assert (b.held, b.charged) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("events", "reason"),
+    [
+        (frames(finish="error"), "error_finish"),
+        (frames(finish=None, usage=False), "incomplete"),
+        (frames(usage=False), "missing_usage"),
+    ],
+)
+def test_unsettled_calls_keep_the_hold_and_are_scheduled_for_recheck(
+    consumer, publisher, sessions, redis_client, account, events, reason
+) -> None:
+    from models.failures import Failure
+
+    m = meta(account)
+    play(publisher, m, events)
+    drain(consumer)
+    assert status(sessions, m["request_id"]) == "unsettled"
+    with sessions() as s:
+        failure = s.scalars(
+            select(Failure)
+            .join(Reservation, Failure.reservation_id == Reservation.id)
+            .where(Reservation.request_id == m["request_id"])
+        ).one()
+        assert failure.reason == reason
+        assert failure.exposure_micros and failure.exposure_micros > 0
+        assert balance(s, account).held == 1000
+    assert redis_client.zscore(consumer.keys.recheck, m["request_id"]) is not None
+
+
+def test_late_usage_frame_settles_on_recheck(consumer, publisher, sessions, account) -> None:
+    m = meta(account)
+    play(publisher, m, frames(usage=False)[:-1])  # finish, no usage, no [DONE]
+    drain(consumer)
+    assert status(sessions, m["request_id"]) == "unsettled"
+    publisher.frames(m["request_id"], [sse({"choices": [], "usage": USAGE}), "data: [DONE]\n\n"])
+    stats = Sweeper(consumer).run()
+    assert stats.settled_late == 1
+    assert status(sessions, m["request_id"]) == "settled"
+    with sessions() as s:
+        assert balance(s, account).charged == 58
+
+
+def test_sweeper_finalizes_calls_whose_close_never_came(
+    consumer, publisher, sessions, account
+) -> None:
+    complete, cut = meta(account), meta(account)
+    play(publisher, complete, frames(), close=False)
+    play(publisher, cut, frames(finish=None, usage=False), close=False)
+    drain(consumer)  # the opens: holds recorded
+    assert status(sessions, complete["request_id"]) == "held"
+    time.sleep(0.01)
+    Sweeper(consumer).run()
+    assert status(sessions, complete["request_id"]) == "settled"
+    assert status(sessions, cut["request_id"]) == "unsettled"
+
+
+def test_bad_input_becomes_dead_letters_and_never_stops_the_batch(
+    consumer, publisher, sessions, redis_client, account
+) -> None:
+    keys = consumer.keys
+    good = meta(account)
+    redis_client.xadd(keys.events(), {"kind": "bogus", "request_id": "x"})
+    redis_client.xadd(keys.events(), {"kind": "close", "request_id": "never-existed", "ts": 1})
+    redis_client.xadd(keys.request("badmeta"), {"kind": "request", "body": b"{not json"})
+    redis_client.xadd(keys.events(), {"kind": "close", "request_id": "badmeta", "ts": 1})
+    play(publisher, good, frames())
+    drain(consumer)
+    assert status(sessions, good["request_id"]) == "settled"
+    letters = redis_client.xrange(keys.dead)
+    reasons = sorted(fields[b"reason"].decode() for _, fields in letters)
+    assert len(reasons) == 3
+    assert any("unknown notification kind" in r for r in reasons)
+    assert any("close for a stream that does not exist" in r for r in reasons)
+    assert any("unparsable metadata" in r for r in reasons)
+    assert redis_client.xpending(keys.events(), keys.group)["pending"] == 0
+    with sessions() as s:
+        assert (
+            s.scalar(
+                select(func.count())
+                .select_from(Reservation)
+                .where(Reservation.request_id == "badmeta")
+            )
+            == 0
+        )

@@ -30,7 +30,16 @@ import orjson
 
 from worker.errors import FrameError
 from worker.result import Choice, ToolCall
-from worker.sse import BadFrame, Chunk, Done, Frame, _kind, body_text, decode_event, iter_raw_events
+from worker.sse import (
+    BadFrame,
+    Chunk,
+    Done,
+    Frame,
+    body_text,
+    decode_event,
+    iter_raw_events,
+    json_kind,
+)
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
@@ -150,7 +159,7 @@ class StreamAssembler:
                 self.error = inner if isinstance(inner, dict) else obj
             return
         if not isinstance(obj, dict):
-            self.frame_errors.append(FrameError(index, f"not a JSON object (got {_kind(obj)})"))
+            self.frame_errors.append(FrameError(index, f"not a JSON object (got {json_kind(obj)})"))
             return
         self.chunk_count += 1
         kind = obj.get("object")
@@ -168,7 +177,7 @@ class StreamAssembler:
             if isinstance(usage, dict):
                 self.usage_raw = usage
             else:
-                self._error(index, f"usage is not an object (got {_kind(usage)})")
+                self._error(index, f"usage is not an object (got {json_kind(usage)})")
         error = get("error")
         if self.error is None and (error or isinstance(error, dict)):
             # Several providers send a JSON error after HTTP 200; a bare string is wrapped.
@@ -185,7 +194,7 @@ class StreamAssembler:
         if choices is None:
             return
         if type(choices) is not list:
-            self._error(index, f"choices is not a list (got {_kind(choices)})")
+            self._error(index, f"choices is not a list (got {json_kind(choices)})")
             return
         for pos, choice in enumerate(choices):
             self._absorb_choice(choice, pos, index, delta_key)
@@ -210,7 +219,7 @@ class StreamAssembler:
     def _absorb_choice(self, choice: Any, pos: int, index: int, delta_key: str) -> None:
         where = f"choices[{pos}]"
         if type(choice) is not dict:
-            self._error(index, f"{where} is not an object (got {_kind(choice)})")
+            self._error(index, f"{where} is not an object (got {json_kind(choice)})")
             return
         get = choice.get
         number = get("index")
@@ -227,9 +236,9 @@ class StreamAssembler:
             if type(delta) is dict:
                 self._absorb_delta(state, delta, where + "." + delta_key, index, delta_key)
             else:
-                self._error(index, f"{where}.{delta_key} is not an object (got {_kind(delta)})")
+                self._error(index, f"{where}.{delta_key} is not an object (got {json_kind(delta)})")
         elif delta is not None and type(delta) is not dict:
-            self._error(index, f"{where}.{delta_key} is not an object (got {_kind(delta)})")
+            self._error(index, f"{where}.{delta_key} is not an object (got {json_kind(delta)})")
         logprobs = get("logprobs")
         if logprobs is not None:
             self._absorb_logprobs(state, logprobs, where, index)
@@ -239,7 +248,9 @@ class StreamAssembler:
                 if finish:
                     state.finish_reason = finish
             else:
-                self._error(index, f"{where}.finish_reason is not a string (got {_kind(finish)})")
+                self._error(
+                    index, f"{where}.finish_reason is not a string (got {json_kind(finish)})"
+                )
 
     def _absorb_delta(
         self, state: _ChoiceState, delta: dict[str, Any], where: str, index: int, delta_key: str
@@ -254,13 +265,13 @@ class StreamAssembler:
                 else:
                     parts.append(text)
             else:
-                self._error(index, f"{where}.content is not a string (got {_kind(text)})")
+                self._error(index, f"{where}.content is not a string (got {json_kind(text)})")
             if len(delta) == 1:
                 return
         role = get("role")
         if role is not None:
             if not isinstance(role, str):
-                self._error(index, f"{where}.role is not a string (got {_kind(role)})")
+                self._error(index, f"{where}.role is not a string (got {json_kind(role)})")
             elif role and state.role is None:
                 state.role = role
         text = get("refusal")
@@ -271,7 +282,7 @@ class StreamAssembler:
                 else:
                     state.refusal.append(text)
             else:
-                self._error(index, f"{where}.refusal is not a string (got {_kind(text)})")
+                self._error(index, f"{where}.refusal is not a string (got {json_kind(text)})")
         # DeepSeek names the reasoning channel ``reasoning_content``; OpenRouter ``reasoning``.
         key = "reasoning_content"
         text = get(key)
@@ -285,7 +296,7 @@ class StreamAssembler:
                 else:
                     state.reasoning.append(text)
             else:
-                self._error(index, f"{where}.{key} is not a string (got {_kind(text)})")
+                self._error(index, f"{where}.{key} is not a string (got {json_kind(text)})")
         calls = get("tool_calls")
         if calls is not None:
             if type(calls) is list:
@@ -294,13 +305,13 @@ class StreamAssembler:
                         state, fragment, f"{where}.tool_calls[{pos}]", pos, index, delta_key
                     )
             else:
-                self._error(index, f"{where}.tool_calls is not a list (got {_kind(calls)})")
+                self._error(index, f"{where}.tool_calls is not a list (got {json_kind(calls)})")
 
     def _absorb_call(
         self, state: _ChoiceState, fragment: Any, where: str, pos: int, index: int, delta_key: str
     ) -> None:
         if type(fragment) is not dict:
-            self._error(index, f"{where} is not an object (got {_kind(fragment)})")
+            self._error(index, f"{where} is not an object (got {json_kind(fragment)})")
             return
         get = fragment.get
         wire = get("index")
@@ -313,7 +324,7 @@ class StreamAssembler:
             return
         call_id = get("id")
         if call_id is not None and not isinstance(call_id, str):
-            self._error(index, f"{where}.id is not a string (got {_kind(call_id)})")
+            self._error(index, f"{where}.id is not a string (got {json_kind(call_id)})")
             call_id = None
         call = state.current_call.get(wire)
         if call is None or (call_id and call.id is not None and call.id != call_id):
@@ -325,19 +336,19 @@ class StreamAssembler:
         kind = get("type")
         if kind is not None:
             if not isinstance(kind, str):
-                self._error(index, f"{where}.type is not a string (got {_kind(kind)})")
+                self._error(index, f"{where}.type is not a string (got {json_kind(kind)})")
             elif kind and call.type is None:
                 call.type = kind
         function = get("function")
         if function is None:
             return
         if type(function) is not dict:
-            self._error(index, f"{where}.function is not an object (got {_kind(function)})")
+            self._error(index, f"{where}.function is not an object (got {json_kind(function)})")
             return
         name = function.get("name")
         if name is not None:
             if not isinstance(name, str):
-                self._error(index, f"{where}.function.name is not a string (got {_kind(name)})")
+                self._error(index, f"{where}.function.name is not a string (got {json_kind(name)})")
             elif call.name is None:
                 call.name = name
             elif name and name != call.name:
@@ -349,12 +360,13 @@ class StreamAssembler:
                 call.args.append(arguments)
             else:
                 self._error(
-                    index, f"{where}.function.arguments is not a string (got {_kind(arguments)})"
+                    index,
+                    f"{where}.function.arguments is not a string (got {json_kind(arguments)})",
                 )
 
     def _absorb_logprobs(self, state: _ChoiceState, logprobs: Any, where: str, index: int) -> None:
         if type(logprobs) is not dict:
-            self._error(index, f"{where}.logprobs is not an object (got {_kind(logprobs)})")
+            self._error(index, f"{where}.logprobs is not an object (got {json_kind(logprobs)})")
             return
         content = logprobs.get("content")
         if content is not None:
@@ -364,7 +376,9 @@ class StreamAssembler:
                 else:
                     state.lp_content.extend(content)
             else:
-                self._error(index, f"{where}.logprobs.content is not a list (got {_kind(content)})")
+                self._error(
+                    index, f"{where}.logprobs.content is not a list (got {json_kind(content)})"
+                )
         refusal = logprobs.get("refusal")
         if refusal is not None:
             if type(refusal) is list:
@@ -373,7 +387,9 @@ class StreamAssembler:
                 else:
                     state.lp_refusal.extend(refusal)
             else:
-                self._error(index, f"{where}.logprobs.refusal is not a list (got {_kind(refusal)})")
+                self._error(
+                    index, f"{where}.logprobs.refusal is not a list (got {json_kind(refusal)})"
+                )
 
     # -- result -------------------------------------------------------------------------------------
 
@@ -429,7 +445,7 @@ def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
     for record in records:
         if not isinstance(record, _Body):
             assembler.feed_bad(
-                FrameError(next_index, f"record is not bytes or text (got {_kind(record)})")
+                FrameError(next_index, f"record is not bytes or text (got {json_kind(record)})")
             )
             next_index += 1
             continue
@@ -454,7 +470,7 @@ def assemble_response(body: Any) -> Assembled:
     """Assemble a non-streamed ``chat.completion`` object (or a top-level ``error`` body)."""
     assembler = StreamAssembler()
     if not isinstance(body, dict):
-        assembler.feed_bad(FrameError(0, f"not a JSON object (got {_kind(body)})"))
+        assembler.feed_bad(FrameError(0, f"not a JSON object (got {json_kind(body)})"))
         return assembler.finish()
     assembler._absorb(body, 0, "message")
     return assembler.finish()

@@ -147,7 +147,8 @@ def parse_events(
     return [SSEEvent(i, e, d) for i, e, d in iter_raw_events(body_text(body), first_index)]
 
 
-def _kind(value: object) -> str:
+def json_kind(value: object) -> str:
+    """The JSON name of a decoded value's type, for error reasons ("list", "object", "null")."""
     return _JSON_KINDS.get(type(value), type(value).__name__)
 
 
@@ -218,7 +219,7 @@ def decode_event(index: int, event: str | None, data: str | None) -> list[Frame]
         return [Chunk(index, obj, event)]
     if event == "error":
         return [Chunk(index, {"message": data}, event)]
-    return [BadFrame(FrameError(index, f"not a JSON object (got {_kind(obj)})"))]
+    return [BadFrame(FrameError(index, f"not a JSON object (got {json_kind(obj)})"))]
 
 
 def decode_frames(events: Iterable[SSEEvent]) -> Iterator[Frame]:

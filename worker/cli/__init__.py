@@ -10,7 +10,7 @@ import importlib
 
 import click
 
-COMMAND_MODULES = ("replay", "worker", "db", "prices", "unsettled", "balance", "show")
+COMMAND_MODULES = ("replay", "worker", "db", "prices", "unsettled", "balance", "show", "simulate")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

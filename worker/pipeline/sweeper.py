@@ -89,6 +89,7 @@ class Sweeper:
         fetched = pipe.execute()
         now_ms = int(time.time() * 1000)
         dead = []
+        finished: list[tuple[str, Outcome]] = []
         book = self.consumer.prices.current()
         with self.consumer.sessions() as session, session.begin():
             for index, row in enumerate(rows):
@@ -114,6 +115,7 @@ class Sweeper:
                             result = reconcile_stream(meta, [], book)
                         apply_result(session, result, now=now, grace=self.consumer.grace)
                         stats.finalized += 1
+                        finished.append((row.request_id, result.outcome))
                 except InputError as exc:
                     stats.dead += 1
                     original = {"request_id": row.request_id, "kind": "sweep"}
@@ -122,12 +124,17 @@ class Sweeper:
                     )
                 except SQLAlchemyError:
                     log.exception("sweep of %s deferred: database error", row.request_id)
-        if dead:
-            pipe = self.client.pipeline(transaction=False)
-            for request_id, letter in dead:
-                pipe.xadd(self.keys.dead, letter)
-                pipe.sadd(self.keys.quarantine, request_id)
-            pipe.execute()
+        pipe = self.client.pipeline(transaction=False)
+        for request_id, letter in dead:
+            pipe.xadd(self.keys.dead, letter)
+            pipe.sadd(self.keys.quarantine, request_id)
+        recheck_at = time.time() + self.consumer.recheck_seconds
+        for request_id, outcome in finished:
+            if outcome is Outcome.UNSETTLED:
+                pipe.zadd(self.keys.recheck, {request_id: recheck_at})
+            else:
+                pipe.delete(self.keys.request(request_id))
+        pipe.execute()
 
     def recheck_unsettled(self, stats: SweepStats) -> None:
         due = self.client.zrangebyscore(self.keys.recheck, "-inf", time.time(), 0, self.limit)

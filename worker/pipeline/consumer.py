@@ -66,6 +66,8 @@ class BatchStats:
     deferred: int = 0
     acked: int = 0
     effects: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+    charged_micros: int = 0
     latencies_ms: list[int] = field(default_factory=list)
 
     def add(self, other: BatchStats) -> None:
@@ -75,6 +77,9 @@ class BatchStats:
         self.acked += other.acked
         for key, value in other.effects.items():
             self.effects[key] = self.effects.get(key, 0) + value
+        for key, value in other.reasons.items():
+            self.reasons[key] = self.reasons.get(key, 0) + value
+        self.charged_micros += other.charged_micros
         self.latencies_ms.extend(other.latencies_ms)
 
 
@@ -97,6 +102,8 @@ class _Call:
     notes: list[Notification] = field(default_factory=list)
     effect: str | None = None
     outcome: Outcome | None = None
+    reason: str | None = None
+    charge_micros: int = 0
     dead_reason: str | None = None
     close_ts: int | None = None
 
@@ -246,8 +253,11 @@ class Consumer:
                 stats.duplicates += 1
                 continue
             key = self.keys.request(call.request_id)
+            stats.charged_micros += call.charge_micros
             if call.outcome is Outcome.UNSETTLED:
                 stats.unsettled += 1
+                reason = call.reason or "unknown"
+                stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
                 pipe.zadd(self.keys.recheck, {call.request_id: time.time() + self.recheck_seconds})
             else:
                 if call.outcome is Outcome.VOID:
@@ -285,6 +295,9 @@ class Consumer:
         result = reconcile_record(entries, call.request_id, book)
         call.outcome = result.outcome
         call.effect = apply_result(session, result, now=now, grace=self.grace)
+        call.reason = None if result.reason is None else str(result.reason)
+        if call.effect in ("settled", "settled_late") and result.charge_micros is not None:
+            call.charge_micros = int(result.charge_micros)
 
     @staticmethod
     def _status(session: Session, request_id: str) -> str | None:

@@ -264,3 +264,14 @@ def test_bad_input_becomes_dead_letters_and_never_stops_the_batch(
             )
             == 0
         )
+
+
+def test_unpriced_model_is_unsettled_not_free(
+    consumer, publisher, sessions, redis_client, account
+) -> None:
+    m = {**meta(account), "model": "mystery-model-9"}
+    play(publisher, m, frames())
+    stats = consumer.poll(block_ms=None)
+    assert stats.reasons == {"unpriced": 1} and stats.charged_micros == 0
+    assert status(sessions, m["request_id"]) == "unsettled"
+    assert redis_client.exists(consumer.keys.request(m["request_id"]))

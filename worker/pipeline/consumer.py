@@ -45,7 +45,7 @@ from worker.pipeline.keys import Keys
 from worker.pipeline.pricing import PriceSource
 from worker.prices import PriceBook
 from worker.reconcile import reconcile_response, reconcile_stream
-from worker.result import Outcome, Result
+from worker.result import Outcome, Reason, Result
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +296,9 @@ class Consumer:
         call.outcome = result.outcome
         call.effect = apply_result(session, result, now=now, grace=self.grace)
         call.reason = None if result.reason is None else str(result.reason)
+        if call.effect == "unsettled" and result.outcome is Outcome.SETTLED:
+            # The stream settled but the ledger could not price it: flagged like any failure.
+            call.outcome, call.reason = Outcome.UNSETTLED, str(Reason.UNPRICED)
         if call.effect in ("settled", "settled_late") and result.charge_micros is not None:
             call.charge_micros = int(result.charge_micros)
 

@@ -90,7 +90,11 @@ def test_settle_charges_and_releases_the_rest_once(session: Session) -> None:
     assert settle(session, settled(charge=4_000), now=NOW, grace=GRACE) == "duplicate"
     assert balance(session, "acct-1") == expected
     assert kinds(session, "req-1") == [("hold", False), ("charge", False)]
-    record = session.execute(select(UsageRecord)).scalar_one()
+    record = session.execute(
+        select(UsageRecord)
+        .join(Reservation, Reservation.id == UsageRecord.reservation_id)
+        .where(Reservation.request_id == "req-1")
+    ).scalar_one()
     assert (record.prompt_tokens, record.cached_tokens, record.completion_tokens) == (100, 20, 50)
     assert record.usage_source == "reported"
     assert record.charge_micros == 4_000

@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger.factories import T0, make_meta, unsettled
-from models import Entry, Failure, LedgerAccount, Transaction
+from models import Entry, Failure, LedgerAccount, Reservation, Transaction
 from worker.ledger.operations import apply_result, hold
 
 NOW = T0
@@ -54,7 +54,7 @@ def test_amounts_must_be_positive(session: Session) -> None:
 def test_one_entry_set_per_reservation_and_kind(session: Session) -> None:
     hold(session, make_meta(), now=NOW)
     reservation = session.execute(
-        select(Transaction.reservation_id).where(Transaction.kind == "hold")
+        select(Reservation.id).where(Reservation.request_id == "req-1")
     ).scalar_one()
     with pytest.raises(IntegrityError), session.begin_nested():
         session.execute(

@@ -61,7 +61,7 @@ def _connect(settings: Settings) -> redis.Redis:
 
 def _print_summary(report: PlayReport, head: dict[str, Any]) -> None:
     summary = report.summary.to_json()
-    console = Console()
+    console = Console(highlight=False)
     console.print(
         f"simulated {summary['calls']} calls in {report.elapsed_seconds:.1f} s "
         f"(run {head['run_id']}, seed {head['seed']}, faults {head['faults']}, "

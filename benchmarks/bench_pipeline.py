@@ -1,0 +1,182 @@
+"""End-to-end reconciliation in one consumer process, against the transport limit.
+
+N simulated calls (default fault mix, fixed seed) are written to Redis first. Then two readers go
+through exactly the same entries, each with its own consumer group on the notification stream:
+
+* transport: ``XREADGROUP`` a batch of notifications, one pipelined ``XRANGE`` per call in it (the
+  whole stream for a close, the first entry for an open, as the consumer reads them), ``XACK``;
+* ours: ``Consumer.poll`` in a loop — the code the Celery drain task runs: read, decode, reconcile,
+  price, hold / settle in PostgreSQL, commit, then acknowledge and delete the settled streams.
+
+The transport pass runs first, since the consumer deletes what it settles. Both are timed from the
+first read to the acknowledgement of the last notification. Frames/s counts the frame entries of the
+calls that closed. The Redis memory of one in-flight frame is ``used_memory`` after writing minus
+before, over the frame entries written (request entries and notifications ride along in it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+from sqlalchemy import Engine
+
+from benchmarks import services, workload
+from worker.config import Settings
+from worker.estimate import estimate
+from worker.ledger.database import make_engine, session_factory
+from worker.pipeline.consumer import BatchStats, Consumer
+from worker.pipeline.entries import MAX_ENTRIES
+from worker.pipeline.keys import Keys
+
+TARGET_RATIO = 0.5
+TRANSPORT_GROUP = "bench-transport"
+
+
+@dataclass
+class Drained:
+    seconds: float
+    stats: BatchStats
+
+
+def make_consumer(
+    client: redis.Redis, database_url: str, prefix: str, name: str, **settings: Any
+) -> tuple[Consumer, Engine]:
+    """A consumer as ``worker.pipeline.runtime`` builds one, on the benchmark's prefix and database."""
+    config = Settings(
+        redis_url=services.REDIS_URL, database_url=database_url, prefix=prefix, **settings
+    )
+    engine = make_engine(database_url)
+    consumer = Consumer(client, session_factory(engine), config, name=name)
+    return consumer, engine
+
+
+def warm(consumer: Consumer) -> None:
+    """Load what a worker loads once per process: the price book and both vocabularies."""
+    consumer.prices.current()
+    for model in ("gpt-4o", "gpt-4"):
+        estimate(model, [{"role": "user", "content": "warm"}], [], [])
+    for stream in consumer.keys.all_events():
+        consumer.ensure_group(stream)
+
+
+def drain(consumer: Consumer, notifications: int, timeout: float = 600.0) -> Drained:
+    """Poll until ``notifications`` entries were acknowledged; raises if that takes too long."""
+    total = BatchStats()
+    started = time.perf_counter()
+    deadline = started + timeout
+    while total.acked < notifications:
+        total.add(consumer.poll(0, block_ms=None))
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"drained {total.acked} of {notifications} in {timeout:.0f} s")
+    return Drained(time.perf_counter() - started, total)
+
+
+def transport(client: redis.Redis, keys: Keys, notifications: int, batch_size: int) -> float:
+    """Read the same entries with the same commands and nothing else; returns seconds."""
+    stream = keys.events(0)
+    client.xgroup_create(stream, TRANSPORT_GROUP, id="0", mkstream=True)
+    read = 0
+    started = time.perf_counter()
+    while read < notifications:
+        reply = client.xreadgroup(TRANSPORT_GROUP, "transport", {stream: ">"}, count=batch_size)
+        batch = reply[0][1] if reply else []
+        closing: dict[bytes, bool] = {}
+        for _entry_id, fields in batch:
+            rid = fields.get(b"request_id")
+            if rid is not None:
+                closing[rid] = closing.get(rid, False) or fields.get(b"kind") == b"close"
+        pipe = client.pipeline(transaction=False)
+        for rid, closes in closing.items():
+            key = keys.request(rid.decode())
+            pipe.xrange(key, "-", "+", count=MAX_ENTRIES + 1 if closes else 1)
+        pipe.execute()
+        if batch:
+            client.xack(stream, TRANSPORT_GROUP, *(entry_id for entry_id, _ in batch))
+        read += len(batch)
+    return time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def _profiled(profile_dir: Path | None, name: str) -> Any:
+    """Profile the block with pyinstrument when asked (not a dependency: install it to use this)."""
+    if profile_dir is None:
+        yield
+        return
+    from pyinstrument import Profiler
+
+    profiler = Profiler(interval=0.001)
+    profiler.start()
+    try:
+        yield
+    finally:
+        profiler.stop()
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        (profile_dir / f"{name}.txt").write_text(profiler.output_text(unicode=True, color=False))
+        (profile_dir / f"{name}.html").write_text(profiler.output_html())
+
+
+def run(smoke: bool = False, profile_dir: Path | None = None) -> dict[str, Any]:
+    count = 60 if smoke else int(__import__("os").environ.get("BENCH_E2E_CALLS", 2000))
+    with services.redis_prefix("e2e") as (client, prefix), services.pg_database("e2e") as url:
+        keys = Keys(prefix)
+        calls = workload.simulated_calls(count, run_id=prefix)
+        shape = workload.measure(calls)
+        before = client.info("memory")["used_memory"]
+        publish_s = workload.publish(calls, client, keys)
+        after = client.info("memory")["used_memory"]
+        notifications = client.xlen(keys.events(0))
+        if notifications != shape.notifications:
+            raise AssertionError(
+                f"plan has {shape.notifications} notifications, Redis {notifications}"
+            )
+
+        consumer, engine = make_consumer(client, url, prefix, "bench-e2e")
+        try:
+            warm(consumer)
+            transport_s = transport(client, keys, notifications, consumer.settings.batch_size)
+            with _profiled(profile_dir, "e2e_drain"):
+                drained = drain(consumer, notifications)
+        finally:
+            engine.dispose()
+    stats = drained.stats
+    ours_fps = shape.frames / drained.seconds
+    transport_fps = shape.frames / transport_s
+    latencies = sorted(stats.latencies_ms)
+    return {
+        "calls": shape.calls,
+        "closed_calls": shape.closed,
+        "notifications": notifications,
+        "frames": shape.frames,
+        "frames_per_call": shape.frames / max(1, shape.closed),
+        "publish_seconds": publish_s,
+        "redis_bytes_per_frame": (after - before) / max(1, shape.frames_written),
+        "ours_seconds": drained.seconds,
+        "transport_seconds": transport_s,
+        "ours_frames_per_s": ours_fps,
+        "transport_frames_per_s": transport_fps,
+        "ours_calls_per_s": shape.closed / drained.seconds,
+        "transport_calls_per_s": shape.closed / transport_s,
+        "ratio": ours_fps / transport_fps,
+        "effects": dict(stats.effects),
+        "settled": stats.settled,
+        "unsettled": stats.unsettled,
+        "voided": stats.voided,
+        "dead": stats.dead,
+        "deferred": stats.deferred,
+        "batches_p50_latency_ms": latencies[len(latencies) // 2] if latencies else None,
+        "target_ratio": TARGET_RATIO,
+        "meets_target": ours_fps / transport_fps >= TARGET_RATIO,
+    }
+
+
+if __name__ == "__main__":
+    import sys
+
+    figures = run(smoke="--smoke" in sys.argv, profile_dir=Path("var/profiles"))
+    for name, value in figures.items():
+        print(f"{name}: {value}")

@@ -1,0 +1,101 @@
+"""The servers a benchmark runs against, each benchmark in its own corner of them.
+
+Every benchmark gets its own Redis key prefix (``bench-<name>-<pid>``) and its own PostgreSQL database
+(``billing_bench_<name>_<pid>``, migrated to head), and removes both when it ends, however it ends.
+The pid keeps two engineers' runs on the same servers apart. Other people's keys and databases are
+never touched: keys are deleted by prefix, databases by their exact name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+from sqlalchemy import text
+
+from worker.ledger.database import make_engine, upgrade
+from worker.pipeline.runtime import redis_client
+
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+PG_ADMIN_URL = os.environ.get(
+    "BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def redis_url(db: int | None = None) -> str:
+    """The benchmark Redis URL, optionally on another database index."""
+    if db is None:
+        return REDIS_URL
+    return REDIS_URL.rsplit("/", 1)[0] + f"/{db}"
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> int:
+    """Delete every key under ``prefix:``; returns how many."""
+    deleted = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=f"{prefix}:*", count=5000):
+        batch.append(key)
+        if len(batch) >= 5000:
+            deleted += client.unlink(*batch)
+            batch.clear()
+    if batch:
+        deleted += client.unlink(*batch)
+    return deleted
+
+
+@contextmanager
+def redis_prefix(name: str) -> Iterator[tuple[redis.Redis, str]]:
+    """A client and a fresh key prefix, whose keys are all deleted at the end."""
+    client = redis_client(REDIS_URL)
+    prefix = f"bench-{name}-{os.getpid()}"
+    delete_prefix(client, prefix)
+    try:
+        yield client, prefix
+    finally:
+        delete_prefix(client, prefix)
+        client.close()
+
+
+def _admin_execute(*statements: str) -> None:
+    admin = make_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            for statement in statements:
+                conn.execute(text(statement))
+    finally:
+        admin.dispose()
+
+
+@contextmanager
+def pg_database(name: str, *, migrate: bool = True) -> Iterator[str]:
+    """A new PostgreSQL database migrated to head; yields its URL and drops it at the end."""
+    database = f"billing_bench_{name}_{os.getpid()}"
+    _admin_execute(
+        f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', f'CREATE DATABASE "{database}"'
+    )
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + database
+    try:
+        if migrate:
+            upgrade(url)
+        yield url
+    finally:
+        _admin_execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def server_versions() -> dict[str, str]:
+    """Redis (INFO server) and PostgreSQL (SELECT version()) versions, as the servers report them."""
+    client = redis_client(REDIS_URL)
+    try:
+        info = client.info("server")
+        redis_version = f"Redis {info.get('redis_version', '?')}"
+    finally:
+        client.close()
+    admin = make_engine(PG_ADMIN_URL)
+    try:
+        with admin.connect() as conn:
+            pg_version = str(conn.execute(text("SELECT version()")).scalar_one())
+    finally:
+        admin.dispose()
+    return {"redis": redis_version, "postgresql": pg_version.split(" on ")[0]}

@@ -4,27 +4,31 @@ Each call draws from its own ``random.Random`` seeded with ``"{seed}:{index}"``,
 depend on the calls before it, the same seed gives the same calls on every machine, and a plan can be
 produced lazily (``iter_calls``) for runs too large to hold in memory.
 
-A call is generated in three steps: the conversation (model, prompt, the choices the model produces,
-their token counts), then the wire (the operations a gateway performs, bent by the call's fault), then
-the expected fate, derived from what was put on the wire.
+A call is generated in three steps: the conversation (``conversation.py``), then the wire
+(``streams.py``: the operations a gateway performs, bent by the call's fault), then the expected
+fate, derived from what was put on the wire (``expected.py``).
 """
 
 from __future__ import annotations
 
 import random
-import string
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from worker.money import Micros
 from worker.prices import PriceBook, load_price_book
-from worker.result import Usage
 from worker.simulation import expected as fate
-from worker.simulation import prompts
+from worker.simulation.conversation import (
+    Conversation,
+    completion_id,
+    conversation,
+    rfc3339,
+    token,
+)
 from worker.simulation.expected import Expected
 from worker.simulation.faults import (
     DROPPED_CONNECTION,
@@ -39,9 +43,8 @@ from worker.simulation.faults import (
     NO_FAULTS,
     FaultRates,
 )
+from worker.simulation.streams import response_body, stream_wire
 from worker.simulation.wire import (
-    DONE,
-    ChunkHeader,
     Close,
     Deferred,
     Frames,
@@ -49,54 +52,13 @@ from worker.simulation.wire import (
     Op,
     Open,
     Response,
-    choice_delta,
     group_entries,
-    sse,
 )
 
 DEFAULT_START = datetime(2025, 7, 1, tzinfo=UTC)
 STREAM_SHARE = 0.75
 PASSTHROUGH_SHARE = 0.15  # streamed calls whose client did not ask for usage
 PAIR_RATE = 0.06  # chance that two consecutive SSE events share one gateway record
-
-# Where a stream reports usage: a usage-only chunk with ``choices: []`` (OpenAI), on the finish chunk
-# (Mistral), or cumulatively on every chunk (vLLM with continuous usage stats).
-OPENAI = "openai"
-MISTRAL = "mistral"
-VLLM = "vllm"
-
-# Faults that cut or break a stream: cumulative usage on every chunk would contradict them.
-_BROKEN = frozenset({ERROR_FINISH, DROPPED_CONNECTION, MISSING_USAGE, ERROR_OBJECT, LATE_USAGE})
-_ALNUM = string.ascii_letters + string.digits
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    name: str
-    weight: float
-    served: str  # the model name the provider puts in its chunks
-    placements: tuple[str, ...] = (OPENAI,)
-    reasoning: bool = False
-    caching: bool = False
-
-    @property
-    def openai(self) -> bool:
-        return self.placements == (OPENAI,)
-
-
-MODELS = (
-    ModelSpec("gpt-4o-mini", 28, "gpt-4o-mini-2024-07-18", caching=True),
-    ModelSpec("gpt-4o", 14, "gpt-4o-2024-08-06", caching=True),
-    ModelSpec("gpt-4.1", 8, "gpt-4.1-2025-04-14", caching=True),
-    ModelSpec("gpt-4.1-mini", 12, "gpt-4.1-mini-2025-04-14", caching=True),
-    ModelSpec("o3", 4, "o3-2025-04-16", reasoning=True, caching=True),
-    ModelSpec("o4-mini", 6, "o4-mini-2025-04-16", reasoning=True, caching=True),
-    ModelSpec("gpt-4", 2, "gpt-4-0613"),
-    ModelSpec("gpt-3.5-turbo", 5, "gpt-3.5-turbo-0125"),
-    ModelSpec("llama-3.1-8b", 10, "meta-llama/Llama-3.1-8B-Instruct", (VLLM, OPENAI)),
-    ModelSpec("mixtral-8x7b-instruct", 0.6, "open-mixtral-8x7b", (MISTRAL,)),  # not in the book
-)
-_MODEL_WEIGHTS = [m.weight for m in MODELS]
 
 _ERROR_BODIES = (
     (500, {"message": "The server had an error while processing your request.", "type": "server_error"}),
@@ -137,201 +99,7 @@ class SimCall:
         return "stream" if self.stream else "response"
 
 
-@dataclass(slots=True)
-class _Choice:
-    index: int
-    role_delta: dict[str, Any]
-    deltas: list[dict[str, Any]]  # one per streamed token
-    finish_reason: str
-    message: dict[str, Any]
-
-
-@dataclass(slots=True)
-class _Conversation:
-    """What the model was asked and answered; independent of streaming and of faults."""
-
-    model: ModelSpec
-    placement: str
-    account_id: str
-    created_at: datetime
-    messages: list[dict[str, str]]
-    tools: list[dict[str, Any]]
-    n: int
-    max_tokens: int | None
-    temperature: float | None
-    seed: int | None
-    choices: list[_Choice]
-    prompt_tokens: int
-    cached_tokens: int
-    reasoning_tokens: int
-    fingerprint: str
-    features: list[str] = field(default_factory=list)
-
-    @property
-    def visible_tokens(self) -> int:
-        return sum(len(c.deltas) for c in self.choices)
-
-    def usage(self, visible: int | None = None) -> Usage:
-        shown = self.visible_tokens if visible is None else visible
-        return Usage(
-            self.prompt_tokens,
-            shown + self.reasoning_tokens,
-            self.cached_tokens,
-            self.reasoning_tokens,
-        )
-
-    def usage_block(self, visible: int | None = None) -> dict[str, Any]:
-        usage = self.usage(visible)
-        block: dict[str, Any] = {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens,
-        }
-        if self.model.openai:
-            block["prompt_tokens_details"] = {
-                "cached_tokens": usage.cached_tokens,
-                "audio_tokens": 0,
-            }
-            block["completion_tokens_details"] = {
-                "reasoning_tokens": usage.reasoning_tokens,
-                "audio_tokens": 0,
-                "accepted_prediction_tokens": 0,
-                "rejected_prediction_tokens": 0,
-            }
-        return block
-
-
-def _token(rng: random.Random, k: int) -> str:
-    return "".join(rng.choices(_ALNUM, k=k))
-
-
-def rfc3339(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
-
-
-def _text_choice(
-    index: int, tokens: list[str], finish: str, openai: bool, refusal: bool
-) -> _Choice:
-    channel = "refusal" if refusal else "content"
-    role: dict[str, Any] = {"role": "assistant", "content": None if refusal else ""}
-    if openai:
-        role["refusal"] = "" if refusal else None
-    elif refusal:
-        role["refusal"] = ""
-    text = "".join(tokens)
-    message: dict[str, Any] = {"role": "assistant", "content": None if refusal else text}
-    if openai:
-        message.update({"refusal": text if refusal else None, "annotations": []})
-    elif refusal:
-        message["refusal"] = text
-    return _Choice(index, role, [{channel: t} for t in tokens], finish, message)
-
-
-def _tool_choice(rng: random.Random, tools: list[dict[str, Any]], openai: bool) -> _Choice:
-    count = rng.randint(2, 3) if rng.random() < 0.3 else 1
-    deltas: list[dict[str, Any]] = []
-    calls = []
-    for position in range(count):
-        tool = rng.choice(tools)
-        call_id = "call_" + _token(rng, 24)
-        name = tool["function"]["name"]
-        arguments = prompts.tool_arguments(rng, tool)
-        calls.append(
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-        )
-        header = {"name": name, "arguments": ""}
-        deltas.append(
-            {
-                "tool_calls": [
-                    {"index": position, "id": call_id, "type": "function", "function": header}
-                ]
-            }
-        )
-        for piece in prompts.fragments(rng, arguments):
-            deltas.append({"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
-    role: dict[str, Any] = {"role": "assistant", "content": None}
-    message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": calls}
-    if openai:
-        role["refusal"] = None
-        message.update({"refusal": None, "annotations": []})
-    return _Choice(0, role, deltas, "tool_calls", message)
-
-
-def _output_length(rng: random.Random) -> int:
-    if rng.random() < 0.02:
-        return rng.randint(1500, 4000)
-    return prompts.lognormal_int(rng, 4.4, 1.1, 1, 4000)
-
-
-def _conversation(
-    rng: random.Random, start: datetime, index: int, account_weights: list[float]
-) -> _Conversation:
-    model = rng.choices(MODELS, weights=_MODEL_WEIGHTS)[0]
-    placement = rng.choice(model.placements)
-    account = rng.choices(range(1, len(account_weights) + 1), weights=account_weights)[0]
-    created_at = start + timedelta(milliseconds=index * 25 + rng.randint(0, 20))
-    msgs = prompts.messages(rng)
-    tool_defs = prompts.tools(rng) if rng.random() < 0.15 else []
-    n = rng.randint(2, 3) if not tool_defs and rng.random() < 0.03 else 1
-    temperature = None if model.reasoning else rng.choice((0, 0.2, 0.7, 1.0, None))
-    seed = rng.randint(0, 2**31) if rng.random() < 0.1 else None
-    max_tokens = (
-        rng.choice((64, 256, 512, 1024, 4096))
-        if not model.reasoning and rng.random() < 0.3
-        else None
-    )
-    features = []
-    choices: list[_Choice] = []
-    if tool_defs and rng.random() < 0.7:
-        choices.append(_tool_choice(rng, tool_defs, model.openai))
-        features.append("parallel_tools" if len(choices[0].message["tool_calls"]) > 1 else "tools")
-    elif model.openai and rng.random() < 0.02:
-        choices.append(_text_choice(0, prompts.refusal_tokens(), "stop", True, refusal=True))
-        features.append("refusal")
-    else:
-        for i in range(n):
-            length, finish = _output_length(rng), "stop"
-            if max_tokens is not None and length >= max_tokens:
-                length, finish = max_tokens, "length"
-                features.append("length")
-            tokens = prompts.completion_tokens(rng, length)
-            choices.append(_text_choice(i, tokens, finish, model.openai, refusal=False))
-        if n > 1:
-            features.append("multi_choice")
-    if tool_defs and "tools" not in features and "parallel_tools" not in features:
-        features.append("tools_offered")
-    prompt = prompts.prompt_tokens(msgs, tool_defs)
-    cached = 0
-    if model.caching and prompt >= 1024 and rng.random() < 0.35:
-        cached = 1024 + 128 * rng.randint(0, (prompt - 1024) // 128)
-        features.append("cached")
-    reasoning = 0
-    if model.reasoning:
-        reasoning = 64 * prompts.lognormal_int(rng, 1.5, 1.0, 1, 300)
-        features.append("reasoning")
-    if model.name == MODELS[-1].name:
-        features.append("unpriced")
-    return _Conversation(
-        model=model,
-        placement=placement,
-        account_id=f"acct_{account}",
-        created_at=created_at,
-        messages=msgs,
-        tools=tool_defs,
-        n=len(choices),
-        max_tokens=max_tokens,
-        temperature=temperature,
-        seed=seed,
-        choices=choices,
-        prompt_tokens=prompt,
-        cached_tokens=cached,
-        reasoning_tokens=reasoning,
-        fingerprint="fp_" + "".join(rng.choices("0123456789abcdef", k=10)),
-        features=features,
-    )
-
-
-def _reserve(rng: random.Random, conv: _Conversation, prices: PriceBook) -> Micros:
+def _reserve(rng: random.Random, conv: Conversation, prices: PriceBook) -> Micros:
     """A hold a bit above the cost; one call in ten is under-reserved so settling must true up."""
     cost = prices.charge(conv.model.name, conv.usage(), conv.created_at)
     base = int(cost) if cost is not None else 2 * conv.usage().total_tokens
@@ -340,142 +108,9 @@ def _reserve(rng: random.Random, conv: _Conversation, prices: PriceBook) -> Micr
     return Micros(int(base * rng.uniform(1.1, 1.8)) + rng.randint(1, 200))
 
 
-def _interleave(rng: random.Random, choices: list[_Choice]) -> list[tuple[int, dict | None]]:
-    """Deltas of all choices in arrival order; ``None`` marks a choice's finish chunk."""
-    if len(choices) == 1:
-        return [(0, d) for d in choices[0].deltas] + [(0, None)]
-    position = {c.index: 0 for c in choices}
-    by_index = {c.index: c for c in choices}
-    items: list[tuple[int, dict | None]] = []
-    while position:
-        index = rng.choice(sorted(position))
-        choice = by_index[index]
-        items.append((index, choice.deltas[position[index]]))
-        position[index] += 1
-        if position[index] == len(choice.deltas):
-            items.append((index, None))
-            del position[index]
-    return items
-
-
-@dataclass(slots=True)
-class _Stream:
-    """The SSE events of one streamed call, and what they add up to."""
-
-    events: list[str]
-    finished: bool
-    errored: bool
-    usage: Usage | None  # the final usage block among ``events``
-    late_entry: str | None = None  # written after the close (late_usage)
-
-
-def _stream(
-    rng: random.Random,
-    conv: _Conversation,
-    completion_id: str,
-    *,
-    include_usage: bool,
-    fault: str | None,
-    cut: bool,
-) -> _Stream:
-    placement = conv.placement
-    cut = cut or fault in (ERROR_FINISH, ERROR_OBJECT)
-    if placement == VLLM and (fault in _BROKEN or cut):
-        placement = OPENAI
-    usage_wanted = include_usage and fault not in (MISSING_USAGE, LATE_USAGE)
-    header = ChunkHeader(
-        completion_id,
-        int(conv.created_at.timestamp()),
-        conv.model.served,
-        conv.fingerprint,
-        "default" if conv.model.openai else None,
-        usage_null=include_usage and conv.model.openai,
-    )
-    cumulative = placement == VLLM and include_usage
-    events: list[str] = []
-    shown = 0
-
-    def running() -> dict[str, Any] | None:
-        return conv.usage_block(shown) if cumulative else None
-
-    for choice in conv.choices:
-        events.append(header.chunk([choice_delta(choice.index, choice.role_delta)], running()))
-    items = _interleave(rng, conv.choices)
-    stop = len(items)
-    if cut:
-        first_finish = next(i for i, (_, d) in enumerate(items) if d is None)
-        stop = rng.randint(1, first_finish) if first_finish else 0
-    finishes_left = len(conv.choices)
-    for choice_index, delta in items[:stop]:
-        if delta is None:
-            finishes_left -= 1
-            reason = conv.choices[choice_index].finish_reason
-            usage = running()
-            if placement == MISTRAL and usage_wanted and not finishes_left:
-                usage = conv.usage_block()
-            events.append(header.chunk([choice_delta(choice_index, {}, reason)], usage))
-        else:
-            shown += 1
-            events.append(header.chunk([choice_delta(choice_index, delta)], running()))
-    if fault == ERROR_OBJECT:
-        error = {"message": "The server had an error while processing your request. Sorry!",
-                 "type": "server_error", "param": None, "code": None}  # fmt: skip
-        events.append(sse({"error": error}))
-        return _Stream(events, finished=False, errored=True, usage=None)
-    if fault == ERROR_FINISH:
-        with_usage = include_usage and rng.random() < 0.2
-        for index in range(len(conv.choices)):  # the cut came before any finish
-            events.append(header.chunk([choice_delta(index, {}, "error")]))
-        if with_usage:
-            events.append(header.chunk([], conv.usage_block(shown)))
-        events.append(DONE)
-        return _Stream(events, False, True, conv.usage(shown) if with_usage else None)
-    if cut:  # dropped connection or a gateway crash: the stream just stops
-        return _Stream(events, finished=False, errored=False, usage=None)
-    if fault == LATE_USAGE:
-        late = header.chunk([], conv.usage_block()) + DONE
-        return _Stream(events, True, False, conv.usage(), late_entry=late)
-    reported = None
-    if usage_wanted:
-        reported = conv.usage()
-        if placement != MISTRAL:
-            events.append(header.chunk([], conv.usage_block()))
-    events.append(DONE)
-    return _Stream(events, finished=True, errored=False, usage=reported)
-
-
-def _response_body(conv: _Conversation, completion_id: str) -> bytes:
-    body: dict[str, Any] = {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": int(conv.created_at.timestamp()),
-        "model": conv.model.served,
-        "choices": [
-            {
-                "index": c.index,
-                "message": c.message,
-                "logprobs": None,
-                "finish_reason": c.finish_reason,
-            }
-            for c in conv.choices
-        ],
-        "usage": conv.usage_block(),
-    }
-    if conv.model.openai:
-        body["service_tier"] = "default"
-    body["system_fingerprint"] = conv.fingerprint
-    return orjson.dumps(body)
-
-
-def _completion_id(rng: random.Random, conv: _Conversation) -> str:
-    if conv.placement == MISTRAL:
-        return "".join(rng.choices("0123456789abcdef", k=32))
-    return "chatcmpl-" + _token(rng, 29)
-
-
 def _meta(
     request_id: str,
-    conv: _Conversation,
+    conv: Conversation,
     *,
     stream: bool,
     include_usage: bool,
@@ -508,7 +143,7 @@ def _call(
     rng: random.Random,
     index: int,
     request_id: str,
-    conv: _Conversation,
+    conv: Conversation,
     *,
     stream: bool,
     fault: str | None,
@@ -538,7 +173,7 @@ def _call(
     body = orjson.dumps(meta)
     if variant == fate.REQUEST_NOT_JSON:
         body = body[: rng.randint(1, len(body) - 1)]
-    completion_id = _completion_id(rng, conv)
+    cid = completion_id(rng, conv)
     middle: list[Op] = []
     close = "done"
     late: Deferred | None = None
@@ -546,7 +181,7 @@ def _call(
         cut = fault == DROPPED_CONNECTION or (fault == GATEWAY_CRASH and rng.random() < 0.5)
         if fault == GATEWAY_CRASH:
             variant = "mid_stream" if cut else "before_close"
-        shown = _stream(rng, conv, completion_id, include_usage=include_usage, fault=fault, cut=cut)
+        shown = stream_wire(rng, conv, cid, include_usage=include_usage, fault=fault, cut=cut)
         entries = group_entries(shown.events, PAIR_RATE, rng)
         if any(entry.count("data: ") > 1 for entry in entries):
             features.append("multi_event_entry")
@@ -568,7 +203,7 @@ def _call(
         usage = shown.usage
         features.append(f"usage:{conv.placement}" if include_usage else "passthrough")
     else:
-        status, response = 200, _response_body(conv, completion_id)
+        status, response = 200, response_body(conv, cid)
         usage = conv.usage()
         if fault == HTTP_ERROR:
             status, error = rng.choice(_ERROR_BODIES)
@@ -646,7 +281,7 @@ def iter_calls(
         twin = rng.random() < twins and index + 1 < n
         stream = twin or rng.random() < STREAM_SHARE
         fault = None if twin else faults.draw(rng, stream=stream)
-        conv = _conversation(rng, start, index, weights)
+        conv = conversation(rng, start, index, weights)
         request_id = f"req_{run}_{index:06d}"
         if twin:
             conv.temperature = 0
@@ -665,7 +300,7 @@ def iter_calls(
         include_usage = True
         if stream and fault not in (MISSING_USAGE, LATE_USAGE):
             include_usage = rng.random() >= PASSTHROUGH_SHARE
-        key = f"idem-{_token(rng, 16)}" if not stream and rng.random() < 0.2 else None
+        key = f"idem-{token(rng, 16)}" if not stream and rng.random() < 0.2 else None
         reserved = _reserve(rng, conv, prices)
         yield _call(
             rng,

@@ -13,7 +13,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from models import OPEN_STATUSES, Entry, LedgerAccount, LedgerKind, Reservation, Transaction
-from worker.ledger.operations import system_account_id
+from worker.ledger.postings import system_account_id
 from worker.money import Micros
 
 entries = Entry.__table__

@@ -28,45 +28,26 @@ transaction is a bug, not a race, and is not transient either.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any
 
-from sqlalchemy import Engine, and_, event, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from models import (
-    Account,
-    Action,
-    Entry,
-    Failure,
-    Kind,
-    LedgerAccount,
-    LedgerKind,
-    Reservation,
-    Status,
-    Transaction,
-    UsageRecord,
-    ledger_account_name,
-)
+from models import Action, Kind, Status
 from worker.errors import LedgerError
+from worker.ledger import postings
 from worker.money import Micros
 from worker.request import RequestMeta
 from worker.result import Outcome, Reason, Result
 
 log = logging.getLogger(__name__)
 
-accounts = Account.__table__
-ledger_accounts = LedgerAccount.__table__
-reservations = Reservation.__table__
-transactions = Transaction.__table__
-entries = Entry.__table__
-usage_records = UsageRecord.__table__
-failures = Failure.__table__
+reservations = postings.reservations
+failures = postings.failures
 
 WORKER = "worker"
 RESOLVE_ACTIONS = (Action.RELEASE, Action.CHARGE_ESTIMATE)
@@ -82,7 +63,7 @@ class HoldOutcome(StrEnum):
 # --- small pieces ----------------------------------------------------------------------------------
 
 
-def _micros(value: Any, what: str) -> Micros:
+def _micros(value: Any) -> Micros:
     """Money in, as Micros; floats (and anything not integral) are refused by ``Micros`` itself."""
     return value if isinstance(value, Micros) else Micros(value)
 
@@ -91,13 +72,6 @@ def _aware(now: datetime) -> datetime:
     if now.tzinfo is None:
         raise LedgerError(f"naive timestamp {now!r}: pass an aware UTC datetime")
     return now
-
-
-def _insert_ignore(session: Session, table: Any, conflict: Sequence[str]) -> Any:
-    """INSERT … ON CONFLICT (conflict) DO NOTHING, on either engine."""
-    dialect = session.get_bind().dialect.name
-    module = postgresql if dialect == "postgresql" else sqlite
-    return module.insert(table).on_conflict_do_nothing(index_elements=list(conflict))
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -115,237 +89,6 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-# --- ledger account ids ----------------------------------------------------------------------------
-
-_SESSION_KEY = "billing.ledger_ids"
-# System accounts are seeded by the migration and never deleted, so their ids are safe to keep per
-# engine. Customer accounts may be created in a transaction that rolls back: their ids are kept per
-# session and forgotten on any rollback.
-_system_ids: weakref.WeakKeyDictionary[Engine, dict[str, int]] = weakref.WeakKeyDictionary()
-
-
-def _forget_ids(session: Session, *_: Any) -> None:
-    session.info.pop(_SESSION_KEY, None)
-
-
-def _session_ids(session: Session) -> dict[str, tuple[int, int]]:
-    ids = session.info.get(_SESSION_KEY)
-    if ids is None:
-        ids = session.info[_SESSION_KEY] = {}
-        if not session.info.get("billing.listening"):
-            event.listen(session, "after_soft_rollback", _forget_ids)
-            session.info["billing.listening"] = True
-    return ids
-
-
-def system_account_id(session: Session, kind: LedgerKind) -> int:
-    bind = session.get_bind()
-    engine = bind if isinstance(bind, Engine) else bind.engine
-    cached = _system_ids.setdefault(engine, {})
-    found = cached.get(kind)
-    if found is None:
-        found = session.execute(
-            select(ledger_accounts.c.id).where(ledger_accounts.c.name == ledger_account_name(kind))
-        ).scalar_one_or_none()
-        if found is None:
-            raise LedgerError(
-                f"system ledger account {kind!r} is missing: run `billing db upgrade`"
-            )
-        cached[kind] = found
-    return found
-
-
-def _customer_ids(session: Session, account_id: str, now: datetime) -> tuple[int, int]:
-    """(available, held) ledger account ids of a customer, creating the account on first use."""
-    ids = _session_ids(session)
-    found = ids.get(account_id)
-    if found is not None:
-        return found
-    session.execute(_insert_ignore(session, accounts, ["id"]).values(id=account_id, created_at=now))
-    names = {
-        ledger_account_name(kind, account_id): kind
-        for kind in (LedgerKind.AVAILABLE, LedgerKind.HELD)
-    }
-    session.execute(
-        _insert_ignore(session, ledger_accounts, ["name"]),
-        [
-            {"name": name, "kind": str(kind), "account_id": account_id}
-            for name, kind in names.items()
-        ],
-    )
-    rows = session.execute(
-        select(ledger_accounts.c.kind, ledger_accounts.c.id).where(
-            ledger_accounts.c.name.in_(list(names))
-        )
-    ).all()
-    by_kind = dict(rows)
-    found = (by_kind[LedgerKind.AVAILABLE], by_kind[LedgerKind.HELD])
-    ids[account_id] = found
-    return found
-
-
-# --- posting ---------------------------------------------------------------------------------------
-
-
-def _post(
-    session: Session,
-    reservation_id: int,
-    kind: Kind,
-    legs: Sequence[tuple[int, int]],
-    *,
-    now: datetime,
-    flagged: bool = False,
-) -> int | None:
-    """Write one balanced transaction; ``legs`` are (ledger account id, signed amount), credit > 0.
-
-    Zero legs are dropped (entries are strictly positive); a transaction left with nothing to move
-    is not written and None is returned.
-    """
-    moving = [(account, amount) for account, amount in legs if amount != 0]
-    if sum(amount for _, amount in moving) != 0:
-        raise LedgerError(f"refusing an unbalanced {kind} transaction: {moving}")
-    if not moving:
-        return None
-    txn_id = session.execute(
-        insert(transactions)
-        .values(reservation_id=reservation_id, kind=str(kind), flagged=flagged, created_at=now)
-        .returning(transactions.c.id)
-    ).scalar_one()
-    session.execute(
-        insert(entries),
-        [
-            {
-                "transaction_id": txn_id,
-                "ledger_account_id": account,
-                "amount": abs(amount),
-                "direction": "credit" if amount > 0 else "debit",
-            }
-            for account, amount in moving
-        ],
-    )
-    return txn_id
-
-
-class _Locked(NamedTuple):
-    id: int
-    account_id: str
-    status: str
-    reserved: int
-    available_id: int
-    held_id: int
-    failure_id: int | None
-    detected_at: datetime | None
-    exposure: int | None
-    resolved_at: datetime | None
-    action: str | None
-
-
-_available = ledger_accounts.alias("available")
-_held = ledger_accounts.alias("held")
-
-_LOCK = (
-    select(
-        reservations.c.id,
-        reservations.c.account_id,
-        reservations.c.status,
-        reservations.c.reserved_micros,
-        _available.c.id,
-        _held.c.id,
-        failures.c.id,
-        failures.c.detected_at,
-        failures.c.exposure_micros,
-        failures.c.resolved_at,
-        failures.c.action,
-    )
-    .select_from(
-        reservations.join(
-            _available,
-            and_(
-                _available.c.account_id == reservations.c.account_id,
-                _available.c.kind == str(LedgerKind.AVAILABLE),
-            ),
-        )
-        .join(
-            _held,
-            and_(
-                _held.c.account_id == reservations.c.account_id,
-                _held.c.kind == str(LedgerKind.HELD),
-            ),
-        )
-        .outerjoin(failures, failures.c.reservation_id == reservations.c.id)
-    )
-    .with_for_update(of=reservations)
-)
-
-
-def _lock(session: Session, request_id: str) -> _Locked | None:
-    """Read a reservation, locking its row until the caller's transaction ends."""
-    row = session.execute(_LOCK.where(reservations.c.request_id == request_id)).first()
-    return None if row is None else _Locked(*row)
-
-
-def _set_status(session: Session, row: _Locked, status: Status, now: datetime) -> None:
-    session.execute(
-        update(reservations)
-        .where(reservations.c.id == row.id)
-        .values(status=str(status), updated_at=now)
-    )
-
-
-def _charge(session: Session, row: _Locked, charge: Micros, kind: Kind, now: datetime) -> bool:
-    """Charge ``charge`` against the hold and release the rest; returns True if a true-up was needed.
-
-    A charge above the hold posts the whole hold, and the excess moves from available to revenue in
-    a separate, flagged ``true_up`` transaction: never a silent cap, never a negative hold.
-    """
-    reserved = row.reserved
-    posted = min(int(charge), reserved)
-    revenue = system_account_id(session, LedgerKind.REVENUE)
-    _post(
-        session,
-        row.id,
-        kind,
-        [(row.held_id, -reserved), (revenue, posted), (row.available_id, reserved - posted)],
-        now=now,
-    )
-    excess = int(charge) - posted
-    if excess > 0:
-        _post(
-            session,
-            row.id,
-            Kind.TRUE_UP,
-            [(row.available_id, -excess), (revenue, excess)],
-            now=now,
-            flagged=True,
-        )
-        log.warning(
-            "charge above hold: reservation=%s charge=%s hold=%s", row.id, int(charge), reserved
-        )
-    return excess > 0
-
-
-def _release(session: Session, row: _Locked, kind: Kind, now: datetime) -> None:
-    _post(
-        session,
-        row.id,
-        kind,
-        [(row.held_id, -row.reserved), (row.available_id, row.reserved)],
-        now=now,
-    )
-
-
-def _close_failure(
-    session: Session, row: _Locked, action: Action, *, who: str, note: str, now: datetime
-) -> None:
-    closed = session.execute(
-        update(failures)
-        .where(failures.c.id == row.failure_id, failures.c.resolved_at.is_(None))
-        .values(resolved_by=who, resolved_at=now, action=str(action), note=note)
-    ).rowcount
-    if closed != 1:
-        raise LedgerError(f"failure {row.failure_id} is already resolved")
-
-
 # --- hold ------------------------------------------------------------------------------------------
 
 
@@ -356,30 +99,25 @@ def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
     raises ``LedgerError``. A reservation of 0 micros is recorded with no hold transaction.
     """
     now = _aware(now)
-    amount = _micros(meta.reserved_micros, "reserved_micros")
+    amount = _micros(meta.reserved_micros)
     if amount < 0:
         raise LedgerError(f"{meta.request_id}: reserved_micros must not be negative")
-    available_id, held_id = _customer_ids(session, meta.account_id, now)
-    reservation_id = session.execute(
-        _insert_ignore(session, reservations, ["request_id"])
-        .values(
-            request_id=meta.request_id,
-            account_id=meta.account_id,
-            model=meta.model,
-            stream=meta.stream,
-            reserved_micros=int(amount),
-            status=str(Status.HELD),
-            created_at=_aware(meta.created_at),
-            updated_at=now,
-        )
-        .returning(reservations.c.id)
-    ).scalar_one_or_none()
+    available_id, held_id = postings.customer_ids(session, meta.account_id, now)
+    reservation_id = postings.insert_reservation(
+        session,
+        {
+            "request_id": meta.request_id,
+            "account_id": meta.account_id,
+            "model": meta.model,
+            "stream": meta.stream,
+            "reserved_micros": int(amount),
+            "status": str(Status.HELD),
+            "created_at": _aware(meta.created_at),
+            "updated_at": now,
+        },
+    )
     if reservation_id is None:
-        existing = session.execute(
-            select(reservations.c.reserved_micros, reservations.c.account_id).where(
-                reservations.c.request_id == meta.request_id
-            )
-        ).one()
+        existing = session.execute(postings.EXISTING_HOLD, {"b_request_id": meta.request_id}).one()
         if existing.reserved_micros != amount or existing.account_id != meta.account_id:
             raise LedgerError(
                 f"{meta.request_id}: already held {existing.reserved_micros} micros for "
@@ -388,7 +126,7 @@ def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
         return HoldOutcome.DUPLICATE
     if amount == 0:
         return HoldOutcome.RECORDED
-    _post(
+    postings.post(
         session,
         reservation_id,
         Kind.HOLD,
@@ -410,12 +148,12 @@ def _meta_of(result: Result) -> RequestMeta:
     )
 
 
-def _lock_for(session: Session, result: Result, now: datetime) -> _Locked:
+def _lock_for(session: Session, result: Result, now: datetime) -> postings.Locked:
     """The locked reservation of a result, recording its hold first if it has not arrived yet."""
-    row = _lock(session, result.request_id)
+    row = postings.lock(session, result.request_id)
     if row is None:
         hold(session, _meta_of(result), now=now)
-        row = _lock(session, result.request_id)
+        row = postings.lock(session, result.request_id)
         assert row is not None
     elif row.reserved != result.reserved_micros or row.account_id != result.account_id:
         raise LedgerError(
@@ -483,11 +221,11 @@ def mark_unsettled(
 
 
 def _settle(
-    session: Session, row: _Locked, result: Result, *, now: datetime, grace: timedelta
+    session: Session, row: postings.Locked, result: Result, *, now: datetime, grace: timedelta
 ) -> str:
     if result.charge_micros is None:
         return _mark_unsettled(session, row, result, Reason.UNPRICED, now=now)
-    charge = _micros(result.charge_micros, "charge_micros")
+    charge = _micros(result.charge_micros)
     if charge < 0:
         raise LedgerError(f"{result.request_id}: negative charge {int(charge)}")
     if row.status == Status.SETTLED:
@@ -502,47 +240,48 @@ def _settle(
     billed = result.billed_usage
     if billed is None:
         raise LedgerError(f"{result.request_id}: settled result without billed usage")
-    _charge(session, row, charge, Kind.CHARGE, now)
+    postings.charge(session, row, charge, Kind.CHARGE, now)
     session.execute(
-        insert(usage_records).values(
-            reservation_id=row.id,
-            prompt_tokens=billed.prompt_tokens,
-            cached_tokens=billed.cached_tokens,
-            completion_tokens=billed.completion_tokens,
-            reasoning_tokens=billed.reasoning_tokens,
-            usage_source=str(result.usage_source),
-            finish_reasons=_joined(result.finish_reasons),
-            charge_micros=int(charge),
-            estimate_prompt_tokens=result.estimate.prompt_tokens,
-            estimate_completion_tokens=result.estimate.completion_tokens,
-            estimate_approximate=result.estimate.approximate,
-            system_fingerprint=result.system_fingerprint,
-            completion_id=result.completion_id,
-            anomalies=_joined(result.anomalies),
-            created_at=now,
-        )
+        postings.INSERT_USAGE,
+        {
+            "reservation_id": row.id,
+            "prompt_tokens": billed.prompt_tokens,
+            "cached_tokens": billed.cached_tokens,
+            "completion_tokens": billed.completion_tokens,
+            "reasoning_tokens": billed.reasoning_tokens,
+            "usage_source": str(result.usage_source),
+            "finish_reasons": _joined(result.finish_reasons),
+            "charge_micros": int(charge),
+            "estimate_prompt_tokens": result.estimate.prompt_tokens,
+            "estimate_completion_tokens": result.estimate.completion_tokens,
+            "estimate_approximate": result.estimate.approximate,
+            "system_fingerprint": result.system_fingerprint,
+            "completion_id": result.completion_id,
+            "anomalies": _joined(result.anomalies),
+            "created_at": now,
+        },
     )
-    _set_status(session, row, Status.SETTLED, now)
+    postings.set_status(session, row, Status.SETTLED, now)
     if late:
-        _close_failure(
+        postings.close_failure(
             session, row, Action.SETTLED_LATE, who=WORKER, note="a late result settled it", now=now
         )
         return "settled_late"
     return "settled"
 
 
-def _void(session: Session, row: _Locked, *, now: datetime) -> str:
+def _void(session: Session, row: postings.Locked, *, now: datetime) -> str:
     if row.status == Status.VOIDED:
         return "duplicate"
     if row.status != Status.HELD:
         return "final"
-    _release(session, row, Kind.RELEASE, now)
-    _set_status(session, row, Status.VOIDED, now)
+    postings.release(session, row, Kind.RELEASE, now)
+    postings.set_status(session, row, Status.VOIDED, now)
     return "voided"
 
 
 def _mark_unsettled(
-    session: Session, row: _Locked, result: Result, reason: Reason, *, now: datetime
+    session: Session, row: postings.Locked, result: Result, reason: Reason, *, now: datetime
 ) -> str:
     if row.status == Status.UNSETTLED:
         return "duplicate"
@@ -550,17 +289,18 @@ def _mark_unsettled(
         return "final"
     exposure = None if reason is Reason.UNPRICED else result.exposure_micros
     session.execute(
-        insert(failures).values(
-            reservation_id=row.id,
-            reason=str(reason),
-            estimate_prompt_tokens=result.estimate.prompt_tokens,
-            estimate_completion_tokens=result.estimate.completion_tokens,
-            exposure_micros=None if exposure is None else int(_micros(exposure, "exposure")),
-            finish_reasons=_joined(result.finish_reasons),
-            detected_at=now,
-        )
+        postings.INSERT_FAILURE,
+        {
+            "reservation_id": row.id,
+            "reason": str(reason),
+            "estimate_prompt_tokens": result.estimate.prompt_tokens,
+            "estimate_completion_tokens": result.estimate.completion_tokens,
+            "exposure_micros": None if exposure is None else int(_micros(exposure)),
+            "finish_reasons": _joined(result.finish_reasons),
+            "detected_at": now,
+        },
     )
-    _set_status(session, row, Status.UNSETTLED, now)
+    postings.set_status(session, row, Status.UNSETTLED, now)
     return "unsettled"
 
 
@@ -586,7 +326,7 @@ def resolve(
         raise LedgerError(f"unknown resolution {action!r}: use release or charge_estimate")
     if not who:
         raise LedgerError("a resolution needs a name (who resolved it)")
-    row = _lock(session, request_id)
+    row = postings.lock(session, request_id)
     if row is None:
         raise LedgerError(f"{request_id}: no such request")
     if row.failure_id is None:
@@ -594,15 +334,15 @@ def resolve(
     if row.resolved_at is not None:
         raise LedgerError(f"{request_id}: already resolved ({row.action})")
     if action == Action.RELEASE:
-        _release(session, row, Kind.RESOLVE_RELEASE, now)
+        postings.release(session, row, Kind.RESOLVE_RELEASE, now)
         status = Status.RELEASED
     else:
         if row.exposure is None:
             raise LedgerError(f"{request_id}: the model is unpriced, its estimate has no price")
-        _charge(session, row, Micros(row.exposure), Kind.RESOLVE_CHARGE, now)
+        postings.charge(session, row, Micros(row.exposure), Kind.RESOLVE_CHARGE, now)
         status = Status.SETTLED_FROM_ESTIMATE
-    _close_failure(session, row, Action(action), who=who, note=note, now=now)
-    _set_status(session, row, status, now)
+    postings.close_failure(session, row, Action(action), who=who, note=note, now=now)
+    postings.set_status(session, row, status, now)
     return str(status)
 
 

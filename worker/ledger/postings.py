@@ -1,0 +1,321 @@
+"""The ledger's moving parts: ledger account ids, balanced postings, the reservation lock.
+
+Private to ``operations``, which holds the rules; this module only writes what it is told, a few
+prebuilt Core statements per call (built once at import, so a call pays for parameters, not for
+statement construction and cache keys).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import Engine, and_, bindparam, event, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from models import (
+    Account,
+    Action,
+    Entry,
+    Failure,
+    Kind,
+    LedgerAccount,
+    LedgerKind,
+    Reservation,
+    Status,
+    Transaction,
+    UsageRecord,
+    ledger_account_name,
+)
+from worker.errors import LedgerError
+from worker.money import Micros
+
+log = logging.getLogger(__name__)
+
+accounts = Account.__table__
+ledger_accounts = LedgerAccount.__table__
+reservations = Reservation.__table__
+transactions = Transaction.__table__
+entries = Entry.__table__
+usage_records = UsageRecord.__table__
+failures = Failure.__table__
+
+
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
+
+
+def _insert_ignore(table: Any, conflict: str, returning: Any = None) -> dict[str, Any]:
+    """INSERT … ON CONFLICT (conflict) DO NOTHING, per dialect."""
+    built = {}
+    for name, module in (("postgresql", postgresql), ("sqlite", sqlite)):
+        statement = module.insert(table).on_conflict_do_nothing(index_elements=[conflict])
+        built[name] = statement if returning is None else statement.returning(returning)
+    return built
+
+
+INSERT_ACCOUNT = _insert_ignore(accounts, "id")
+INSERT_LEDGER_ACCOUNT = _insert_ignore(ledger_accounts, "name")
+INSERT_RESERVATION = _insert_ignore(reservations, "request_id", reservations.c.id)
+INSERT_TRANSACTION = insert(transactions).returning(transactions.c.id)
+INSERT_ENTRY = insert(entries)
+INSERT_USAGE = insert(usage_records)
+INSERT_FAILURE = insert(failures)
+SET_STATUS = (
+    update(reservations)
+    .where(reservations.c.id == bindparam("b_id"))
+    .values(status=bindparam("b_status"), updated_at=bindparam("b_now"))
+)
+CLOSE_FAILURE = (
+    update(failures)
+    .where(failures.c.id == bindparam("b_id"), failures.c.resolved_at.is_(None))
+    .values(
+        resolved_by=bindparam("b_who"),
+        resolved_at=bindparam("b_now"),
+        action=bindparam("b_action"),
+        note=bindparam("b_note"),
+    )
+)
+LEDGER_IDS = select(ledger_accounts.c.kind, ledger_accounts.c.id).where(
+    ledger_accounts.c.name.in_(bindparam("b_names", expanding=True))
+)
+EXISTING_HOLD = select(reservations.c.reserved_micros, reservations.c.account_id).where(
+    reservations.c.request_id == bindparam("b_request_id")
+)
+
+
+def insert_reservation(session: Session, values: dict[str, Any]) -> int | None:
+    """The new reservation's id, or None when the request is already recorded."""
+    return session.execute(INSERT_RESERVATION[_dialect(session)], values).scalar_one_or_none()
+
+
+# --- ledger account ids ----------------------------------------------------------------------------
+
+_SESSION_KEY = "billing.ledger_ids"
+# System accounts are seeded by the migration and never deleted, so their ids are safe to keep per
+# engine. Customer accounts may be created in a transaction that rolls back: their ids are kept per
+# session and forgotten on any rollback (savepoints included).
+_system_ids: weakref.WeakKeyDictionary[Engine, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
+def _forget_ids(session: Session, *_: Any) -> None:
+    session.info.pop(_SESSION_KEY, None)
+
+
+def _session_ids(session: Session) -> dict[str, tuple[int, int]]:
+    ids = session.info.get(_SESSION_KEY)
+    if ids is None:
+        ids = session.info[_SESSION_KEY] = {}
+        if not session.info.get("billing.listening"):
+            event.listen(session, "after_soft_rollback", _forget_ids)
+            session.info["billing.listening"] = True
+    return ids
+
+
+def system_account_id(session: Session, kind: LedgerKind) -> int:
+    bind = session.get_bind()
+    engine = bind if isinstance(bind, Engine) else bind.engine
+    cached = _system_ids.setdefault(engine, {})
+    found = cached.get(kind)
+    if found is None:
+        found = session.execute(
+            select(ledger_accounts.c.id).where(ledger_accounts.c.name == ledger_account_name(kind))
+        ).scalar_one_or_none()
+        if found is None:
+            raise LedgerError(
+                f"system ledger account {kind!r} is missing: run `billing db upgrade`"
+            )
+        cached[kind] = found
+    return found
+
+
+def customer_ids(session: Session, account_id: str, now: datetime) -> tuple[int, int]:
+    """(available, held) ledger account ids of a customer, creating the account on first use."""
+    ids = _session_ids(session)
+    found = ids.get(account_id)
+    if found is not None:
+        return found
+    dialect = _dialect(session)
+    session.execute(INSERT_ACCOUNT[dialect], {"id": account_id, "created_at": now})
+    names = [
+        ledger_account_name(kind, account_id) for kind in (LedgerKind.AVAILABLE, LedgerKind.HELD)
+    ]
+    session.execute(
+        INSERT_LEDGER_ACCOUNT[dialect],
+        [
+            {"name": name, "kind": str(kind), "account_id": account_id}
+            for name, kind in zip(names, (LedgerKind.AVAILABLE, LedgerKind.HELD), strict=True)
+        ],
+    )
+    by_kind = dict(session.execute(LEDGER_IDS, {"b_names": names}).all())
+    found = (by_kind[LedgerKind.AVAILABLE], by_kind[LedgerKind.HELD])
+    ids[account_id] = found
+    return found
+
+
+# --- posting ---------------------------------------------------------------------------------------
+
+
+def post(
+    session: Session,
+    reservation_id: int,
+    kind: Kind,
+    legs: Sequence[tuple[int, int]],
+    *,
+    now: datetime,
+    flagged: bool = False,
+) -> int | None:
+    """Write one balanced transaction; ``legs`` are (ledger account id, signed amount), credit > 0.
+
+    Zero legs are dropped (entries are strictly positive); a transaction left with nothing to move
+    is not written and None is returned.
+    """
+    moving = [(account, amount) for account, amount in legs if amount != 0]
+    if sum(amount for _, amount in moving) != 0:
+        raise LedgerError(f"refusing an unbalanced {kind} transaction: {moving}")
+    if not moving:
+        return None
+    txn_id = session.execute(
+        INSERT_TRANSACTION,
+        {
+            "reservation_id": reservation_id,
+            "kind": str(kind),
+            "flagged": flagged,
+            "created_at": now,
+        },
+    ).scalar_one()
+    session.execute(
+        INSERT_ENTRY,
+        [
+            {
+                "transaction_id": txn_id,
+                "ledger_account_id": account,
+                "amount": abs(amount),
+                "direction": "credit" if amount > 0 else "debit",
+            }
+            for account, amount in moving
+        ],
+    )
+    return txn_id
+
+
+class Locked(NamedTuple):
+    """A reservation read under its row lock, with its ledger accounts and any failure."""
+
+    id: int
+    account_id: str
+    status: str
+    reserved: int
+    available_id: int
+    held_id: int
+    failure_id: int | None
+    detected_at: datetime | None
+    exposure: int | None
+    resolved_at: datetime | None
+    action: str | None
+
+
+_available = ledger_accounts.alias("available")
+_held = ledger_accounts.alias("held")
+
+LOCK = (
+    select(
+        reservations.c.id,
+        reservations.c.account_id,
+        reservations.c.status,
+        reservations.c.reserved_micros,
+        _available.c.id,
+        _held.c.id,
+        failures.c.id,
+        failures.c.detected_at,
+        failures.c.exposure_micros,
+        failures.c.resolved_at,
+        failures.c.action,
+    )
+    .select_from(
+        reservations.join(
+            _available,
+            and_(
+                _available.c.account_id == reservations.c.account_id,
+                _available.c.kind == str(LedgerKind.AVAILABLE),
+            ),
+        )
+        .join(
+            _held,
+            and_(
+                _held.c.account_id == reservations.c.account_id,
+                _held.c.kind == str(LedgerKind.HELD),
+            ),
+        )
+        .outerjoin(failures, failures.c.reservation_id == reservations.c.id)
+    )
+    .where(reservations.c.request_id == bindparam("b_request_id"))
+    .with_for_update(of=reservations)
+)
+
+
+def lock(session: Session, request_id: str) -> Locked | None:
+    """Read a reservation, locking its row until the caller's transaction ends."""
+    row = session.execute(LOCK, {"b_request_id": request_id}).first()
+    return None if row is None else Locked(*row)
+
+
+def set_status(session: Session, row: Locked, status: Status, now: datetime) -> None:
+    session.execute(SET_STATUS, {"b_id": row.id, "b_status": str(status), "b_now": now})
+
+
+def charge(session: Session, row: Locked, amount: Micros, kind: Kind, now: datetime) -> bool:
+    """Charge ``amount`` against the hold and release the rest; True if a true-up was needed.
+
+    A charge above the hold posts the whole hold, and the excess moves from available to revenue in
+    a separate, flagged ``true_up`` transaction: never a silent cap, never a negative hold.
+    """
+    reserved = row.reserved
+    posted = min(int(amount), reserved)
+    revenue = system_account_id(session, LedgerKind.REVENUE)
+    post(
+        session,
+        row.id,
+        kind,
+        [(row.held_id, -reserved), (revenue, posted), (row.available_id, reserved - posted)],
+        now=now,
+    )
+    excess = int(amount) - posted
+    if excess > 0:
+        post(
+            session,
+            row.id,
+            Kind.TRUE_UP,
+            [(row.available_id, -excess), (revenue, excess)],
+            now=now,
+            flagged=True,
+        )
+        log.warning(
+            "charge above hold: reservation=%s charge=%s hold=%s", row.id, int(amount), reserved
+        )
+    return excess > 0
+
+
+def release(session: Session, row: Locked, kind: Kind, now: datetime) -> None:
+    """Move the whole hold back to available."""
+    post(
+        session, row.id, kind, [(row.held_id, -row.reserved), (row.available_id, row.reserved)],
+        now=now,
+    )  # fmt: skip
+
+
+def close_failure(
+    session: Session, row: Locked, action: Action, *, who: str, note: str, now: datetime
+) -> None:
+    """Write the failure's one resolution; a second one is refused."""
+    closed = session.execute(
+        CLOSE_FAILURE,
+        {"b_id": row.failure_id, "b_who": who, "b_now": now, "b_action": str(action),
+         "b_note": note},
+    ).rowcount  # fmt: skip
+    if closed != 1:
+        raise LedgerError(f"failure {row.failure_id} is already resolved")

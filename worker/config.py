@@ -15,6 +15,30 @@ from urllib.parse import urlsplit, urlunsplit
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_DATABASE_URL = "sqlite:///var/billing.db"
 
+# Every environment variable the worker reads, for the deployment files and their test. Kept by hand:
+# tests/deploy checks it against ``Settings.from_env`` and every other read in the package.
+ENV_VARS = (
+    "REDIS_URL",
+    "REDIS_CLUSTER",
+    "CELERY_BROKER_URL",
+    "DATABASE_URL",
+    "BILLING_PREFIX",
+    "BILLING_PARTITIONS",
+    "BILLING_BATCH_SIZE",
+    "BILLING_CLAIM_IDLE_MS",
+    "BILLING_SWEEP_IDLE_MS",
+    "BILLING_GRACE_SECONDS",
+    "BILLING_STREAM_TTL_SECONDS",
+    "BILLING_PRICE_BOOK",
+    "BILLING_HASH_SALT",
+    "BILLING_RESOLVE_POLICY",
+    "BILLING_DRAIN_MS",
+    "BILLING_BLOCK_MS",
+    "BILLING_SWEEP_INTERVAL_SECONDS",
+    "BILLING_RECHECK_SECONDS",
+    "PROMETHEUS_MULTIPROC_DIR",
+)
+
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
     raw = env.get(name)
@@ -27,6 +51,15 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{name} must be 1 or 0, got {raw!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +81,8 @@ class Settings:
     block_ms: int = 200
     sweep_interval_seconds: int = 10
     recheck_seconds: int = 30
+    redis_cluster: bool = False
+    metrics_dir: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -74,6 +109,8 @@ class Settings:
             block_ms=_int(env, "BILLING_BLOCK_MS", 200, minimum=1),
             sweep_interval_seconds=_int(env, "BILLING_SWEEP_INTERVAL_SECONDS", 10, minimum=1),
             recheck_seconds=_int(env, "BILLING_RECHECK_SECONDS", 30, minimum=1),
+            redis_cluster=_flag(env, "REDIS_CLUSTER"),
+            metrics_dir=env.get("PROMETHEUS_MULTIPROC_DIR") or None,
         )
 
 

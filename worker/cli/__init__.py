@@ -10,7 +10,18 @@ import importlib
 
 import click
 
-COMMAND_MODULES = ("replay", "worker", "db", "prices", "unsettled", "balance", "show", "simulate")
+COMMAND_MODULES = (
+    "replay",
+    "worker",
+    "db",
+    "prices",
+    "unsettled",
+    "balance",
+    "show",
+    "simulate",
+    "metrics",
+    "doctor",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

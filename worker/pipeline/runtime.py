@@ -11,6 +11,7 @@ import socket
 from dataclasses import dataclass
 
 import redis
+from redis.cluster import RedisCluster
 from sqlalchemy import Engine
 
 from worker.config import Settings
@@ -19,8 +20,18 @@ from worker.pipeline.consumer import Consumer
 from worker.pipeline.sweeper import Sweeper
 
 
-def redis_client(url: str) -> redis.Redis:
-    """A client for the event streams; bytes in and out (frames need not be UTF-8)."""
+def redis_client(url: str, *, cluster: bool | None = None) -> redis.Redis | RedisCluster:
+    """A client for the event streams; bytes in and out (frames need not be UTF-8).
+
+    With ``cluster`` (default: ``REDIS_CLUSTER`` from the environment) the client is a
+    ``RedisCluster`` that discovers the other masters from the node in ``url`` and routes each key
+    to its slot; every command the consumer, sweeper and publisher send touches one key, and their
+    non-transactional pipelines are split per node by the client, so they run unchanged.
+    """
+    if cluster is None:
+        cluster = Settings.from_env().redis_cluster
+    if cluster:
+        return RedisCluster.from_url(url, socket_timeout=10, socket_connect_timeout=5)
     return redis.Redis.from_url(
         url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
     )

@@ -11,6 +11,7 @@ import logging
 import redis
 from sqlalchemy.exc import OperationalError
 
+from worker import metrics
 from worker.pipeline import runtime
 from worker.pipeline.app import app
 
@@ -28,7 +29,9 @@ def drain(partition: int = 0) -> None:
         )
     except TRANSIENT as exc:
         log.warning("drain of partition %s interrupted: %s", partition, type(exc).__name__)
+        metrics.interrupted("drain")
         return
+    metrics.record_batch(rt.consumer.keys.events(partition), stats)
     if stats.read:
         log.info(
             "partition %s: read=%d held=%d settled=%d unsettled=%d void=%d dup=%d dead=%d deferred=%d",
@@ -44,6 +47,8 @@ def sweep() -> None:
         stats = rt.sweeper.run()
     except TRANSIENT as exc:
         log.warning("sweep interrupted: %s", type(exc).__name__)
+        metrics.interrupted("sweep")
         return
+    metrics.record_sweep(stats)
     if stats.finalized or stats.rechecked or stats.resolved or stats.dead:
         log.info("sweep: %s", stats)

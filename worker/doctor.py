@@ -163,7 +163,7 @@ def check_broker(ctx: Context) -> Iterator[Check]:
     if url == ctx.settings.redis_url and ctx.settings.redis_cluster:
         yield problem(
             "broker",
-            "CELERY_BROKER_URL is unset and REDIS_URL is a Redis Cluster",
+            "the broker is REDIS_URL, a Redis Cluster",
             "point CELERY_BROKER_URL at a plain (non-cluster) Redis: Celery cannot use a cluster",
         )
         return

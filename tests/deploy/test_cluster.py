@@ -105,3 +105,27 @@ def test_publisher_and_consumer_settle_every_call_on_a_cluster(
     engine.dispose()
     for stream in keys.all_events():
         cluster_client.delete(stream)
+
+
+def test_doctor_on_a_cluster(redis_cluster: str, tmp_path) -> None:
+    from worker import doctor
+
+    url = f"sqlite:///{tmp_path / 'billing.db'}"
+    upgrade(url)
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    env = {"REDIS_URL": redis_cluster, "DATABASE_URL": url, "BILLING_PREFIX": prefix}
+
+    def statuses(extra: dict[str, str]) -> dict[str, tuple[str, str]]:
+        return {c.name: (c.status, c.detail) for c in doctor.run(env | extra)}
+
+    found = statuses({"REDIS_CLUSTER": "1", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0"})
+    assert {status for status, _ in found.values()} == {"ok"}, found
+    assert "cluster of 3 masters" in found["redis"][1]
+
+    found = statuses({})  # a cluster node, but the workers would use a plain client
+    assert found["redis"][0] == "problem" and "Redis Cluster node" in found["redis"][1]
+
+    found = statuses({"REDIS_CLUSTER": "1"})  # Celery's broker would default to the cluster
+    assert found["broker"][0] == "problem"
+    found = statuses({"REDIS_CLUSTER": "1", "CELERY_BROKER_URL": redis_cluster})
+    assert found["broker"][0] == "problem" and "Redis Cluster" in found["broker"][1]

@@ -38,7 +38,20 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="write a pyinstrument profile of the drain here"
     )
+    parser.add_argument(
+        "--memory-calls",
+        metavar="FIRST,LAST",
+        help="row 8's checkpoints (default 10000,100000; --smoke 300,1500)",
+    )
     args = parser.parse_args(argv)
+    if args.memory_calls:
+        try:
+            first, last = (int(part) for part in args.memory_calls.split(","))
+        except ValueError:
+            parser.error("--memory-calls takes two counts, FIRST,LAST")
+        if not 0 < first < last:
+            parser.error("--memory-calls needs 0 < FIRST < LAST")
+        args.memory_calls = (first, last)
     if args.only:
         names = [name.strip() for name in args.only.split(",") if name.strip()]
         unknown = [name for name in names if name not in suite.BENCHMARKS]
@@ -91,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{about['redis']}; {about['postgresql']}",
         highlight=False,
     )
-    ctx = suite.Context(smoke=args.smoke, profile_dir=args.profile)
+    ctx = suite.Context(smoke=args.smoke, profile_dir=args.profile, memory_calls=args.memory_calls)
     rows: list[Row] = []
     failed = False
     started = time.perf_counter()

@@ -1,0 +1,77 @@
+"""Two consumer processes against one, in calls/s, with the servers' CPU share during each run.
+
+For each of 1 and 2 consumers: a fresh database and prefix, the same simulated calls written first,
+then the consumer processes (``benchmarks.consumer_process``, warmed up) are told to go together and
+the run is timed until their group has read and acknowledged every notification. CPU shares are
+CPU seconds over wall seconds (1.0 = one core busy); the machine's core count bounds their sum.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from benchmarks import cpu, services, workload
+from benchmarks.consumer_process import ConsumerProcess, wait_drained
+from worker.pipeline.keys import Keys
+
+
+def _one(processes: int, count: int) -> dict[str, Any]:
+    name = f"scale{processes}"
+    with services.redis_prefix(name) as (client, prefix), services.pg_database(name) as url:
+        keys = Keys(prefix)
+        calls = workload.simulated_calls(count, run_id=prefix)
+        shape = workload.measure(calls)
+        workload.publish(calls, client, keys)
+        children = [ConsumerProcess(prefix, url, f"{name}-{i}") for i in range(processes)]
+        try:
+            database = url.rsplit("/", 1)[1]
+            redis_meter = cpu.CpuMeter(cpu.redis_pids(client))
+            pg_meter = cpu.CpuMeter(cpu.postgres_pids(database))
+            consumer_meter = cpu.CpuMeter(child.pid for child in children)
+            for meter in (redis_meter, pg_meter, consumer_meter):
+                meter.start()
+            started = time.perf_counter()
+            for child in children:
+                child.go()
+            finished = wait_drained(client, keys.events(0), keys.group, timeout=900)
+            seconds = finished - started
+            redis_meter.stop()
+            pg_meter.stop(cpu.postgres_pids(database))
+            consumer_meter.stop()
+            reports = [child.stop() for child in children]
+        finally:
+            for child in children:
+                child.kill()
+    return {
+        "processes": processes,
+        "calls": shape.calls,
+        "closed_calls": shape.closed,
+        "seconds": seconds,
+        "calls_per_s": shape.closed / seconds,
+        "redis_cpu": redis_meter.seconds / seconds,
+        "postgres_cpu": pg_meter.seconds / seconds,
+        "consumers_cpu": consumer_meter.seconds / seconds,
+        "settled": sum(r["settled"] for r in reports),
+        "deferred": sum(r["deferred"] for r in reports),
+    }
+
+
+def run(smoke: bool = False) -> dict[str, Any]:
+    count = 80 if smoke else 2000
+    one = _one(1, count)
+    two = _one(2, count)
+    return {
+        "one": one,
+        "two": two,
+        "cores": os.cpu_count(),
+        "ratio": two["calls_per_s"] / one["calls_per_s"],
+    }
+
+
+if __name__ == "__main__":
+    import sys
+
+    for name, value in run(smoke="--smoke" in sys.argv).items():
+        print(f"{name}: {value}")

@@ -1,0 +1,149 @@
+"""A consumer in its own process, driven over stdin/stdout by a benchmark (``ConsumerProcess``).
+
+The child builds a ``Consumer`` the way the worker runtime does, loads what a worker loads once
+(prices, vocabularies), prints ``ready``, waits for ``go`` on stdin, then calls ``Consumer.poll`` in a
+loop — the code the Celery drain task runs — until stdin says ``stop`` or closes. It then prints one
+JSON line of totals (including every close → commit latency) and exits. Its RSS is read by the parent
+from ``/proc/<pid>/status``.
+
+    python -m benchmarks.consumer_process PREFIX DATABASE_URL NAME
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from benchmarks import services
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _serve(prefix: str, database_url: str, name: str) -> None:
+    from benchmarks.bench_pipeline import make_consumer, warm
+    from worker.pipeline.consumer import BatchStats
+
+    logging.getLogger("worker").setLevel(logging.ERROR)
+    client = services.redis_client(services.REDIS_URL)
+    consumer, engine = make_consumer(client, database_url, prefix, name)
+    warm(consumer)
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    stop = threading.Event()
+
+    def watch_stdin() -> None:
+        for line in sys.stdin:
+            if line.strip() == "stop":
+                break
+        stop.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    total = BatchStats()
+    polls = 0
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    while not stop.is_set():
+        total.add(consumer.poll(0, block_ms=50))
+        polls += 1
+    report = {
+        "read": total.read,
+        "acked": total.acked,
+        "settled": total.settled,
+        "unsettled": total.unsettled,
+        "voided": total.voided,
+        "held": total.held,
+        "dead": total.dead,
+        "deferred": total.deferred,
+        "polls": polls,
+        "seconds": time.perf_counter() - started,
+        "cpu_seconds": time.process_time() - cpu_started,
+        "latencies_ms": total.latencies_ms,
+    }
+    print(json.dumps(report), flush=True)
+    engine.dispose()
+    client.close()
+
+
+class ConsumerProcess:
+    """The parent's handle on one consumer child."""
+
+    def __init__(self, prefix: str, database_url: str, name: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.consumer_process", prefix, database_url, name],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._expect("ready")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _stdin(self) -> IO[str]:
+        assert self.proc.stdin is not None
+        return self.proc.stdin
+
+    def _expect(self, word: str) -> None:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if line != word:
+            self.kill()
+            raise RuntimeError(f"consumer process said {line!r}, expected {word!r}")
+
+    def go(self) -> None:
+        self._stdin().write("go\n")
+        self._stdin().flush()
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError(f"no VmRSS for {self.pid}")
+
+    def stop(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Ask the child to stop; returns its totals."""
+        assert self.proc.stdout is not None
+        self._stdin().write("stop\n")
+        self._stdin().flush()
+        self._stdin().close()
+        line = self.proc.stdout.readline()
+        self.proc.wait(timeout)
+        if not line:
+            raise RuntimeError(f"consumer process exited with {self.proc.returncode} and no report")
+        return json.loads(line)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wait_drained(
+    client: Any, stream: str, group: str, timeout: float, interval: float = 0.01
+) -> float:
+    """Wait until ``group`` has read and acknowledged everything on ``stream``; returns the time."""
+    deadline = time.perf_counter() + timeout
+    length = client.xlen(stream)
+    while True:
+        groups = {g["name"]: g for g in client.xinfo_groups(stream)}
+        info = groups.get(group.encode()) or groups.get(group)
+        if info is not None and info["pending"] == 0 and info.get("entries-read") == length:
+            return time.perf_counter()
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"group {group} did not drain {stream} in {timeout:.0f} s: {info}")
+        time.sleep(interval)
+
+
+if __name__ == "__main__":
+    _serve(*sys.argv[1:4])
+    os._exit(0)

@@ -146,6 +146,11 @@ class LedgerMachine(RuleBasedStateMachine):
         reserved = self._reserved(i, amount)
         result = settled(self.ids[i], account_id=self._account(i), reserved=reserved, charge=None)
         m = self._arrive(i, reserved)
+        if m.status == "unsettled" and m.resolution is None:
+            # a complete result now shows what blocks the call: the missing price
+            m.exposure = None
+            assert self._apply(result) == "duplicate"
+            return
         assert self._apply(result) == self._expected_unsettled(m, None)
 
     @rule(i=index, amount=amounts, exposure=exposures)

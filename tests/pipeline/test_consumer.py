@@ -275,3 +275,23 @@ def test_unpriced_model_is_unsettled_not_free(
     assert stats.reasons == {"unpriced": 1} and stats.charged_micros == 0
     assert status(sessions, m["request_id"]) == "unsettled"
     assert redis_client.exists(consumer.keys.request(m["request_id"]))
+
+
+def test_late_usage_of_an_unpriced_model_turns_the_reason_to_unpriced(
+    consumer, publisher, sessions, account
+) -> None:
+    from models.failures import Failure
+
+    m = {**meta(account), "model": "mystery-model-9"}
+    play(publisher, m, frames(usage=False)[:-1])
+    drain(consumer)
+    publisher.frames(m["request_id"], [sse({"choices": [], "usage": USAGE}), "data: [DONE]\n\n"])
+    Sweeper(consumer).run()
+    with sessions() as s:
+        reason = s.scalar(
+            select(Failure.reason)
+            .join(Reservation, Failure.reservation_id == Reservation.id)
+            .where(Reservation.request_id == m["request_id"])
+        )
+    assert reason == "unpriced"
+    assert status(sessions, m["request_id"]) == "unsettled"

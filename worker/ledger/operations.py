@@ -33,11 +33,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from models import Action, Kind, Status
+from models import Action, Failure, Kind, Status
 from worker.errors import LedgerError
 from worker.ledger import postings
 from worker.money import Micros
@@ -224,6 +224,14 @@ def _settle(
     session: Session, row: postings.Locked, result: Result, *, now: datetime, grace: timedelta
 ) -> str:
     if result.charge_micros is None:
+        if row.status == Status.UNSETTLED and row.resolved_at is None:
+            # Late data completed the call, and what now blocks it is the missing price: say so.
+            session.execute(
+                update(Failure)
+                .where(Failure.reservation_id == row.id, Failure.reason != str(Reason.UNPRICED))
+                .values(reason=str(Reason.UNPRICED), exposure_micros=None)
+            )
+            return "duplicate"
         return _mark_unsettled(session, row, result, Reason.UNPRICED, now=now)
     charge = _micros(result.charge_micros)
     if charge < 0:

@@ -1,0 +1,318 @@
+"""``make demo``: the whole pipeline on this machine, start to finish, then the books.
+
+Uses ``REDIS_URL`` if it answers, otherwise starts a private ``redis-server`` on a free loopback port
+(or stops with a one-line explanation), migrates a fresh SQLite ledger under ``var/demo/``, starts a
+real Celery worker with beat, simulates a few thousand calls with the default fault mix, waits until
+every call is reconciled, prints the books, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import redis
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from sqlalchemy import func, select
+from sqlalchemy.orm import sessionmaker
+
+from models import Entry, Failure, LedgerAccount, Reservation, Transaction, UsageRecord
+from worker.config import redact_url
+from worker.ledger.balances import ledger_is_balanced, open_holds, revenue
+from worker.ledger.database import make_engine, upgrade
+from worker.money import Micros
+from worker.pipeline.keys import Keys
+from worker.result import Outcome
+from worker.simulation.calls import plan
+from worker.simulation.driver import play
+from worker.simulation.faults import parse_faults
+
+CALLS = int(os.environ.get("DEMO_CALLS", "3000"))
+SEED = int(os.environ.get("DEMO_SEED", "7"))
+WORKDIR = Path("var/demo")
+PREFIX = "demo"
+console = Console(stderr=True)
+
+
+class DemoError(Exception):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def find_redis(started: list[subprocess.Popen[bytes]]) -> str:
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+        return url
+    except redis.RedisError:
+        pass
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise DemoError(
+            f"Redis does not answer at {redact_url(url)} and redis-server is not installed: "
+            "install Redis (apt install redis-server) or set REDIS_URL to a running server."
+        )
+    port = _free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    started.append(proc)
+    url = f"redis://127.0.0.1:{port}/0"
+    for _ in range(50):
+        try:
+            redis.Redis.from_url(url).ping()
+            console.print(f"started a private redis-server on 127.0.0.1:{port}")
+            return url
+        except redis.ConnectionError:
+            time.sleep(0.1)
+    raise DemoError(f"the private redis-server on port {port} did not start")
+
+
+def clear_keys(client: redis.Redis, prefix: str) -> None:
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    for start in range(0, len(keys), 1000):
+        client.delete(*keys[start : start + 1000])
+
+
+def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    log = open(WORKDIR / "worker.log", "wb")  # noqa: SIM115 - closed with the process
+    argv = [
+        sys.executable, "-m", "celery", "-A", "worker.pipeline.app", "worker", "--beat",
+        "--concurrency=2", "--loglevel=INFO", "--without-gossip", "--without-mingle",
+        f"--schedule={WORKDIR / 'beat-schedule'}",
+    ]  # fmt: skip
+    return subprocess.Popen(
+        argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Warm shutdown: SIGTERM to the main process lets running tasks finish; then the group."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def run() -> int:
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        redis_url = find_redis(started)
+        client = redis.Redis.from_url(redis_url)
+        WORKDIR.mkdir(parents=True, exist_ok=True)
+        db_file = WORKDIR / "billing.db"
+        for stale in WORKDIR.glob("billing.db*"):
+            stale.unlink()
+        database_url = f"sqlite:///{db_file}"
+        upgrade(database_url)
+        clear_keys(client, PREFIX)
+        broker_url = redis_url.rsplit("/", 1)[0] + "/15"
+        redis.Redis.from_url(broker_url).flushdb()
+        env = {
+            "REDIS_URL": redis_url,
+            "CELERY_BROKER_URL": broker_url,
+            "DATABASE_URL": database_url,
+            "BILLING_PREFIX": PREFIX,
+            "BILLING_SWEEP_IDLE_MS": "3000",
+            "BILLING_SWEEP_INTERVAL_SECONDS": "1",
+            "BILLING_RECHECK_SECONDS": "2",
+            "BILLING_CLAIM_IDLE_MS": "5000",
+            "BILLING_DRAIN_MS": "1000",
+        }
+        worker = start_worker(env)
+        started.append(worker)
+        calls = plan(CALLS, SEED, parse_faults("default"), twins=0.05, run_id=f"demo{SEED}")
+        console.print(f"simulating {len(calls)} calls (seed {SEED}, default fault mix)")
+        report = play(calls, client, Keys(PREFIX), concurrency=4, progress=True, total=len(calls))
+        console.print(f"published in {report.elapsed_seconds:.1f}s")
+        engine = make_engine(database_url)
+        sessions = sessionmaker(engine)
+        wait_until_reconciled(sessions, calls, worker)
+        print_books(sessions, client, calls)
+        engine.dispose()
+        clear_keys(client, PREFIX)
+        return 0
+    except DemoError as exc:
+        console.print(f"[red]demo:[/red] {exc}")
+        return 1
+    finally:
+        for proc in reversed(started):
+            stop(proc) if proc.args[0] == sys.executable else proc.terminate()
+        for proc in started:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _decided(sessions: sessionmaker, late_ids: list[str]) -> tuple[int, int]:
+    with sessions() as s:
+        decided = s.scalar(
+            select(func.count()).select_from(Reservation).where(Reservation.status != "held")
+        )
+        late_settled = 0
+        if late_ids:
+            late_settled = s.scalar(
+                select(func.count())
+                .select_from(Reservation)
+                .where(Reservation.request_id.in_(late_ids), Reservation.status == "settled")
+            )
+    return int(decided or 0), int(late_settled or 0)
+
+
+def wait_until_reconciled(sessions: sessionmaker, calls: list, worker: subprocess.Popen) -> None:
+    target = sum(1 for call in calls if call.expected.outcome is not None)
+    late_ids = [
+        call.request_id
+        for call in calls
+        if call.expected.late and call.expected.outcome is Outcome.SETTLED
+    ]
+    columns = (TextColumn("reconciling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    deadline = time.monotonic() + 300
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("calls", total=target)
+        while True:
+            decided, late_settled = _decided(sessions, late_ids)
+            bar.update(task, completed=min(decided, target))
+            if decided >= target and late_settled >= len(late_ids):
+                return
+            if worker.poll() is not None:
+                raise DemoError(f"the worker exited; see {WORKDIR / 'worker.log'}")
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"not every call was reconciled in time; see {WORKDIR / 'worker.log'}"
+                )
+            time.sleep(0.5)
+
+
+def print_books(sessions: sessionmaker, client: redis.Redis, calls: list) -> None:
+    with sessions() as s:
+        statuses = dict(
+            s.execute(select(Reservation.status, func.count()).group_by(Reservation.status)).all()
+        )
+        sources = dict(
+            s.execute(
+                select(UsageRecord.usage_source, func.count()).group_by(UsageRecord.usage_source)
+            ).all()
+        )
+        reasons = dict(
+            s.execute(select(Failure.reason, func.count()).group_by(Failure.reason)).all()
+        )
+        moved = dict(
+            s.execute(
+                select(Transaction.kind, func.sum(Entry.amount))
+                .join(Entry, Entry.transaction_id == Transaction.id)
+                .where(Entry.direction == "credit")
+                .group_by(Transaction.kind)
+            ).all()
+        )
+        released = Micros(
+            int(
+                s.scalar(
+                    select(func.sum(Entry.amount))
+                    .join(LedgerAccount, LedgerAccount.id == Entry.ledger_account_id)
+                    .where(LedgerAccount.kind == "available", Entry.direction == "credit")
+                )
+                or 0
+            )
+        )
+        charged = revenue(s)
+        still_held = open_holds(s)
+        exposure = Micros(
+            int(
+                s.scalar(select(func.sum(Failure.exposure_micros)).where(Failure.action.is_(None)))
+                or 0
+            )
+        )
+        balanced = ledger_is_balanced(s)
+    dead = client.xlen(Keys(PREFIX).dead)
+    expected = Counter(call.expected.label for call in calls)
+    matched, checked = compare_with_simulator(sessions, calls)
+
+    table = Table(title=f"{len(calls)} simulated calls")
+    table.add_column("calls")
+    table.add_column("count", justify="right")
+    for source, count in sorted(sources.items()):
+        table.add_row(f"settled, usage {source}", str(count))
+    for reason, count in sorted(reasons.items()):
+        table.add_row(f"unsettled, {reason}", str(count))
+    table.add_row("void", str(statuses.get("voided", 0)))
+    table.add_row("dead letters", str(dead))
+    money = Table(title="money (USD)")
+    money.add_column("")
+    money.add_column("USD", justify="right")
+
+    def kind(*names: str) -> Micros:
+        return Micros(sum(int(moved.get(name) or 0) for name in names))
+
+    held_total = kind("hold")
+    true_ups = kind("true_up")
+    money.add_row("held", held_total.usd())
+    money.add_row("charged", charged.usd())
+    money.add_row("  of which true-ups beyond the hold", true_ups.usd())
+    money.add_row("released", released.usd())
+    money.add_row("still held (unsettled)", still_held.usd())
+    money.add_row("exposure of open failures", exposure.usd())
+    ties = held_total == (charged - true_ups) + released + still_held
+    out = Console()
+    out.print(table)
+    out.print(money)
+    out.print(f"every ledger transaction sums to zero: {'yes' if balanced else 'NO'}")
+    out.print(
+        f"held = charged from holds + released + still held: {'ties out' if ties else 'DIFFERS'}"
+    )
+    out.print("simulator expected: " + ", ".join(f"{k} {v}" for k, v in sorted(expected.items())))
+    out.print(
+        f"calls whose ledger outcome matches the simulator's expectation: {matched}/{checked}"
+    )
+
+
+STATUS_OF = {Outcome.SETTLED: "settled", Outcome.UNSETTLED: "unsettled", Outcome.VOID: "voided"}
+
+
+def compare_with_simulator(sessions: sessionmaker, calls: list) -> tuple[int, int]:
+    """How many calls reached the status and reason the simulator says they should."""
+    wanted = {
+        call.request_id: (STATUS_OF[call.expected.outcome], call.expected.reason)
+        for call in calls
+        if call.expected.outcome is not None
+    }
+    with sessions() as s:
+        rows = s.execute(
+            select(Reservation.request_id, Reservation.status, Failure.reason).outerjoin(
+                Failure, Failure.reservation_id == Reservation.id
+            )
+        ).all()
+    got = {rid: (status, reason) for rid, status, reason in rows}
+    matched = sum(
+        1
+        for rid, (status, reason) in wanted.items()
+        if got.get(rid, (None, None))[0] == status
+        and (reason is None or got[rid][1] == str(reason))
+    )
+    return matched, len(wanted)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -43,7 +43,9 @@ def process_identifier() -> str:
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     # prometheus_client picks its value class when it is first imported; choose it again here so the
-    # order of imports does not matter and the file names carry the host.
+    # order of imports does not matter and the file names carry the host. A missing directory would
+    # fail every metric below at import, taking the worker down with it: create it instead.
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
     values.ValueClass = values.MultiProcessValue(process_identifier)
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from .servers import cluster_info, cluster_ports, wait_for
+from .servers import cluster_info, cluster_ports, stop_server, wait_for
 
 REDIS_URL = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -39,6 +39,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
                     "--save", "", "--appendonly", "no", "--daemonize", "yes",
                     "--dir", str(workdir), "--logfile", str(workdir / f"redis-{port}.log"),
+                    "--pidfile", str(workdir / f"redis-{port}.pid"),
                 ],
                 check=True, timeout=30,
             )  # fmt: skip
@@ -59,9 +60,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield f"redis://127.0.0.1:{ports[0]}/0"
     finally:
         for port in started:
-            subprocess.run(
-                [cli, "-p", str(port), "shutdown", "nosave"], timeout=30, capture_output=True
-            )
+            stop_server(cli, port, workdir / f"redis-{port}.pid")
 
 
 @pytest.fixture

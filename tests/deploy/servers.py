@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
 
@@ -53,3 +57,29 @@ def cluster_info(port: int) -> bytes:
     finally:
         client.close()
     return reply if isinstance(reply, bytes) else str(reply).encode()
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for init to reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stop_server(cli: str, port: int, pidfile: Path) -> None:
+    """SHUTDOWN NOSAVE, then SIGTERM to the pid it wrote if it is still running after 5 s."""
+    pid = int(pidfile.read_text()) if pidfile.exists() else None
+    subprocess.run([cli, "-p", str(port), "shutdown", "nosave"], timeout=30, capture_output=True)
+    if pid is None:
+        return
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)

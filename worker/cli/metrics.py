@@ -72,7 +72,10 @@ def serve_command(port: int, host: str, backlog: bool) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
     collector = None
     if backlog:
-        client = redis_client(config.redis_url, cluster=config.redis_cluster)
+        try:  # a cluster client connects at once to discover the masters
+            client = redis_client(config.redis_url, cluster=config.redis_cluster)
+        except Exception as exc:
+            fail("metrics serve", f"{redact_url(config.redis_url)}: {exc}")
         collector = metrics.BacklogCollector(client, Keys(config.prefix, config.partitions))
     registry = metrics.exporter_registry(directory, collector)
     try:

@@ -2,7 +2,7 @@
 
 * ``sqlite_url`` / ``pg_url`` (session): a migrated database per xdist worker; PostgreSQL gets a
   uniquely named database ``billing_test_<worker_id>``, created at the start and dropped at the end.
-  Without a reachable server the PostgreSQL variants are skipped.
+  Without a reachable server the PostgreSQL variants fail: a skipped engine would hide a gap.
 * ``engine`` (session, parameterised ``sqlite`` / ``postgresql``): an engine on that database;
   ``pg_engine`` is the PostgreSQL one alone.
 * ``session`` (function): a Session inside an outer transaction that is rolled back after the test;
@@ -42,7 +42,7 @@ def create_pg_database(name: str) -> str:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except OperationalError as exc:
-        pytest.skip(f"PostgreSQL not available: {str(exc.orig).splitlines()[0]}")
+        pytest.fail(f"PostgreSQL not available: {str(exc.orig).splitlines()[0]}")
     finally:
         admin.dispose()
     return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name

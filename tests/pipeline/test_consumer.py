@@ -295,3 +295,54 @@ def test_late_usage_of_an_unpriced_model_turns_the_reason_to_unpriced(
         )
     assert reason == "unpriced"
     assert status(sessions, m["request_id"]) == "unsettled"
+
+
+def test_a_call_that_always_fails_is_dead_lettered_after_max_deliveries(
+    redis_client, sessions, settings, publisher, account, monkeypatch
+) -> None:
+    import worker.pipeline.consumer as consumer_module
+
+    poison, good = meta(account), meta(account)
+    real_apply = consumer_module.apply_result
+
+    def flaky(session, result, **kw):
+        if result.request_id == poison["request_id"]:
+            raise RuntimeError("a bug")
+        return real_apply(session, result, **kw)
+
+    monkeypatch.setattr(consumer_module, "apply_result", flaky)
+    eager = Consumer(
+        redis_client,
+        sessions,
+        Settings(prefix=settings.prefix, claim_idle_ms=0, sweep_idle_ms=0),
+        name="c2",
+    )
+    play(publisher, poison, frames())
+    play(publisher, good, frames())
+    for _ in range(consumer_module.MAX_DELIVERIES + 2):
+        eager.poll(block_ms=None)
+    assert status(sessions, good["request_id"]) == "settled"
+    keys = eager.keys
+    reasons = [fields[b"reason"].decode() for _, fields in redis_client.xrange(keys.dead)]
+    # one dead letter per original notification (its open and its close)
+    assert (
+        reasons == [f"gave up after {consumer_module.MAX_DELIVERIES} deliveries: RuntimeError"] * 2
+    )
+    assert redis_client.xpending(keys.events(), keys.group)["pending"] == 0
+
+
+def test_a_reused_request_id_with_another_hold_is_refused_into_dead_letters(
+    consumer, publisher, sessions, redis_client, account
+) -> None:
+    first = meta(account, reserved=1000)
+    play(publisher, first, frames(usage=False))  # unsettled: its hold stays
+    drain(consumer)
+    again = {**first, "reserved_micros": 7}
+    consumer.client.delete(consumer.keys.request(first["request_id"]))
+    play(publisher, again, frames())
+    drain(consumer)
+    reasons = [f[b"reason"].decode() for _, f in redis_client.xrange(consumer.keys.dead)]
+    assert len(reasons) == 2  # its open and its close
+    assert all(r.startswith("ledger refused:") and "the hold is 1000" in r for r in reasons)
+    with sessions() as s:
+        assert balance(s, account).held == 1000

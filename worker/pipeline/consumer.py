@@ -25,12 +25,11 @@ from typing import Any
 
 import redis
 from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from models.reservations import Reservation, Status
 from worker.config import Settings
-from worker.errors import InputError
+from worker.errors import InputError, LedgerError
 from worker.ledger.operations import apply_result, hold
 from worker.pipeline.entries import (
     MAX_ENTRIES,
@@ -48,6 +47,10 @@ from worker.reconcile import reconcile_response, reconcile_stream
 from worker.result import Outcome, Reason, Result
 
 log = logging.getLogger(__name__)
+
+# A call whose processing fails this many times (not bad input: a bug or a persistent database
+# error) is dead-lettered instead of being claimed again.
+MAX_DELIVERIES = 5
 
 FINAL_STATUSES = frozenset(
     {Status.SETTLED, Status.VOIDED, Status.RELEASED, Status.SETTLED_FROM_ESTIMATE}
@@ -105,6 +108,7 @@ class _Call:
     reason: str | None = None
     charge_micros: int = 0
     dead_reason: str | None = None
+    error: str | None = None
     close_ts: int | None = None
 
     @property
@@ -223,9 +227,16 @@ class Consumer:
                         self._apply(session, call, call_entries, now, book)
                 except InputError as exc:
                     call.dead_reason = str(exc)
-                except SQLAlchemyError:
-                    log.exception("call %s deferred: database error", call.request_id)
+                except LedgerError as exc:
+                    call.dead_reason = f"ledger refused: {exc}"
+                except Exception as exc:
+                    # A database hiccup or a bug: leave it pending to be claimed and redone; the
+                    # savepoint kept the rest of the batch. Poison is capped below.
+                    log.exception("call %s deferred", call.request_id)
                     call.effect = "deferred"
+                    call.dead_reason = None
+                    call.error = type(exc).__name__
+        self._give_up_on_poison(stream, ordered)
 
         pipe = self.client.pipeline(transaction=False)
         done_ms = int(time.time() * 1000)
@@ -274,6 +285,22 @@ class Consumer:
         pipe.execute()
         stats.acked = len(ack)
         return stats
+
+    def _give_up_on_poison(self, stream: str, calls: list[_Call]) -> None:
+        """A call deferred on its ``MAX_DELIVERIES``-th delivery becomes a dead letter, so one call
+        that always fails cannot keep its notifications pending for ever."""
+        deferred = [call for call in calls if call.effect == "deferred"]
+        if not deferred:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for call in deferred:
+            first = call.notes[0].entry_id
+            pipe.xpending_range(stream, self.keys.group, min=first, max=first, count=1)
+        for call, pending in zip(deferred, pipe.execute(), strict=True):
+            delivered = pending[0]["times_delivered"] if pending else 0
+            if delivered >= MAX_DELIVERIES:
+                call.effect = None
+                call.dead_reason = f"gave up after {delivered} deliveries: {call.error}"
 
     def _apply(
         self, session: Session, call: _Call, entries: list[Entry], now: datetime, book: PriceBook

@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from worker.config import Settings, redact_url
 from worker.pipeline.backlog import dead_letter_count, read_backlog
+from worker.pipeline.consumer import MAX_DELIVERIES
 from worker.pipeline.keys import Keys
 
 
@@ -42,8 +43,9 @@ class Limits:
     """Notifications not yet delivered beyond which the workers are behind."""
     max_dead: int = 0
     """Dead letters tolerated before the check is a problem (someone should look at each)."""
-    max_deliveries: int = 5
-    """Deliveries of one notification beyond which it keeps failing."""
+    max_deliveries: int = MAX_DELIVERIES
+    """Deliveries of one notification beyond which it keeps failing: the consumer should have
+    dead-lettered it at ``MAX_DELIVERIES``."""
 
 
 def ok(name: str, detail: str) -> Check:

@@ -1,0 +1,101 @@
+"""``billing report``: calls, outcomes and money over a window, as a table, CSV, JSON or HTML.
+
+A thin shell over ``worker.reports``: parse, run the queries in one snapshot with a progress line
+per section on stderr, render, write. Bad input and database errors print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from worker.cli import main
+from worker.cli.db import database_error, fail, settings
+from worker.reports import ReportError, run_report
+from worker.reports.render_csv import render_csv
+from worker.reports.render_html import render_html
+from worker.reports.render_json import render_json
+from worker.reports.render_table import render_table
+from worker.reports.spec import parse_spec
+
+RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "html": render_html}
+
+
+def _check_sqlite_file(url: str) -> None:
+    """A missing SQLite file would be created empty; say it is missing instead."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ReportError(f"DATABASE_URL: {exc}") from None
+    missing = parsed.get_backend_name() == "sqlite" and parsed.database not in (
+        None,
+        "",
+        ":memory:",
+    )
+    if missing and not Path(str(parsed.database)).exists():
+        raise ReportError(f"database: {parsed.database} does not exist (run `billing db upgrade`)")
+
+
+@contextmanager
+def _progress_display() -> Iterator[object]:
+    console = Console(stderr=True)
+    columns = (SpinnerColumn(), TextColumn("report: {task.description}"), TimeElapsedColumn())
+    with Progress(
+        *columns, console=console, transient=True, disable=not console.is_terminal
+    ) as bar:
+
+        @contextmanager
+        def section(name: str) -> Iterator[None]:
+            task = bar.add_task(name, total=1)
+            try:
+                yield
+            finally:
+                bar.update(task, completed=1, description=f"{name} done")
+
+        yield section
+
+
+@main.command("report")
+@click.option("--since", help="Start, inclusive: RFC 3339 date or timestamp (UTC).")
+@click.option("--until", help="End, exclusive: RFC 3339 date or timestamp (UTC).")
+@click.option(
+    "--by", default="day", show_default=True, help="Group by day,account,model ('' = totals)."
+)
+@click.option(
+    "--format", "fmt", default="table", show_default=True, help="table, csv, json or html."
+)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE.")
+def report_command(
+    since: str | None, until: str | None, by: str, fmt: str, out: Path | None
+) -> None:
+    """Calls, settled/unsettled/void, money held/charged/released and the tie-out, for a window."""
+    try:
+        spec = parse_spec(since, until, by)
+        if fmt not in RENDERERS:
+            raise ReportError(f"unknown --format {fmt!r}: use {', '.join(RENDERERS)}")
+        url = settings("report").database_url
+        _check_sqlite_file(url)
+        with _progress_display() as section:
+            found = run_report(url, spec, progress=section)  # type: ignore[arg-type]
+    except ReportError as exc:
+        fail("report", str(exc))
+    except SQLAlchemyError as exc:
+        fail("report", database_error(exc))
+    text = RENDERERS[fmt](found)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail("report", f"cannot write {out}: {exc.strerror}")
+    click.echo(f"report written to {out}", err=True)

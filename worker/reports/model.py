@@ -1,0 +1,144 @@
+"""The report's data: one model that every renderer reads, so every format shows the same numbers.
+
+Counts are integers; money is ``Micros``; drift percentiles are fractions rounded to six decimals here,
+once, so no renderer rounds on its own. A ``Tally`` is what one group row holds; tallies add up, which
+is how group rows, the per-day series and the total are all rolled up from the same aggregate rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from worker.money import Micros
+
+# (field, label): the order is the order of every renderer.
+COUNTS: tuple[tuple[str, str], ...] = (
+    ("calls", "calls"),
+    ("streamed", "streamed"),
+    ("non_streamed", "non-streamed"),
+    ("settled_reported", "settled, usage reported"),
+    ("settled_estimated", "settled, usage estimated"),
+    ("unsettled_error_finish", "unsettled, error_finish"),
+    ("unsettled_incomplete", "unsettled, incomplete"),
+    ("unsettled_missing_usage", "unsettled, missing_usage"),
+    ("unsettled_unpriced", "unsettled, unpriced"),
+    ("resolved_release", "resolved, released"),
+    ("resolved_charge_estimate", "resolved, charged estimate"),
+    ("resolved_settled_late", "resolved, settled late"),
+    ("void", "void"),
+    ("pending", "pending (no result yet)"),
+)
+MONEY: tuple[tuple[str, str], ...] = (
+    ("held", "held"),
+    ("charged", "charged"),
+    ("true_ups", "of which true-ups beyond the hold"),
+    ("released", "released"),
+    ("still_held", "still held"),
+    ("exposure", "exposure of open failures"),
+)
+COUNT_FIELDS = tuple(name for name, _ in COUNTS)
+MONEY_FIELDS = tuple(name for name, _ in MONEY)
+REASONS = ("error_finish", "incomplete", "missing_usage", "unpriced")
+PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+PARITY_FIELDS = ("prompt_tokens", "completion_tokens", "charge_per_token", "charge")
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """The counts and money of one group of calls."""
+
+    counts: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_FIELDS, 0))
+    money: Mapping[str, Micros] = field(
+        default_factory=lambda: dict.fromkeys(MONEY_FIELDS, Micros(0))
+    )
+
+    @classmethod
+    def of(cls, counts: Mapping[str, object], money: Mapping[str, object]) -> Tally:
+        return cls(
+            {name: int(counts.get(name) or 0) for name in COUNT_FIELDS},  # type: ignore[call-overload]
+            {name: Micros(int(money.get(name) or 0)) for name in MONEY_FIELDS},  # type: ignore[call-overload]
+        )
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(
+            {name: self.counts[name] + other.counts[name] for name in COUNT_FIELDS},
+            {name: self.money[name] + other.money[name] for name in MONEY_FIELDS},
+        )
+
+    @property
+    def unsettled(self) -> int:
+        return sum(self.counts[f"unsettled_{reason}"] for reason in REASONS)
+
+    @property
+    def tie_out_difference(self) -> Micros:
+        """held - (charged from holds + released + still held); zero when the books tie out."""
+        m = self.money
+        return m["held"] - ((m["charged"] - m["true_ups"]) + m["released"] + m["still_held"])
+
+    @property
+    def ties_out(self) -> bool:
+        return self.tie_out_difference == 0
+
+
+def total(tallies: Iterable[Tally]) -> Tally:
+    result = Tally()
+    for tally in tallies:
+        result = result + tally
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """``key`` holds one value per grouping key of the report, in the order of ``Report.by``."""
+
+    key: tuple[str, ...]
+    tally: Tally
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """Relative difference (reported - estimated) / estimated of completion tokens, one model."""
+
+    model: str
+    calls: int
+    p50: float
+    p90: float
+    p99: float
+
+
+@dataclass(frozen=True, slots=True)
+class Parity:
+    pairs: int
+    matches: int
+    mismatches: int
+    mismatched_fields: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    since: datetime
+    until: datetime
+    generated_at: datetime
+    by: tuple[str, ...]
+    groups: tuple[GroupRow, ...]
+    days: tuple[GroupRow, ...]
+    total: Tally
+    drift: tuple[Drift, ...]
+    drift_method: str
+    parity: Parity | None = None
+    anomalies: Mapping[str, int] | None = None
+
+    @property
+    def ties_out(self) -> bool:
+        return self.total.ties_out and all(row.tally.ties_out for row in self.groups)
+
+    @property
+    def unsettled_by_reason(self) -> dict[str, int]:
+        return {reason: self.total.counts[f"unsettled_{reason}"] for reason in REASONS}
+
+
+def ratio(value: float) -> str:
+    """A drift fraction as every renderer shows it: six decimals (0.125000 is 12.5 %)."""
+    return f"{value:.6f}"

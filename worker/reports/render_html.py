@@ -1,0 +1,173 @@
+"""The report as ONE self-contained HTML file: inline CSS and inline SVG, no script, no CDN.
+
+Every string from the database (account and model names, anomaly kinds) goes through
+``html.escape``. The total row's cells carry ``data-total="<field>"`` (money cells also
+``data-micros``) and the tie-out line ``data-ties-out``, so a test or a scraper reads the numbers
+without parsing the layout.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from worker.reports import charts
+from worker.reports.model import COUNTS, MONEY, PARITY_FIELDS, REASONS, Report, Tally, ratio
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#1a202c}
+h1{margin-bottom:.2rem}h2{margin-top:2rem;border-bottom:1px solid #e2e8f0}
+.meta{color:#4a5568}.tie{font-weight:bold;padding:.4rem .8rem;display:inline-block;border-radius:4px}
+.tie.ok{background:#c6f6d5}.tie.bad{background:#fed7d7}
+table{border-collapse:collapse;margin:.5rem 0;font-size:13px}
+th,td{border:1px solid #e2e8f0;padding:3px 8px}td.n{text-align:right;font-variant-numeric:tabular-nums}
+thead th{background:#edf2f7;position:sticky;top:0}tfoot td{font-weight:bold;background:#f7fafc}
+.cards{display:flex;flex-wrap:wrap;gap:1rem}.card{border:1px solid #e2e8f0;padding:.6rem 1rem;border-radius:6px}
+.card b{display:block;font-size:1.2rem}.scroll{overflow-x:auto}svg{max-width:100%;height:auto}
+"""
+
+
+def _when(value: object) -> str:
+    return value.isoformat().replace("+00:00", "Z")  # type: ignore[attr-defined]
+
+
+def _cells(tally: Tally, total: bool) -> str:
+    parts = []
+    for name, _ in COUNTS:
+        attr = f' data-total="{name}"' if total else ""
+        parts.append(f'<td class="n"{attr}>{tally.counts[name]}</td>')
+    for name, _ in MONEY:
+        micros = int(tally.money[name])
+        attr = f' data-total="{name}" data-micros="{micros}"' if total else ""
+        parts.append(f'<td class="n"{attr}>{tally.money[name].usd()}</td>')
+    diff = tally.tie_out_difference
+    verdict = "ties out" if tally.ties_out else f"differs by {diff.usd()}"
+    attr = f' data-total="tie_out_difference" data-micros="{int(diff)}"' if total else ""
+    parts.append(f"<td{attr}>{escape(verdict)}</td>")
+    return "".join(parts)
+
+
+def _groups_table(report: Report) -> str:
+    keys = report.by or ("",)
+    head = "".join(f"<th>{escape(k)}</th>" for k in keys)
+    head += "".join(f"<th>{escape(label)}</th>" for _, label in COUNTS)
+    head += "".join(f"<th>{escape(label)} (USD)</th>" for _, label in MONEY)
+    head += "<th>tie-out</th>"
+    body = []
+    for row in report.groups:
+        key_cells = "".join(f"<td>{escape(v)}</td>" for v in (row.key or ("all",)))
+        body.append(f"<tr>{key_cells}{_cells(row.tally, total=False)}</tr>")
+    foot_keys = "<td>total</td>" + "<td></td>" * (len(keys) - 1)
+    return (
+        '<div class="scroll"><table id="groups"><thead><tr>' + head + "</tr></thead><tbody>"
+        + "".join(body) + "</tbody><tfoot><tr>" + foot_keys + _cells(report.total, total=True)
+        + "</tr></tfoot></table></div>"
+    )  # fmt: skip
+
+
+def _cards(report: Report) -> str:
+    t = report.total
+    cards = [("calls", "calls", str(t.counts["calls"]), None)]
+    cards += [
+        (name, label, t.money[name].usd() + " USD", int(t.money[name])) for name, label in MONEY
+    ]
+    return '<div class="cards">' + "".join(
+        f'<div class="card">{escape(label)}<b data-card="{name}"'
+        + ("" if micros is None else f' data-micros="{micros}"')
+        + f">{escape(value)}</b></div>"
+        for name, label, value, micros in cards
+    ) + "</div>"  # fmt: skip
+
+
+def _drift(report: Report) -> str:
+    if not report.drift:
+        return "<p>No settled call with reported usage and a non-zero estimate in the window.</p>"
+    rows = "".join(
+        f'<tr data-drift-model="{escape(d.model)}"><td>{escape(d.model)}</td>'
+        f'<td class="n">{d.calls}</td><td class="n" data-p="p50">{ratio(d.p50)}</td>'
+        f'<td class="n" data-p="p90">{ratio(d.p90)}</td>'
+        f'<td class="n" data-p="p99">{ratio(d.p99)}</td></tr>'
+        for d in report.drift
+    )
+    chart = charts.range_dots(
+        "drift per model: (reported - estimated) / estimated completion tokens",
+        [(d.model, (d.p50, d.p90, d.p99)) for d in report.drift],
+        ("p50", "p90", "p99"),
+    )
+    return (
+        f'{chart}<table id="drift"><thead><tr><th>model</th><th>calls</th><th>p50</th>'
+        f"<th>p90</th><th>p99</th></tr></thead><tbody>{rows}</tbody></table>"
+        f'<p class="meta">Percentiles computed by {escape(report.drift_method)}; values are '
+        "fractions (0.100000 = 10 %).</p>"
+    )
+
+
+def _parity_and_anomalies(report: Report) -> str:
+    parts = []
+    if report.parity is not None:
+        p = report.parity
+        rows = [("pairs", p.pairs), ("matches", p.matches), ("mismatches", p.mismatches)]
+        rows += [(f"mismatched {name}", p.mismatched_fields[name]) for name in PARITY_FIELDS]
+        parts.append(
+            '<h2>Parity pairs (streamed vs non-streamed twins)</h2><table id="parity"><tbody>'
+            + "".join(
+                f'<tr><td>{escape(k)}</td><td class="n" data-parity="{escape(k)}">{v}</td></tr>'
+                for k, v in rows
+            )
+            + "</tbody></table>"
+        )
+    if report.anomalies is not None:
+        rows = "".join(
+            f'<tr><td>{escape(kind)}</td><td class="n" data-anomaly="{escape(kind)}">{n}</td></tr>'
+            for kind, n in report.anomalies.items()
+        )
+        parts.append(
+            "<h2>Contract anomalies</h2>"
+            + (f'<table id="anomalies"><tbody>{rows}</tbody></table>' if rows else "<p>none</p>")
+        )
+    return "".join(parts)
+
+
+def render_html(report: Report) -> str:
+    t = report.total
+    days = [row.key[0] for row in report.days]
+    money_chart = charts.grouped_bars(
+        "charged vs exposure of open failures per day (USD)",
+        days,
+        [
+            ("charged", [int(row.tally.money["charged"]) for row in report.days]),
+            ("exposure", [int(row.tally.money["exposure"]) for row in report.days]),
+        ],
+        value_label="{:,.6f}",
+        scale=1_000_000,
+    )
+    reason_chart = charts.horizontal_bars(
+        "unsettled calls by reason",
+        [(reason, t.counts[f"unsettled_{reason}"]) for reason in REASONS],
+    )
+    diff = t.tie_out_difference
+    tie = (
+        "held = charged from holds + released + still held: ties out"
+        if report.ties_out
+        else f"held = charged from holds + released + still held: DIFFERS by {diff.usd()} USD"
+    )
+    window = f"{_when(report.since)} to {_when(report.until)}"
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>Billing report {escape(window)}</title><style>{STYLE}</style></head><body>"
+        "<h1>Billing report</h1>"
+        f'<p class="meta">Calls created from {escape(_when(report.since))} (inclusive) to '
+        f"{escape(_when(report.until))} (exclusive), UTC. Grouped by "
+        f"{escape(', '.join(report.by) or 'nothing (totals only)')}. Generated "
+        f"{escape(_when(report.generated_at))}. Money in USD with six decimals; still held and "
+        "exposure as of generation.</p>"
+        f'<p class="tie {"ok" if report.ties_out else "bad"}" '
+        f'data-ties-out="{"true" if report.ties_out else "false"}">{escape(tie)}</p>'
+        f"{_cards(report)}"
+        f"<h2>Money per day</h2>{money_chart}"
+        f"<h2>Unsettled calls</h2>{reason_chart}"
+        f"<h2>Calls and money by group</h2>{_groups_table(report)}"
+        f"<h2>Drift of completion tokens per model</h2>{_drift(report)}"
+        f"{_parity_and_anomalies(report)}"
+        "</body></html>\n"
+    )

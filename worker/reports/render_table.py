@@ -1,0 +1,88 @@
+"""The report as text tables for a terminal (rich, ASCII borders so it also pipes and greps).
+
+Three tables per group row plus a ``total`` row: calls, unsettled and resolved, money (USD, six
+decimals); then the tie-out line, drift per model, parity and anomalies.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from worker.reports.model import COUNTS, MONEY, PARITY_FIELDS, Report, Tally, ratio
+
+CALL_COLUMNS = tuple(c for c in COUNTS if not c[0].startswith(("unsettled_", "resolved_")))
+UNSETTLED_COLUMNS = tuple(c for c in COUNTS if c[0].startswith(("unsettled_", "resolved_")))
+
+
+def _when(value: object) -> str:
+    return value.isoformat().replace("+00:00", "Z")  # type: ignore[attr-defined]
+
+
+def _table(report: Report, title: str, cells: list[tuple[str, object]]) -> Table:
+    """``cells``: (header, function of a Tally returning the cell text)."""
+    table = Table(title=title, box=box.ASCII, title_justify="left")
+    for key in report.by or ("",):
+        table.add_column(key or "", no_wrap=True)
+    for header, _ in cells:
+        table.add_column(header, justify="right", no_wrap=True)
+
+    def add(key: tuple[str, ...], tally: Tally, *, last: bool = False) -> None:
+        values = [fn(tally) for _, fn in cells]  # type: ignore[operator]
+        table.add_row(*(escape(k) for k in key), *values, end_section=last)
+
+    for row in report.groups:
+        add(row.key or ("all",), row.tally)
+    if report.groups:
+        table.rows[-1].end_section = True
+    total_key = ("total", *([""] * (max(len(report.by), 1) - 1)))
+    add(total_key, report.total)
+    return table
+
+
+def _verdict(tally: Tally) -> str:
+    return "yes" if tally.ties_out else f"DIFFERS {tally.tie_out_difference.usd()}"
+
+
+def render_table(report: Report, width: int = 1000) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, highlight=False, soft_wrap=False)
+    console.print(
+        f"billing report  {_when(report.since)} .. {_when(report.until)} (UTC, half-open)"
+        f"  by {','.join(report.by) or 'nothing (totals)'}  generated {_when(report.generated_at)}"
+    )
+    for title, columns in (("calls", CALL_COLUMNS), ("unsettled and resolved", UNSETTLED_COLUMNS)):
+        counts = [(label, lambda t, n=name: str(t.counts[n])) for name, label in columns]
+        console.print(_table(report, title, counts))  # type: ignore[arg-type]
+    money = [(f"{label} (USD)", lambda t, n=name: t.money[n].usd()) for name, label in MONEY]
+    money.append(("ties out", _verdict))
+    console.print(_table(report, "money", money))  # type: ignore[arg-type]
+    verdict = (
+        "ties out"
+        if report.ties_out
+        else f"DIFFERS by {report.total.tie_out_difference.usd()} USD overall"
+    )
+    console.print(f"held = charged from holds + released + still held: {verdict}")
+    drift = Table(
+        title=f"drift of completion tokens, (reported - estimated) / estimated ({report.drift_method})",
+        box=box.ASCII, title_justify="left",
+    )  # fmt: skip
+    for header in ("model", "calls", "p50", "p90", "p99"):
+        drift.add_column(header, justify="left" if header == "model" else "right", no_wrap=True)
+    for d in report.drift:
+        drift.add_row(escape(d.model), str(d.calls), ratio(d.p50), ratio(d.p90), ratio(d.p99))
+    console.print(drift if report.drift else "drift: no reported calls with an estimate")
+    if report.parity is not None:
+        p = report.parity
+        fields = ", ".join(f"{name} {p.mismatched_fields[name]}" for name in PARITY_FIELDS)
+        console.print(
+            f"parity pairs {p.pairs}: matches {p.matches}, mismatches {p.mismatches} ({fields})"
+        )
+    if report.anomalies is not None:
+        listed = ", ".join(f"{k} {v}" for k, v in report.anomalies.items()) or "none"
+        console.print(f"anomalies: {escape(listed)}")
+    return out.getvalue()

@@ -92,6 +92,44 @@ def is_transient(exc: BaseException) -> bool:
 # --- hold ------------------------------------------------------------------------------------------
 
 
+def reservation_values(meta: RequestMeta, now: datetime) -> dict[str, Any]:
+    """The reservation row of a request (shared with the batched path in ``batch``)."""
+    return {
+        "request_id": meta.request_id,
+        "account_id": meta.account_id,
+        "model": meta.model,
+        "stream": meta.stream,
+        "reserved_micros": int(meta.reserved_micros),
+        "status": str(Status.HELD),
+        "created_at": _aware(meta.created_at),
+        "updated_at": now,
+    }
+
+
+def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str, Any]:
+    """The usage record of a settled, priced result (shared with the batched path)."""
+    billed = result.billed_usage
+    if billed is None or result.charge_micros is None:
+        raise LedgerError(f"{result.request_id}: settled result without billed usage or charge")
+    return {
+        "reservation_id": reservation_id,
+        "prompt_tokens": billed.prompt_tokens,
+        "cached_tokens": billed.cached_tokens,
+        "completion_tokens": billed.completion_tokens,
+        "reasoning_tokens": billed.reasoning_tokens,
+        "usage_source": str(result.usage_source),
+        "finish_reasons": _joined(result.finish_reasons),
+        "charge_micros": int(result.charge_micros),
+        "estimate_prompt_tokens": result.estimate.prompt_tokens,
+        "estimate_completion_tokens": result.estimate.completion_tokens,
+        "estimate_approximate": result.estimate.approximate,
+        "system_fingerprint": result.system_fingerprint,
+        "completion_id": result.completion_id,
+        "anomalies": _joined(result.anomalies),
+        "created_at": now,
+    }
+
+
 def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
     """Record a request's reservation and hold its amount. Idempotent on ``request_id``.
 
@@ -103,19 +141,7 @@ def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
     if amount < 0:
         raise LedgerError(f"{meta.request_id}: reserved_micros must not be negative")
     available_id, held_id = postings.customer_ids(session, meta.account_id, now)
-    reservation_id = postings.insert_reservation(
-        session,
-        {
-            "request_id": meta.request_id,
-            "account_id": meta.account_id,
-            "model": meta.model,
-            "stream": meta.stream,
-            "reserved_micros": int(amount),
-            "status": str(Status.HELD),
-            "created_at": _aware(meta.created_at),
-            "updated_at": now,
-        },
-    )
+    reservation_id = postings.insert_reservation(session, reservation_values(meta, now))
     if reservation_id is None:
         existing = session.execute(postings.EXISTING_HOLD, {"b_request_id": meta.request_id}).one()
         if existing.reserved_micros != amount or existing.account_id != meta.account_id:
@@ -249,26 +275,7 @@ def _settle(
     if billed is None:
         raise LedgerError(f"{result.request_id}: settled result without billed usage")
     postings.charge(session, row, charge, Kind.CHARGE, now)
-    session.execute(
-        postings.INSERT_USAGE,
-        {
-            "reservation_id": row.id,
-            "prompt_tokens": billed.prompt_tokens,
-            "cached_tokens": billed.cached_tokens,
-            "completion_tokens": billed.completion_tokens,
-            "reasoning_tokens": billed.reasoning_tokens,
-            "usage_source": str(result.usage_source),
-            "finish_reasons": _joined(result.finish_reasons),
-            "charge_micros": int(charge),
-            "estimate_prompt_tokens": result.estimate.prompt_tokens,
-            "estimate_completion_tokens": result.estimate.completion_tokens,
-            "estimate_approximate": result.estimate.approximate,
-            "system_fingerprint": result.system_fingerprint,
-            "completion_id": result.completion_id,
-            "anomalies": _joined(result.anomalies),
-            "created_at": now,
-        },
-    )
+    session.execute(postings.INSERT_USAGE, usage_values(row.id, result, now))
     postings.set_status(session, row, Status.SETTLED, now)
     if late:
         postings.close_failure(

@@ -61,6 +61,11 @@ def _insert_ignore(table: Any, conflict: str, returning: Any = None) -> dict[str
 INSERT_ACCOUNT = _insert_ignore(accounts, "id")
 INSERT_LEDGER_ACCOUNT = _insert_ignore(ledger_accounts, "name")
 INSERT_RESERVATION = _insert_ignore(reservations, "request_id", reservations.c.id)
+# Many at once: (request_id, id) of the rows actually inserted; duplicates return nothing.
+INSERT_RESERVATION_MANY = {
+    name: statement.returning(reservations.c.request_id, reservations.c.id)
+    for name, statement in _insert_ignore(reservations, "request_id").items()
+}
 INSERT_TRANSACTION = insert(transactions).returning(transactions.c.id)
 INSERT_ENTRY = insert(entries)
 INSERT_USAGE = insert(usage_records)

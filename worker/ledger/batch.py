@@ -1,0 +1,190 @@
+"""The ledger's hot path in bulk: many holds and plain settlements in a handful of statements.
+
+Contract of ``apply_common``: the same effects as ``operations.hold`` for each hold and then
+``operations.apply_result`` for each result, for the calls on the common path — a new reservation with
+a positive hold, and a settled, priced result within its hold for a reservation that is ``held`` — and
+nothing at all for the others, which it hands back for the per-call operations to decide (duplicates,
+late and unpriced results, true-ups, voids, failures, results before their hold). Never commits.
+
+Why: per call, the operations cost 5 to 7 round trips (savepoint, lock, transaction, entries, usage,
+status). Here one batch costs about ten, whatever its size, and the rules stay in one place: this
+module only takes the cases whose outcome the rules leave no choice about, and checks them under the
+same row locks. If a bulk statement fails (a race on a unique key), the caller rolls back the savepoint
+around this function and sends every call down the per-call path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.orm import Session
+
+from models import Kind, LedgerKind, Status
+from worker.ledger import postings
+from worker.ledger.operations import reservation_values, usage_values
+from worker.request import RequestMeta
+from worker.result import Outcome, Result
+
+reservations = postings.reservations
+ledger_accounts = postings.ledger_accounts
+
+INSERT_TRANSACTIONS = insert(postings.transactions).returning(
+    postings.transactions.c.id, sort_by_parameter_order=True
+)
+SET_SETTLED = (
+    update(reservations)
+    .where(reservations.c.id == bindparam("b_id"))
+    .values(status=str(Status.SETTLED), updated_at=bindparam("b_now"))
+)
+CUSTOMER_IDS = select(
+    ledger_accounts.c.account_id, ledger_accounts.c.kind, ledger_accounts.c.id
+).where(ledger_accounts.c.account_id.in_(bindparam("b_accounts", expanding=True)))
+LOCK_MANY = (
+    select(
+        reservations.c.id,
+        reservations.c.request_id,
+        reservations.c.account_id,
+        reservations.c.status,
+        reservations.c.reserved_micros,
+    )
+    .where(reservations.c.request_id.in_(bindparam("b_ids", expanding=True)))
+    .order_by(reservations.c.id)
+    .with_for_update()
+)
+
+
+@dataclass
+class Applied:
+    """What ``apply_common`` did: effect per request id ('held' or 'settled')."""
+
+    held: set[str] = field(default_factory=set)
+    settled: set[str] = field(default_factory=set)
+
+
+def _customer_ids(
+    session: Session, accounts: set[str], now: datetime
+) -> dict[str, tuple[int, int]]:
+    found: dict[str, dict[str, int]] = {}
+    if accounts:
+        for account, kind, ledger_id in session.execute(
+            CUSTOMER_IDS, {"b_accounts": sorted(accounts)}
+        ):
+            found.setdefault(account, {})[kind] = ledger_id
+    ids = {}
+    for account in accounts:
+        kinds = found.get(account, {})
+        if LedgerKind.AVAILABLE in kinds and LedgerKind.HELD in kinds:
+            ids[account] = (kinds[LedgerKind.AVAILABLE], kinds[LedgerKind.HELD])
+        else:  # first sight of this customer: create its accounts the ordinary way
+            ids[account] = postings.customer_ids(session, account, now)
+    return ids
+
+
+def _post_many(
+    session: Session, postings_: list[tuple[int, Kind, list[tuple[int, int]]]], now: datetime
+) -> None:
+    """Write balanced transactions in two statements: transactions, then all their entries."""
+    if not postings_:
+        return
+    txn_ids = (
+        session.execute(
+            INSERT_TRANSACTIONS,
+            [
+                {"reservation_id": rid, "kind": str(kind), "flagged": False, "created_at": now}
+                for rid, kind, _ in postings_
+            ],
+        )
+        .scalars()
+        .all()
+    )
+    rows = []
+    for txn_id, (_, _, legs) in zip(txn_ids, postings_, strict=True):
+        assert sum(amount for _, amount in legs) == 0
+        rows.extend(
+            {
+                "transaction_id": txn_id,
+                "ledger_account_id": account,
+                "amount": abs(amount),
+                "direction": "credit" if amount > 0 else "debit",
+            }
+            for account, amount in legs
+            if amount != 0
+        )
+    session.execute(postings.INSERT_ENTRY, rows)
+
+
+def _holds(session: Session, metas: Sequence[RequestMeta], now: datetime, applied: Applied) -> None:
+    fresh = {m.request_id: m for m in metas if m.reserved_micros > 0}
+    if not fresh:
+        return
+    ids = _customer_ids(session, {m.account_id for m in fresh.values()}, now)
+    statement = postings.INSERT_RESERVATION_MANY[postings._dialect(session)]
+    inserted = dict(
+        session.execute(statement, [reservation_values(m, now) for m in fresh.values()]).all()
+    )
+    moves = []
+    for request_id, reservation_id in inserted.items():
+        meta = fresh[request_id]
+        available_id, held_id = ids[meta.account_id]
+        amount = int(meta.reserved_micros)
+        moves.append((reservation_id, Kind.HOLD, [(available_id, -amount), (held_id, amount)]))
+        applied.held.add(request_id)
+    _post_many(session, moves, now)
+
+
+def _settlements(
+    session: Session, results: Sequence[Result], now: datetime, applied: Applied
+) -> None:
+    candidates = {
+        r.request_id: r
+        for r in results
+        if r.outcome is Outcome.SETTLED and r.charge_micros is not None and r.reserved_micros > 0
+    }
+    if not candidates:
+        return
+    rows = session.execute(LOCK_MANY, {"b_ids": sorted(candidates)}).all()
+    common = []
+    for row in rows:
+        result = candidates[row.request_id]
+        if (
+            row.status == Status.HELD
+            and row.reserved_micros == result.reserved_micros
+            and row.account_id == result.account_id
+            and 0 <= result.charge_micros <= row.reserved_micros
+        ):
+            common.append((row, result))
+    if not common:
+        return
+    ids = _customer_ids(session, {row.account_id for row, _ in common}, now)
+    revenue = postings.system_account_id(session, LedgerKind.REVENUE)
+    moves = []
+    for row, result in common:
+        available_id, held_id = ids[row.account_id]
+        reserved, charge = row.reserved_micros, int(result.charge_micros)
+        legs = [(held_id, -reserved), (revenue, charge), (available_id, reserved - charge)]
+        moves.append((row.id, Kind.CHARGE, legs))
+    _post_many(session, moves, now)
+    session.execute(postings.INSERT_USAGE, [usage_values(row.id, r, now) for row, r in common])
+    session.execute(SET_SETTLED, [{"b_id": row.id, "b_now": now} for row, _ in common])
+    applied.settled.update(row.request_id for row, _ in common)
+
+
+def apply_common(
+    session: Session,
+    holds: Sequence[RequestMeta],
+    results: Sequence[Result],
+    *,
+    now: datetime,
+) -> Applied:
+    """Apply the common-path holds, then the common-path settlements; see the module docstring.
+
+    A request id may appear in both (its open and close in one batch): it is held, then settled.
+    Every request id must appear at most once in each sequence.
+    """
+    applied = Applied()
+    _holds(session, holds, now, applied)
+    _settlements(session, results, now, applied)
+    return applied

@@ -17,7 +17,12 @@ from worker.pipeline.app import app
 
 log = logging.getLogger("worker.pipeline")
 
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OperationalError)
+TRANSIENT = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    OperationalError,
+)
 
 
 @app.task(name="billing.drain")

@@ -1,0 +1,214 @@
+"""A small ledger built through the real operations, and what the report must say about it.
+
+Each ``Call`` is a plan; ``post`` runs it through ``hold`` / ``apply_result`` / ``resolve``; and
+``expected`` computes every count and amount from the plans alone, without SQL, so the report's
+queries are checked against an independent computation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ledger.factories import make_meta, make_result
+from sqlalchemy.orm import Session
+
+from worker.ledger.operations import apply_result, hold, resolve
+from worker.money import Micros
+from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, Tally
+from worker.result import Estimate, Outcome, Reason, Result, Usage, UsageSource
+
+GRACE = timedelta(hours=1)
+SINCE = datetime(2033, 5, 1, tzinfo=UTC)
+UNTIL = datetime(2033, 5, 3, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Call:
+    account: str
+    model: str
+    created_at: datetime
+    kind: str  # settled | void | unsettled | pending
+    reserved: int = 10_000
+    stream: bool = True
+    charge: int | None = 4_000  # settled: the charge (None: unpriced → unsettled, unpriced)
+    source: str = "reported"
+    reason: str | None = None  # unsettled
+    exposure: int | None = 3_000
+    resolution: str | None = None  # release | charge_estimate | settled_late
+    completion: int = 50
+    estimate: int = 52
+    request_id: str = ""
+
+    @property
+    def day(self) -> str:
+        return self.created_at.date().isoformat()
+
+
+def scenario(
+    prefix: str, account_a: str = "", account_b: str = "", model: str = "m-one"
+) -> list[Call]:
+    """Every outcome, two days in the window, and one call on each side of it."""
+    a = account_a or f"acct-a-{prefix}"
+    b = account_b or f"acct-b-{prefix}"
+    d1 = datetime(2033, 5, 1, 0, 0, tzinfo=UTC)  # the first instant of the window: included
+    d2 = datetime(2033, 5, 2, 23, 59, 59, 999_000, tzinfo=UTC)
+    calls = [
+        Call(a, "m-one", d1, "settled", completion=50, estimate=52),
+        Call(a, "m-two", d1 + timedelta(hours=3), "settled", stream=False, charge=3_000,
+             source="estimated", completion=40, estimate=40),
+        Call(b, "m-one", d1 + timedelta(hours=5), "settled", reserved=1_000, charge=2_500,
+             completion=120, estimate=100),
+        Call(b, "m-two", d1 + timedelta(hours=6), "void", stream=False),
+        Call(a, "m-one", d2 - timedelta(hours=1), "unsettled", reason="error_finish"),
+        Call(b, "m-one", d2 - timedelta(hours=2), "unsettled", reason="incomplete",
+             resolution="release"),
+        Call(a, "m-two", d2 - timedelta(hours=3), "unsettled", reason="missing_usage",
+             exposure=3_000, resolution="charge_estimate"),
+        Call(b, "m-two", d2 - timedelta(hours=4), "unsettled", reason="missing_usage",
+             exposure=15_000, resolution="charge_estimate"),
+        Call(a, "m-one", d2 - timedelta(hours=5), "unsettled", reason="unpriced", charge=None),
+        Call(b, "m-one", d2 - timedelta(hours=6), "unsettled", reason="error_finish",
+             resolution="settled_late", charge=6_000, completion=80, estimate=90),
+        Call(a, "m-two", d2, "pending", reserved=7_000),
+        Call(b, "m-two", d2 - timedelta(hours=7), "settled", reserved=0, charge=500,
+             completion=10, estimate=9),
+        Call(a, "m-one", SINCE - timedelta(microseconds=1), "settled"),  # before the window
+        Call(a, "m-one", UNTIL, "void"),  # the end is exclusive
+    ]  # fmt: skip
+    return [
+        Call(**{
+            **c.__dict__,
+            "model": model if c.model == "m-one" else c.model,
+            "request_id": f"rep-{prefix}-{i}-{uuid.uuid4().hex[:6]}",
+        })
+        for i, c in enumerate(calls)
+    ]  # fmt: skip
+
+
+def _result(call: Call, outcome: Outcome, **kw: object) -> Result:
+    return make_result(
+        call.request_id,
+        outcome=outcome,
+        account_id=call.account,
+        reserved=call.reserved,
+        model=call.model,
+        created_at=call.created_at,
+        usage=Usage(prompt_tokens=100, completion_tokens=call.completion),
+        estimate=Estimate(prompt_tokens=98, completion_tokens=call.estimate, approximate=False),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def post(session: Session, calls: Iterable[Call]) -> None:
+    for call in calls:
+        now = call.created_at + timedelta(seconds=5)
+        meta = make_meta(
+            call.request_id,
+            account_id=call.account,
+            reserved=call.reserved,
+            model=call.model,
+            stream=call.stream,
+            created_at=call.created_at,
+        )
+        hold(session, meta, now=now)
+        if call.kind == "settled":
+            result = _result(call, Outcome.SETTLED, charge=call.charge,
+                             usage_source=UsageSource(call.source))  # fmt: skip
+            apply_result(session, result, now=now, grace=GRACE)
+        elif call.kind == "void":
+            apply_result(session, _result(call, Outcome.VOID), now=now, grace=GRACE)
+        elif call.kind == "unsettled" and call.reason == "unpriced":
+            result = _result(call, Outcome.SETTLED, charge=None)
+            apply_result(session, result, now=now, grace=GRACE)
+        elif call.kind == "unsettled":
+            result = _result(call, Outcome.UNSETTLED, reason=Reason(call.reason),
+                             exposure=call.exposure)  # fmt: skip
+            apply_result(session, result, now=now, grace=GRACE)
+            later = now + timedelta(seconds=30)
+            if call.resolution == "settled_late":
+                late = _result(call, Outcome.SETTLED, charge=call.charge)
+                assert apply_result(session, late, now=later, grace=GRACE) == "settled_late"
+            elif call.resolution is not None:
+                resolve(session, call.request_id, call.resolution, who="test", note="t", now=later)
+    session.flush()
+
+
+def _tally(call: Call) -> Tally:
+    counts = dict.fromkeys(COUNT_FIELDS, 0)
+    money = dict.fromkeys(MONEY_FIELDS, 0)
+    counts["calls"] = 1
+    counts["streamed" if call.stream else "non_streamed"] = 1
+    money["held"] = call.reserved
+
+    def charged(amount: int) -> None:
+        money["charged"] = amount
+        money["true_ups"] = max(amount - call.reserved, 0)
+        money["released"] = call.reserved - min(amount, call.reserved)
+
+    if call.kind == "settled":
+        counts[f"settled_{call.source}"] = 1
+        charged(call.charge or 0)
+    elif call.kind == "void":
+        counts["void"] = 1
+        money["released"] = call.reserved
+    elif call.kind == "pending":
+        counts["pending"] = 1
+        money["still_held"] = call.reserved
+    else:
+        counts[f"unsettled_{call.reason}"] = 1
+        if call.resolution is None:
+            money["still_held"] = call.reserved
+            money["exposure"] = 0 if call.reason == "unpriced" else (call.exposure or 0)
+        else:
+            counts[f"resolved_{call.resolution}"] = 1
+        if call.resolution == "release":
+            money["released"] = call.reserved
+        elif call.resolution == "charge_estimate":
+            charged(call.exposure or 0)
+        elif call.resolution == "settled_late":
+            counts["settled_reported"] = 1
+            charged(call.charge or 0)
+    return Tally.of(counts, {k: Micros(v) for k, v in money.items()})
+
+
+def in_window(calls: Iterable[Call]) -> list[Call]:
+    return [c for c in calls if SINCE <= c.created_at < UNTIL]
+
+
+def key_of(call: Call, by: Sequence[str]) -> tuple[str, ...]:
+    values = {"day": call.day, "account": call.account, "model": call.model}
+    return tuple(values[k] for k in by)
+
+
+def expected(calls: Iterable[Call], by: Sequence[str]) -> dict[tuple[str, ...], Tally]:
+    found: dict[tuple[str, ...], Tally] = {}
+    for call in in_window(calls):
+        key = key_of(call, by)
+        found[key] = found.get(key, Tally()) + _tally(call)
+    return found
+
+
+def percentile_cont(values: Sequence[float], fraction: float) -> float:
+    """PostgreSQL's definition, in plain Python."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = int(position // 1)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (position - low) * (ordered[high] - ordered[low])
+
+
+def expected_drift(calls: Iterable[Call]) -> dict[str, list[float]]:
+    """Relative differences per model of the calls settled with reported usage."""
+    found: dict[str, list[float]] = {}
+    for call in in_window(calls):
+        reported = (call.kind == "settled" and call.source == "reported") or (
+            call.resolution == "settled_late"
+        )
+        if reported and call.estimate > 0:
+            found.setdefault(call.model, []).append(
+                (call.completion - call.estimate) / call.estimate
+            )
+    return found

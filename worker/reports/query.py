@@ -82,7 +82,7 @@ def grain(spec: ReportSpec) -> tuple[str, ...]:
     return spec.by if "day" in spec.by else (*spec.by, "day")
 
 
-def _window(spec: ReportSpec) -> ColumnElement[bool]:
+def window_clause(spec: ReportSpec) -> ColumnElement[bool]:
     created = reservations.c.created_at
     return (created >= spec.since) & (created < spec.until)
 
@@ -127,7 +127,7 @@ def calls_statement(spec: ReportSpec, dialect: str) -> Any:
                 f, f.c.reservation_id == r.c.id
             )
         )
-        .where(_window(spec))
+        .where(window_clause(spec))
         .group_by(*dims)
     )
 
@@ -151,7 +151,7 @@ def money_statement(spec: ReportSpec, dialect: str) -> Any:
             .join(reservations, reservations.c.id == t.c.reservation_id)
             .join(la, la.c.id == e.c.ledger_account_id)
         )
-        .where(_window(spec))
+        .where(window_clause(spec))
         .group_by(*dims)
     )
 
@@ -205,7 +205,7 @@ def parity(conn: Connection, spec: ReportSpec) -> Parity:
             ),
         )
         .select_from(p.join(reservations, reservations.c.id == p.c.streamed_reservation_id))
-        .where(_window(spec))
+        .where(window_clause(spec))
     )
     row = conn.execute(statement).mappings().one()
     return Parity(
@@ -221,7 +221,7 @@ def anomaly_counts(conn: Connection, spec: ReportSpec) -> dict[str, int]:
     statement = (
         select(a.c.kind, func.count())
         .select_from(a.join(reservations, reservations.c.id == a.c.reservation_id))
-        .where(_window(spec))
+        .where(window_clause(spec))
         .group_by(a.c.kind)
         .order_by(a.c.kind)
     )
@@ -255,7 +255,7 @@ def build_report(
     days = _roll_up(grains, (keys.index("day"),))
     method = drift_method or drift_query.default_method(conn.dialect.name)
     with step("drift"):
-        drift = drift_query.per_model(conn, _window(spec), method)
+        drift = drift_query.per_model(conn, window_clause(spec), method)
     found_parity = None
     if "parity_pairs" in present:
         with step("parity"):

@@ -1,18 +1,26 @@
 """The billing database schema (SQLAlchemy 2.0 typed models); migrations live in ``migrations``."""
 
 from models.accounts import Account, LedgerAccount, LedgerKind, ledger_account_name
+from models.alerts import AlertEvent, AlertKind, OutboxAlert, OutboxStatus
+from models.anomalies import ANOMALY_KINDS, Anomaly, AnomalyKind
 from models.base import NAMING_CONVENTION, Base
 from models.failures import Action, Failure
 from models.ledger import Direction, Entry, Kind, Transaction
+from models.parity import ParityPair, Verdict
 from models.prices import PriceRow
 from models.reservations import OPEN_STATUSES, Reservation, Status
 from models.usage import UsageRecord
 
 __all__ = [
+    "ANOMALY_KINDS",
     "NAMING_CONVENTION",
     "OPEN_STATUSES",
     "Account",
     "Action",
+    "AlertEvent",
+    "AlertKind",
+    "Anomaly",
+    "AnomalyKind",
     "Base",
     "Direction",
     "Entry",
@@ -20,10 +28,14 @@ __all__ = [
     "Kind",
     "LedgerAccount",
     "LedgerKind",
+    "OutboxAlert",
+    "OutboxStatus",
+    "ParityPair",
     "PriceRow",
     "Reservation",
     "Status",
     "Transaction",
     "UsageRecord",
+    "Verdict",
     "ledger_account_name",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, String, Text
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, BigId, UTCDateTime
@@ -15,6 +15,7 @@ class UsageRecord(Base):
     __table_args__ = (
         CheckConstraint("usage_source IN ('reported', 'estimated')", name="usage_source"),
         CheckConstraint("charge_micros >= 0", name="charge_not_negative"),
+        Index(None, "created_at"),  # windows: drift medians, unsettled rate, reports
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -33,3 +34,9 @@ class UsageRecord(Base):
     completion_id: Mapped[str | None] = mapped_column(String(200))
     anomalies: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Salted hash of the assembled output (content, refusal, reasoning, tool calls), never the text:
+    # parity compares completion tokens only between twins whose outputs are identical.
+    output_hash: Mapped[str | None] = mapped_column(String(64))
+    # Streamed calls with reported usage: (reported - estimated) completion tokens, parts per million
+    # of the estimate; NULL otherwise or when the estimate is 0.
+    drift_ppm: Mapped[int | None] = mapped_column(BigInteger)

@@ -37,6 +37,13 @@ ENV_VARS = (
     "BILLING_SWEEP_INTERVAL_SECONDS",
     "BILLING_RECHECK_SECONDS",
     "PROMETHEUS_MULTIPROC_DIR",
+    "BILLING_PARITY_WINDOW_SECONDS",
+    "BILLING_DRIFT_ALERT_PCT",
+    "BILLING_DRIFT_WINDOW_SECONDS",
+    "BILLING_NON_STREAMABLE_MODELS",
+    "BILLING_ALERT_WINDOW_SECONDS",
+    "BILLING_UNSETTLED_RATE_PCT",
+    "BILLING_ALERT_WEBHOOK_URL",
 )
 
 
@@ -62,6 +69,11 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     raise ValueError(f"{name} must be 1 or 0, got {raw!r}")
 
 
+def _prefixes(raw: str | None) -> tuple[str, ...]:
+    """A comma-separated list of model name prefixes; blanks dropped."""
+    return tuple(part.strip() for part in (raw or "").split(",") if part.strip())
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     redis_url: str = DEFAULT_REDIS_URL
@@ -83,6 +95,14 @@ class Settings:
     recheck_seconds: int = 30
     redis_cluster: bool = False
     metrics_dir: str | None = None
+    parity_window_seconds: int = 3_600
+    drift_alert_pct: int = 10
+    drift_window_seconds: int = 3_600
+    non_streamable_models: tuple[str, ...] = ()
+    alert_window_seconds: int = 300
+    unsettled_rate_pct: int = 5
+    # May carry a token in its path (Slack): log it only through ``worker.alerts.config.redact``.
+    alert_webhook_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -111,6 +131,13 @@ class Settings:
             recheck_seconds=_int(env, "BILLING_RECHECK_SECONDS", 30, minimum=1),
             redis_cluster=_flag(env, "REDIS_CLUSTER"),
             metrics_dir=env.get("PROMETHEUS_MULTIPROC_DIR") or None,
+            parity_window_seconds=_int(env, "BILLING_PARITY_WINDOW_SECONDS", 3_600, minimum=1),
+            drift_alert_pct=_int(env, "BILLING_DRIFT_ALERT_PCT", 10, minimum=1),
+            drift_window_seconds=_int(env, "BILLING_DRIFT_WINDOW_SECONDS", 3_600, minimum=60),
+            non_streamable_models=_prefixes(env.get("BILLING_NON_STREAMABLE_MODELS")),
+            alert_window_seconds=_int(env, "BILLING_ALERT_WINDOW_SECONDS", 300, minimum=60),
+            unsettled_rate_pct=_int(env, "BILLING_UNSETTLED_RATE_PCT", 5, minimum=1),
+            alert_webhook_url=env.get("BILLING_ALERT_WEBHOOK_URL") or None,
         )
 
 

@@ -20,6 +20,10 @@ TABLES = {
     "entries",
     "usage_records",
     "failures",
+    "parity_pairs",
+    "anomalies",
+    "alert_events",
+    "alert_outbox",
 }
 
 

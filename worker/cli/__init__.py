@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "simulate",
     "metrics",
     "doctor",
+    "alerts",
     "report",
 )
 

@@ -17,6 +17,9 @@ from worker.config import Settings
 
 settings = Settings.from_env()
 
+PARITY_INTERVAL_SECONDS = 60.0
+ALERTS_INTERVAL_SECONDS = 30.0
+
 app = Celery("billing", broker=settings.broker_url, include=["worker.pipeline.tasks"])
 app.conf.update(
     task_ignore_result=True,
@@ -37,6 +40,17 @@ app.conf.update(
             "task": "billing.sweep",
             "schedule": float(settings.sweep_interval_seconds),
             "options": {"expires": float(settings.sweep_interval_seconds)},
+        },
+        # Parity pairs and alerts: minutes matter, not seconds; each run is idempotent.
+        "parity": {
+            "task": "billing.parity",
+            "schedule": PARITY_INTERVAL_SECONDS,
+            "options": {"expires": PARITY_INTERVAL_SECONDS},
+        },
+        "alerts": {
+            "task": "billing.alerts",
+            "schedule": ALERTS_INTERVAL_SECONDS,
+            "options": {"expires": ALERTS_INTERVAL_SECONDS},
         },
     },
 )

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from models.reservations import Reservation, Status
 from worker.config import Settings
 from worker.errors import InputError, LedgerError
+from worker.ledger.findings import record_findings, reservation_of
 from worker.ledger.operations import apply_result, hold
 from worker.pipeline.entries import (
     MAX_ENTRIES,
@@ -44,6 +45,7 @@ from worker.pipeline.keys import Keys
 from worker.pipeline.pricing import PriceSource
 from worker.prices import PriceBook
 from worker.reconcile import reconcile_response, reconcile_stream
+from worker.request import RequestMeta
 from worker.result import Outcome, Reason, Result
 
 log = logging.getLogger(__name__)
@@ -88,11 +90,18 @@ class BatchStats:
 
 def reconcile_record(entries: list[Entry], request_id: str, book: PriceBook) -> Result:
     """Decode a call's stream and reconcile it (raises ``InputError`` for unusable streams)."""
+    return reconcile_call(entries, request_id, book)[1]
+
+
+def reconcile_call(
+    entries: list[Entry], request_id: str, book: PriceBook
+) -> tuple[RequestMeta, Result]:
+    """``reconcile_record`` with the request metadata it decoded (for the parity fingerprint)."""
     record = decode_call(entries, request_id)
     if record.streamed:
-        return reconcile_stream(record.meta, record.frames, book)
+        return record.meta, reconcile_stream(record.meta, record.frames, book)
     assert record.response_status is not None
-    return reconcile_response(
+    return record.meta, reconcile_response(
         record.meta, record.response_status, record.response_body or b"", book
     )
 
@@ -319,9 +328,22 @@ class Consumer:
                 call.effect = "duplicate"
                 return
             raise InputError("close for a stream that does not exist")
-        result = reconcile_record(entries, call.request_id, book)
+        meta, result = reconcile_call(entries, call.request_id, book)
         call.outcome = result.outcome
+        opened = any(note.kind == "open" for note in call.notes)
+        reservation = None if opened else reservation_of(session, call.request_id)
         call.effect = apply_result(session, result, now=now, grace=self.grace)
+        record_findings(
+            session,
+            result,
+            call.effect,
+            salt=self.settings.hash_salt,
+            now=now,
+            non_streamable=self.settings.non_streamable_models,
+            meta=meta,
+            reservation=reservation,
+            opened=opened or reservation is not None,
+        )
         call.reason = None if result.reason is None else str(result.reason)
         if call.effect == "unsettled" and result.outcome is Outcome.SETTLED:
             # The stream settled but the ledger could not price it: flagged like any failure.

@@ -20,16 +20,18 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from models.failures import Failure
 from models.reservations import Reservation, Status
 from worker.errors import InputError
+from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, resolve_expired
-from worker.pipeline.consumer import Consumer, reconcile_record
+from worker.pipeline.consumer import Consumer, reconcile_call, reconcile_record
 from worker.pipeline.entries import MAX_ENTRIES, dead_letter_fields
 from worker.reconcile import reconcile_stream
 from worker.request import RequestMeta
-from worker.result import Outcome
+from worker.result import Outcome, Result
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +102,9 @@ class Sweeper:
                     continue  # still being written: not abandoned yet
                 try:
                     with session.begin_nested():
+                        meta = None
                         if entries:
-                            result = reconcile_record(entries, row.request_id, book)
+                            meta, result = reconcile_call(entries, row.request_id, book)
                         else:
                             meta = RequestMeta(
                                 request_id=row.request_id,
@@ -113,7 +116,8 @@ class Sweeper:
                                 created_at=row.created_at,
                             )
                             result = reconcile_stream(meta, [], book)
-                        apply_result(session, result, now=now, grace=self.consumer.grace)
+                        effect = apply_result(session, result, now=now, grace=self.consumer.grace)
+                        self._findings(session, result, effect, now, meta=meta, closed=False)
                         stats.finalized += 1
                         finished.append((row.request_id, result.outcome))
                 except InputError as exc:
@@ -135,6 +139,27 @@ class Sweeper:
             else:
                 pipe.delete(self.keys.request(request_id))
         pipe.execute()
+
+    def _findings(
+        self,
+        session: Session,
+        result: Result,
+        effect: str,
+        now: datetime,
+        *,
+        meta: RequestMeta | None = None,
+        closed: bool = True,
+    ) -> None:
+        record_findings(
+            session,
+            result,
+            effect,
+            salt=self.settings.hash_salt,
+            now=now,
+            non_streamable=self.settings.non_streamable_models,
+            meta=meta,
+            closed=closed,
+        )
 
     def recheck_unsettled(self, stats: SweepStats) -> None:
         due = self.client.zrangebyscore(self.keys.recheck, "-inf", time.time(), 0, self.limit)
@@ -169,6 +194,7 @@ class Sweeper:
                         result = reconcile_record(entries, request_id, book)
                         if result.outcome is Outcome.SETTLED:
                             effect = apply_result(session, result, now=now, grace=grace)
+                            self._findings(session, result, effect, now)
                             if effect == "settled_late":
                                 stats.settled_late += 1
                             done.append(request_id)

@@ -12,6 +12,8 @@ import redis
 from sqlalchemy.exc import OperationalError
 
 from worker import metrics
+from worker.alerts.config import AlertConfig
+from worker.alerts.jobs import run_alerts, run_pairing
 from worker.pipeline import runtime
 from worker.pipeline.app import app
 
@@ -57,3 +59,30 @@ def sweep() -> None:
     metrics.record_sweep(stats)
     if stats.finalized or stats.rechecked or stats.resolved or stats.dead:
         log.info("sweep: %s", stats)
+
+
+@app.task(name="billing.parity")
+def parity() -> None:
+    rt = runtime.current()
+    try:
+        book = rt.consumer.prices.current()  # before the transaction (SQLite: one writer)
+        counts = run_pairing(rt.consumer.sessions, rt.settings, book=book)
+    except TRANSIENT as exc:
+        log.warning("parity pairing interrupted: %s", type(exc).__name__)
+        metrics.interrupted("parity")
+        return
+    if any(counts.values()):
+        log.info("parity: %s", counts)
+
+
+@app.task(name="billing.alerts")
+def alerts() -> None:
+    rt = runtime.current()
+    try:
+        run = run_alerts(rt.consumer.sessions, AlertConfig.from_settings(rt.settings))
+    except TRANSIENT as exc:
+        log.warning("alerts interrupted: %s", type(exc).__name__)
+        metrics.interrupted("alerts")
+        return
+    if run.queued or run.delivery.delivered or run.delivery.failed or run.delivery.logged:
+        log.info("alerts: queued=%d %s", run.queued, run.delivery)

@@ -1,0 +1,45 @@
+"""Contract anomalies: what a call did that the gateway's contract says it must not. Never blocking.
+
+One row per (reservation, kind): a redelivered notification or a second detector finds the row there.
+``detail`` is a short human sentence (counts, ids); never prompt or completion text.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, BigId, UTCDateTime
+
+
+class AnomalyKind(StrEnum):
+    IDEMPOTENCY_KEY_ON_STREAM = "idempotency_key_on_stream"  # the gateway must answer 400
+    NON_STREAMABLE_STREAM = "non_streamable_stream"  # streamed a model configured as not streamable
+    NO_CLOSE = "no_close"  # a non-zero hold the sweeper had to finalize: the close never came
+    NO_OPEN = "no_open"  # a close settled a non-zero call whose open had not come
+    FOREIGN_CHUNKS = "foreign_chunks"  # objects other than chat.completion.chunk in the stream
+    MIXED_IDS = "mixed_ids"  # chunks of more than one completion id in one stream
+    CHARGE_ABOVE_HOLD = "charge_above_hold"  # the ledger posted a flagged true_up
+
+
+ANOMALY_KINDS = tuple(str(kind) for kind in AnomalyKind)
+
+
+class Anomaly(Base):
+    __tablename__ = "anomalies"
+    __table_args__ = (
+        UniqueConstraint("reservation_id", "kind"),
+        CheckConstraint(
+            "kind IN (" + ", ".join(f"'{kind}'" for kind in ANOMALY_KINDS) + ")", name="kind"
+        ),
+        Index(None, "detected_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    reservation_id: Mapped[int] = mapped_column(ForeignKey("reservations.id"))
+    kind: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str | None] = mapped_column(Text)
+    detected_at: Mapped[datetime] = mapped_column(UTCDateTime())

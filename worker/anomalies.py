@@ -1,0 +1,61 @@
+"""Contract anomalies of one finished call (pure): what the gateway promised never to send.
+
+None of these blocks settlement; each becomes a row in ``anomalies`` and, aggregated, an alert. See
+``models.anomalies.AnomalyKind`` for the list and docs/alerts.md for what to do about each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from models.anomalies import AnomalyKind
+from worker.result import Result
+
+
+def is_non_streamable(model: str, prefixes: Iterable[str]) -> bool:
+    return any(model.startswith(prefix) for prefix in prefixes)
+
+
+def classify(
+    result: Result,
+    *,
+    non_streamable: Iterable[str] = (),
+    closed: bool = True,
+    opened: bool = True,
+    charged_above_hold: bool = False,
+) -> dict[AnomalyKind, str]:
+    """The anomalies of a call with a one-line detail each (counts and ids, never text).
+
+    ``closed`` is False when the sweeper finalized the call (its close never came); ``opened`` is
+    False when a close settled the call before any open had recorded its hold. Both only count for a
+    non-zero reservation: a zero hold has nothing at stake.
+    """
+    found: dict[AnomalyKind, str] = {}
+    if "idempotency_key_on_stream" in result.anomalies:
+        found[AnomalyKind.IDEMPOTENCY_KEY_ON_STREAM] = (
+            "streamed call carried an Idempotency-Key (the gateway must refuse it with 400)"
+        )
+    if result.stream and is_non_streamable(result.model, non_streamable):
+        found[AnomalyKind.NON_STREAMABLE_STREAM] = (
+            f"{result.model} is configured as not streamable, yet was streamed"
+        )
+    if result.reserved_micros > 0 and not closed:
+        found[AnomalyKind.NO_CLOSE] = (
+            f"hold of {int(result.reserved_micros)} micros finalized by the sweeper: no close"
+        )
+    if result.reserved_micros > 0 and not opened:
+        found[AnomalyKind.NO_OPEN] = (
+            f"close settled a hold of {int(result.reserved_micros)} micros before its open"
+        )
+    if "foreign_chunks" in result.anomalies:
+        found[AnomalyKind.FOREIGN_CHUNKS] = "objects other than chat.completion.chunk in the stream"
+    if "mixed_ids" in result.anomalies:
+        found[AnomalyKind.MIXED_IDS] = (
+            f"{result.mixed_id_count} chunks with another completion id than the first"
+        )
+    if charged_above_hold:
+        charge = 0 if result.charge_micros is None else int(result.charge_micros)
+        found[AnomalyKind.CHARGE_ABOVE_HOLD] = (
+            f"charge {charge} micros above the hold of {int(result.reserved_micros)}"
+        )
+    return found

@@ -1,0 +1,186 @@
+"""What the worker found about a finished call beyond its money: fingerprint, output hash, drift,
+contract anomalies and the alert event of an unsettled call.
+
+Contract: ``record_findings`` runs inside the caller's transaction (the consumer's savepoint per call,
+or the sweeper's), right after ``operations.apply_result`` and with the reservation already locked by
+it; it never commits and does no IO beyond the database. Every write is idempotent (UNIQUE keys,
+``WHERE … IS NULL`` updates), so a redelivered call records nothing twice. Nothing here stores text:
+only salted hashes, counts and short details.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.orm import Session
+
+from models import Anomaly, AnomalyKind, Kind, Reservation, Transaction, UsageRecord
+from worker.alerts.outbox import insert_ignore, record_unsettled_event
+from worker.anomalies import classify
+from worker.parity import drift_ppm, fingerprint, output_hash
+from worker.request import RequestMeta
+from worker.result import Result, UsageSource
+
+log = logging.getLogger(__name__)
+
+reservations = Reservation.__table__
+usage_records = UsageRecord.__table__
+anomalies = Anomaly.__table__
+transactions = Transaction.__table__
+
+SETTLED_EFFECTS = ("settled", "settled_late")
+
+RESERVATION = select(reservations.c.id, reservations.c.fingerprint).where(
+    reservations.c.request_id == bindparam("b_request_id")
+)
+SET_FINGERPRINT = (
+    update(reservations)
+    .where(reservations.c.id == bindparam("b_id"), reservations.c.fingerprint.is_(None))
+    .values(fingerprint=bindparam("b_fingerprint"))
+)
+SET_OUTPUT = (
+    update(usage_records)
+    .where(usage_records.c.reservation_id == bindparam("b_id"))
+    .values(output_hash=bindparam("b_output_hash"), drift_ppm=bindparam("b_drift_ppm"))
+)
+
+
+def reservation_of(session: Session, request_id: str) -> tuple[int, str | None] | None:
+    """(id, fingerprint) of a request's reservation, or None when there is none yet."""
+    row = session.execute(RESERVATION, {"b_request_id": request_id}).first()
+    return None if row is None else (row.id, row.fingerprint)
+
+
+def record_anomalies(
+    session: Session, reservation_id: int, found: dict[AnomalyKind, str], now: datetime
+) -> None:
+    if found:
+        session.execute(
+            insert_ignore(session, anomalies),
+            [
+                {"reservation_id": reservation_id, "kind": str(kind), "detail": detail,
+                 "detected_at": now}
+                for kind, detail in found.items()
+            ],
+        )  # fmt: skip
+
+
+def record_findings(
+    session: Session,
+    result: Result,
+    effect: str,
+    *,
+    salt: str,
+    now: datetime,
+    non_streamable: tuple[str, ...] = (),
+    meta: RequestMeta | None = None,
+    reservation: tuple[int, str | None] | None = None,
+    closed: bool = True,
+    opened: bool = True,
+) -> bool:
+    """Record what ``apply_result`` returning ``effect`` for ``result`` leaves to be recorded.
+
+    Never blocks settlement: the writes run in their own savepoint, and an error is logged and
+    swallowed (returns False) so the call's ledger effect stands. ``meta`` (the request metadata)
+    fills in the fingerprint; ``reservation`` is its (id, fingerprint) when the caller has read it
+    already. ``closed`` / ``opened``: see ``worker.anomalies.classify``.
+    """
+    try:
+        with session.begin_nested():
+            _record(
+                session, result, effect, salt=salt, now=now, non_streamable=non_streamable,
+                meta=meta, reservation=reservation, closed=closed, opened=opened,
+            )  # fmt: skip
+    except Exception:
+        log.exception("findings of %s not recorded", result.request_id)
+        return False
+    return True
+
+
+def _record(
+    session: Session,
+    result: Result,
+    effect: str,
+    *,
+    salt: str,
+    now: datetime,
+    non_streamable: tuple[str, ...],
+    meta: RequestMeta | None,
+    reservation: tuple[int, str | None] | None,
+    closed: bool,
+    opened: bool,
+) -> None:
+    if reservation is None:
+        reservation = reservation_of(session, result.request_id)
+        if reservation is None:
+            return
+    reservation_id, stored = reservation
+    if meta is not None and stored is None:
+        value = fingerprint(meta, salt)
+        if value is not None:
+            session.execute(SET_FINGERPRINT, {"b_id": reservation_id, "b_fingerprint": value})
+    settled_now = effect in SETTLED_EFFECTS
+    if settled_now:
+        drift = None
+        if result.stream and result.usage_source is UsageSource.REPORTED and result.usage:
+            drift = drift_ppm(result.usage.completion_tokens, result.estimate.completion_tokens)
+        session.execute(
+            SET_OUTPUT,
+            {
+                "b_id": reservation_id,
+                "b_output_hash": output_hash(result.choices, salt),
+                "b_drift_ppm": drift,
+            },
+        )
+    above = (
+        settled_now
+        and result.charge_micros is not None
+        and result.charge_micros > result.reserved_micros
+    )
+    # A redelivered close (``duplicate``) or a closed reservation (``final``) was recorded the first
+    # time; only the first application records anomalies.
+    if effect not in ("duplicate", "final"):
+        record_anomalies(
+            session,
+            reservation_id,
+            classify(
+                result,
+                non_streamable=non_streamable,
+                closed=closed,
+                opened=opened,
+                charged_above_hold=above,
+            ),
+            now,
+        )
+    if effect == "unsettled":
+        record_unsettled_event(session, reservation_id)
+
+
+def record_true_ups(session: Session, since: datetime) -> int:
+    """``charge_above_hold`` for every flagged true-up since ``since`` that has none yet: the
+    resolutions (``charge_estimate``) post true-ups outside the pipeline. Idempotent."""
+    source = select(
+        transactions.c.reservation_id,
+        bindparam("b_kind", str(AnomalyKind.CHARGE_ABOVE_HOLD)),
+        bindparam("b_detail", "the ledger posted a flagged true_up (charge above the hold)"),
+        transactions.c.created_at,
+    ).where(
+        transactions.c.kind == str(Kind.TRUE_UP),
+        transactions.c.flagged.is_(True),
+        transactions.c.created_at >= since,
+        transactions.c.reservation_id.is_not(None),
+        ~select(anomalies.c.id)
+        .where(
+            anomalies.c.reservation_id == transactions.c.reservation_id,
+            anomalies.c.kind == str(AnomalyKind.CHARGE_ABOVE_HOLD),
+        )
+        .exists(),
+    )
+    result = session.execute(
+        insert_ignore(session, anomalies).from_select(
+            ("reservation_id", "kind", "detail", "detected_at"), source
+        )
+    )
+    return max(result.rowcount or 0, 0)

@@ -3,7 +3,9 @@
 Uses ``REDIS_URL`` if it answers, otherwise starts a private ``redis-server`` on a free loopback port
 (or stops with a one-line explanation), migrates a fresh SQLite ledger under ``var/demo/``, starts a
 real Celery worker with beat, simulates a few thousand calls with the default fault mix, waits until
-every call is reconciled, prints the books, and stops everything it started.
+every call is reconciled, prints the books (``billing report``'s table, plus dead letters and the
+comparison with the simulator), writes the HTML report to ``var/demo/report.html``, and stops
+everything it started.
 """
 
 from __future__ import annotations
@@ -16,21 +18,25 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import redis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import sessionmaker
 
-from models import Entry, Failure, LedgerAccount, Reservation, Transaction, UsageRecord
+from models import Failure, Reservation
 from worker.config import redact_url
-from worker.ledger.balances import ledger_is_balanced, open_holds, revenue
+from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine, upgrade
-from worker.money import Micros
 from worker.pipeline.keys import Keys
+from worker.reports import snapshot
+from worker.reports.query import build_report
+from worker.reports.render_html import render_html
+from worker.reports.render_table import render_table
+from worker.reports.spec import ReportSpec
 from worker.result import Outcome
 from worker.simulation.calls import plan
 from worker.simulation.driver import play
@@ -149,7 +155,7 @@ def run() -> int:
         engine = make_engine(database_url)
         sessions = sessionmaker(engine)
         wait_until_reconciled(sessions, calls, worker)
-        print_books(sessions, client, calls)
+        print_books(engine, sessions, client, calls)
         engine.dispose()
         clear_keys(client, PREFIX)
         return 0
@@ -206,86 +212,37 @@ def wait_until_reconciled(sessions: sessionmaker, calls: list, worker: subproces
             time.sleep(0.5)
 
 
-def print_books(sessions: sessionmaker, client: redis.Redis, calls: list) -> None:
+def print_books(engine: Engine, sessions: sessionmaker, client: redis.Redis, calls: list) -> Path:
+    """The books as ``billing report`` shows them, plus what only the demo knows; returns the HTML.
+
+    The report holds calls by usage source, unsettled reason and void, and the money (held, charged,
+    true-ups, released, still held, exposure) with its tie-out; the demo adds dead letters, the
+    ledger's balance check and the comparison with the simulator.
+    """
     with sessions() as s:
-        statuses = dict(
-            s.execute(select(Reservation.status, func.count()).group_by(Reservation.status)).all()
-        )
-        sources = dict(
-            s.execute(
-                select(UsageRecord.usage_source, func.count()).group_by(UsageRecord.usage_source)
-            ).all()
-        )
-        reasons = dict(
-            s.execute(select(Failure.reason, func.count()).group_by(Failure.reason)).all()
-        )
-        moved = dict(
-            s.execute(
-                select(Transaction.kind, func.sum(Entry.amount))
-                .join(Entry, Entry.transaction_id == Transaction.id)
-                .where(Entry.direction == "credit")
-                .group_by(Transaction.kind)
-            ).all()
-        )
-        released = Micros(
-            int(
-                s.scalar(
-                    select(func.sum(Entry.amount))
-                    .join(LedgerAccount, LedgerAccount.id == Entry.ledger_account_id)
-                    .where(LedgerAccount.kind == "available", Entry.direction == "credit")
-                )
-                or 0
-            )
-        )
-        charged = revenue(s)
-        still_held = open_holds(s)
-        exposure = Micros(
-            int(
-                s.scalar(select(func.sum(Failure.exposure_micros)).where(Failure.action.is_(None)))
-                or 0
-            )
-        )
+        first, last = s.execute(select(func.min(Reservation.created_at),
+                                       func.max(Reservation.created_at))).one()  # fmt: skip
         balanced = ledger_is_balanced(s)
+    since = (first or datetime.now(UTC)).replace(hour=0, minute=0, second=0, microsecond=0)
+    until = (last or since).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    with snapshot(engine) as conn:
+        report = build_report(conn, ReportSpec(since, until, ("day",)))
     dead = client.xlen(Keys(PREFIX).dead)
     expected = Counter(call.expected.label for call in calls)
     matched, checked = compare_with_simulator(sessions, calls)
-
-    table = Table(title=f"{len(calls)} simulated calls")
-    table.add_column("calls")
-    table.add_column("count", justify="right")
-    for source, count in sorted(sources.items()):
-        table.add_row(f"settled, usage {source}", str(count))
-    for reason, count in sorted(reasons.items()):
-        table.add_row(f"unsettled, {reason}", str(count))
-    table.add_row("void", str(statuses.get("voided", 0)))
-    table.add_row("dead letters", str(dead))
-    money = Table(title="money (USD)")
-    money.add_column("")
-    money.add_column("USD", justify="right")
-
-    def kind(*names: str) -> Micros:
-        return Micros(sum(int(moved.get(name) or 0) for name in names))
-
-    held_total = kind("hold")
-    true_ups = kind("true_up")
-    money.add_row("held", held_total.usd())
-    money.add_row("charged", charged.usd())
-    money.add_row("  of which true-ups beyond the hold", true_ups.usd())
-    money.add_row("released", released.usd())
-    money.add_row("still held (unsettled)", still_held.usd())
-    money.add_row("exposure of open failures", exposure.usd())
-    ties = held_total == (charged - true_ups) + released + still_held
     out = Console()
-    out.print(table)
-    out.print(money)
+    out.print(f"{len(calls)} simulated calls", highlight=False)
+    print(render_table(report), end="")
+    out.print(f"dead letters: {dead}")
     out.print(f"every ledger transaction sums to zero: {'yes' if balanced else 'NO'}")
-    out.print(
-        f"held = charged from holds + released + still held: {'ties out' if ties else 'DIFFERS'}"
-    )
     out.print("simulator expected: " + ", ".join(f"{k} {v}" for k, v in sorted(expected.items())))
     out.print(
         f"calls whose ledger outcome matches the simulator's expectation: {matched}/{checked}"
     )
+    page = WORKDIR / "report.html"
+    page.write_text(render_html(report), encoding="utf-8")
+    out.print(f"HTML report (open it in a browser): {page.resolve()}")
+    return page
 
 
 STATUS_OF = {Outcome.SETTLED: "settled", Outcome.UNSETTLED: "unsettled", Outcome.VOID: "voided"}

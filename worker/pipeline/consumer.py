@@ -224,7 +224,11 @@ class Consumer:
             if note.kind == "close" and note.ts is not None:
                 call.close_ts = note.ts
 
-        ordered = list(calls.values())
+        # Calls are applied in request-id order so that two consumers whose batches share calls (an
+        # open read by one, its close by the other) take their reservation locks in the same order:
+        # in arrival order, each batch-long transaction waited for the other's and PostgreSQL broke
+        # the cycle with a deadlock error, deferring calls until claim_idle_ms had passed.
+        ordered = sorted(calls.values(), key=lambda call: call.request_id)
         streams = self._fetch_streams(ordered) if ordered else []
         # Prices are read before the batch transaction: on SQLite a second connection inside it
         # would wait for the write lock this one holds.

@@ -17,6 +17,7 @@ before, over the frame entries written (request entries and notifications ride a
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from worker.pipeline.entries import MAX_ENTRIES
 from worker.pipeline.keys import Keys
 
 TARGET_RATIO = 0.5
+CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))
 TRANSPORT_GROUP = "bench-transport"
 
 
@@ -121,7 +123,7 @@ def _profiled(profile_dir: Path | None, name: str) -> Any:
 
 
 def run(smoke: bool = False, profile_dir: Path | None = None) -> dict[str, Any]:
-    count = 60 if smoke else int(__import__("os").environ.get("BENCH_E2E_CALLS", 2000))
+    count = 60 if smoke else CALLS
     with services.redis_prefix("e2e") as (client, prefix), services.pg_database("e2e") as url:
         keys = Keys(prefix)
         calls = workload.simulated_calls(count, run_id=prefix)

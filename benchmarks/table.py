@@ -52,7 +52,7 @@ def ratio_text(ratio: float | None) -> str:
         return f"{ratio:,.0f}x"
     if ratio >= 1:
         return f"{ratio:.1f}x"
-    return f"{ratio:.3f}"
+    return f"{ratio:.3f}x"
 
 
 def rate(value: float, unit: str) -> str:

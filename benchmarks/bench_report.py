@@ -1,8 +1,8 @@
 """``billing report`` over a million settled calls, against one sequential scan of the same table.
 
-The report is not built yet: ``locate_report`` returns None and the row says so instead of showing a
-figure. When it lands, point ``locate_report`` at it (a callable taking the database URL) and the row
-measures it: the database is seeded in bulk with ``SETTLED`` settled calls (accounts, reservations and
+``locate_report`` finds ``worker.reports.bench_entry_point`` (a callable taking the database URL);
+while no report is built it returns None and the row says so instead of showing a figure. The
+database is seeded in bulk with ``SETTLED`` settled calls (accounts, reservations and
 their usage records, spread over 30 days, 20 models and 200 accounts, with ``generate_series``;
 add the ledger transactions to ``SEED_SQL`` if the report reads them), then the report and the peer — ``SELECT … sum(…) FROM usage_records`` — are each timed, best of three.
 """

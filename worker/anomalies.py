@@ -50,8 +50,9 @@ def classify(
     if "foreign_chunks" in result.anomalies:
         found[AnomalyKind.FOREIGN_CHUNKS] = "objects other than chat.completion.chunk in the stream"
     if "mixed_ids" in result.anomalies:
+        count = result.mixed_id_count
         found[AnomalyKind.MIXED_IDS] = (
-            f"{result.mixed_id_count} chunks with another completion id than the first"
+            f"{count} chunk{'' if count == 1 else 's'} with a completion id other than the first"
         )
     if charged_above_hold:
         charge = 0 if result.charge_micros is None else int(result.charge_micros)

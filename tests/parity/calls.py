@@ -99,10 +99,13 @@ def usage(prompt: int = 11, completion: int = 3, cached: int = 0) -> dict[str, A
     return block
 
 
-def reconcile(data: dict[str, Any], text: str, block: dict[str, Any] | None) -> Result:
+def reconcile(
+    data: dict[str, Any], text: str, block: dict[str, Any] | None, finish: str = "stop"
+) -> Result:
     meta = request_from_dict(data)
     if meta.stream:
-        return reconcile_stream(meta, sse_body(text, block, model=meta.model), BOOK)
+        body = sse_body(text, block, model=meta.model, finish=finish)
+        return reconcile_stream(meta, body, BOOK)
     assert block is not None
     return reconcile_response(meta, 200, response_body(text, block, model=meta.model), BOOK)
 
@@ -116,6 +119,7 @@ def run_call(
     now: datetime = T0,
     non_streamable: tuple[str, ...] = (),
     opened: bool = True,
+    finish: str = "stop",
 ) -> tuple[Result, str]:
     """Hold (unless ``opened`` is False), reconcile, apply and record findings, as the consumer
     does; returns the result and the ledger's effect."""
@@ -125,7 +129,7 @@ def run_call(
     block = usage() if block is None else block
     if opened:
         hold(session, meta, now=now)
-    result = reconcile(data, text, block)
+    result = reconcile(data, text, block, finish)
     effect = apply_result(session, result, now=now, grace=timedelta(hours=1))
     record_findings(
         session, result, effect, salt=SALT, now=now, non_streamable=non_streamable, meta=meta,

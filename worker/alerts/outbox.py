@@ -133,9 +133,10 @@ def enqueue(session: Session, alerts: list[Alert], now: datetime) -> int:
         }
         for alert in alerts
     ]
+    statement = insert_ignore(session, outbox).returning(outbox.c.id)
     added = 0
-    for row in rows:  # one by one: rowcount of a multi-row INSERT … DO NOTHING is not portable
-        added += max(session.execute(insert_ignore(session, outbox), row).rowcount or 0, 0)
+    for row in rows:  # one by one: RETURNING says which were new; rowcount is not portable here
+        added += session.execute(statement, row).scalar_one_or_none() is not None
     return added
 
 

@@ -22,6 +22,11 @@ test: lint
 demo: $(STAMP)
 	$(BIN)/python -m worker.demo
 
+# Fault injection and hostile input at full size (20,000 calls per fault, 100,000 fuzz inputs);
+# `make test` runs the same tests at their short size.
+chaos: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider tests/chaos -m chaos --chaos-full
+
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 

@@ -303,14 +303,14 @@ def test_a_call_that_always_fails_is_dead_lettered_after_max_deliveries(
     import worker.pipeline.consumer as consumer_module
 
     poison, good = meta(account), meta(account)
-    real_apply = consumer_module.apply_result
+    real_reconcile = consumer_module.reconcile_call
 
-    def flaky(session, result, **kw):
-        if result.request_id == poison["request_id"]:
+    def flaky(entries, request_id, book):
+        if request_id == poison["request_id"]:
             raise RuntimeError("a bug")
-        return real_apply(session, result, **kw)
+        return real_reconcile(entries, request_id, book)
 
-    monkeypatch.setattr(consumer_module, "apply_result", flaky)
+    monkeypatch.setattr(consumer_module, "reconcile_call", flaky)
     eager = Consumer(
         redis_client,
         sessions,

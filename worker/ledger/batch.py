@@ -49,6 +49,7 @@ LOCK_MANY = (
         reservations.c.account_id,
         reservations.c.status,
         reservations.c.reserved_micros,
+        reservations.c.fingerprint,
     )
     .where(reservations.c.request_id.in_(bindparam("b_ids", expanding=True)))
     .order_by(reservations.c.id)
@@ -58,10 +59,11 @@ LOCK_MANY = (
 
 @dataclass
 class Applied:
-    """What ``apply_common`` did: effect per request id ('held' or 'settled')."""
+    """What ``apply_common`` did: the request ids it held, and for those it settled their
+    reservation's (id, stored fingerprint)."""
 
     held: set[str] = field(default_factory=set)
-    settled: set[str] = field(default_factory=set)
+    settled: dict[str, tuple[int, str | None]] = field(default_factory=dict)
 
 
 def _customer_ids(
@@ -169,7 +171,7 @@ def _settlements(
     _post_many(session, moves, now)
     session.execute(postings.INSERT_USAGE, [usage_values(row.id, r, now) for row, r in common])
     session.execute(SET_SETTLED, [{"b_id": row.id, "b_now": now} for row, _ in common])
-    applied.settled.update(row.request_id for row, _ in common)
+    applied.settled.update((row.request_id, (row.id, row.fingerprint)) for row, _ in common)
 
 
 def apply_common(

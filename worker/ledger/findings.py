@@ -47,6 +47,16 @@ SET_OUTPUT = (
 )
 
 
+def settled_drift(result: Result) -> int | None:
+    """Drift of a settled streamed call with reported usage: reported visible completion tokens
+    (reasoning tokens are hidden from the stream, so the estimate cannot see them) against the
+    tiktoken estimate of what was streamed."""
+    if not (result.stream and result.usage_source is UsageSource.REPORTED and result.usage):
+        return None
+    visible = result.usage.completion_tokens - result.usage.reasoning_tokens
+    return drift_ppm(visible, result.estimate.completion_tokens)
+
+
 def reservation_of(session: Session, request_id: str) -> tuple[int, str | None] | None:
     """(id, fingerprint) of a request's reservation, or None when there is none yet."""
     row = session.execute(RESERVATION, {"b_request_id": request_id}).first()
@@ -124,8 +134,7 @@ def _record(
     settled_now = effect in SETTLED_EFFECTS
     if settled_now:
         drift = None
-        if result.stream and result.usage_source is UsageSource.REPORTED and result.usage:
-            drift = drift_ppm(result.usage.completion_tokens, result.estimate.completion_tokens)
+        drift = settled_drift(result)
         session.execute(
             SET_OUTPUT,
             {
@@ -156,6 +165,49 @@ def _record(
         )
     if effect == "unsettled":
         record_unsettled_event(session, reservation_id)
+
+
+def record_settled_many(
+    session: Session,
+    settled: list[tuple[int, str | None, RequestMeta, Result, bool]],
+    *,
+    salt: str,
+    now: datetime,
+    non_streamable: tuple[str, ...] = (),
+) -> None:
+    """``record_findings`` for many freshly settled calls at once (the consumer's batched path).
+
+    Each item is (reservation id, stored fingerprint, metadata, result, opened). Three statements
+    whatever the count; the same rows as ``record_findings`` would write one call at a time.
+    """
+    fingerprints, outputs, found = [], [], []
+    for reservation_id, stored, meta, result, opened in settled:
+        if stored is None:
+            value = fingerprint(meta, salt)
+            if value is not None:
+                fingerprints.append({"b_id": reservation_id, "b_fingerprint": value})
+        outputs.append(
+            {
+                "b_id": reservation_id,
+                "b_output_hash": output_hash(result.choices, salt),
+                "b_drift_ppm": settled_drift(result),
+            }
+        )
+        above = result.charge_micros is not None and result.charge_micros > result.reserved_micros
+        kinds = classify(
+            result, non_streamable=non_streamable, opened=opened, charged_above_hold=above
+        )
+        found.extend(
+            {"reservation_id": reservation_id, "kind": str(kind), "detail": detail,
+             "detected_at": now}
+            for kind, detail in kinds.items()
+        )  # fmt: skip
+    if fingerprints:
+        session.execute(SET_FINGERPRINT, fingerprints)
+    if outputs:
+        session.execute(SET_OUTPUT, outputs)
+    if found:
+        session.execute(insert_ignore(session, anomalies), found)
 
 
 def record_true_ups(session: Session, since: datetime) -> int:

@@ -30,7 +30,8 @@ from sqlalchemy.orm import Session
 from models.reservations import Reservation, Status
 from worker.config import Settings
 from worker.errors import InputError, LedgerError
-from worker.ledger.findings import record_findings, reservation_of
+from worker.ledger.batch import apply_common
+from worker.ledger.findings import record_findings, record_settled_many, reservation_of
 from worker.ledger.operations import apply_result, hold
 from worker.pipeline.entries import (
     MAX_ENTRIES,
@@ -119,10 +120,17 @@ class _Call:
     dead_reason: str | None = None
     error: str | None = None
     close_ts: int | None = None
+    meta: RequestMeta | None = None
+    result: Result | None = None
+    held_here: bool = False  # this batch recorded the hold
 
     @property
     def closing(self) -> bool:
         return any(note.kind == "close" for note in self.notes)
+
+    @property
+    def opened(self) -> bool:
+        return any(note.kind == "open" for note in self.notes)
 
 
 class Consumer:
@@ -233,8 +241,12 @@ class Consumer:
         # Prices are read before the batch transaction: on SQLite a second connection inside it
         # would wait for the write lock this one holds.
         book = self.prices.current()
+        self._prepare(ordered, streams, book)
         with self.sessions() as session, session.begin():
+            self._apply_common(session, ordered, now)
             for call, call_entries in zip(ordered, streams, strict=True):
+                if call.effect is not None or call.dead_reason is not None:
+                    continue
                 try:
                     with session.begin_nested():
                         self._apply(session, call, call_entries, now, book)
@@ -315,6 +327,69 @@ class Consumer:
                 call.effect = None
                 call.dead_reason = f"gave up after {delivered} deliveries: {call.error}"
 
+    @staticmethod
+    def _prepare(calls: list[_Call], streams: list[list[Entry]], book: PriceBook) -> None:
+        """Decode and reconcile every call before the transaction (pure work, no IO): a call whose
+        stream is unusable is a dead letter before the database is touched."""
+        for call, entries in zip(calls, streams, strict=True):
+            if not entries:
+                continue  # what a missing stream means depends on the ledger: see _apply
+            try:
+                if call.closing:
+                    call.meta, call.result = reconcile_call(entries, call.request_id, book)
+                else:
+                    call.meta = read_meta(entries)
+            except InputError as exc:
+                call.dead_reason = str(exc)
+            except Exception as exc:  # a bug on one call's input: defer it like a database error
+                log.exception("call %s deferred", call.request_id)
+                call.effect, call.error = "deferred", type(exc).__name__
+
+    def _apply_common(self, session: Session, calls: list[_Call], now: datetime) -> None:
+        """The batch's fresh holds and plain settlements in a few statements (``ledger.batch``).
+
+        Runs in a savepoint: if a bulk statement fails (a race with another consumer on a unique
+        key), nothing of it stays and every call takes the per-call path instead.
+        """
+        usable = [
+            call
+            for call in calls
+            if call.meta is not None and call.dead_reason is None and call.effect is None
+        ]
+        if not usable:
+            return
+        holds = [call.meta for call in usable if call.meta is not None]
+        results = [call.result for call in usable if call.result is not None]
+        try:
+            with session.begin_nested():
+                applied = apply_common(session, holds, results, now=now)
+                settled = []
+                for call in usable:
+                    found = applied.settled.get(call.request_id)
+                    if found is None or call.result is None or call.meta is None:
+                        continue
+                    opened = call.opened or call.request_id not in applied.held
+                    settled.append((*found, call.meta, call.result, opened))
+                record_settled_many(
+                    session,
+                    settled,
+                    salt=self.settings.hash_salt,
+                    now=now,
+                    non_streamable=self.settings.non_streamable_models,
+                )
+        except Exception:
+            log.warning(
+                "batched ledger path failed; applying this batch call by call", exc_info=True
+            )
+            return
+        for call in usable:
+            call.held_here = call.request_id in applied.held
+            if call.request_id in applied.settled and call.result is not None:
+                call.effect, call.outcome = "settled", Outcome.SETTLED
+                call.charge_micros = int(call.result.charge_micros or 0)
+            elif call.held_here and not call.closing:
+                call.effect = "held"
+
     def _apply(
         self, session: Session, call: _Call, entries: list[Entry], now: datetime, book: PriceBook
     ) -> None:
@@ -324,7 +399,8 @@ class Consumer:
                     call.effect = "duplicate"
                     return
                 raise InputError("open for a stream that does not exist")
-            hold(session, read_meta(entries), now=now)
+            assert call.meta is not None
+            hold(session, call.meta, now=now)
             call.effect = "held"
             return
         if not entries:
@@ -332,10 +408,13 @@ class Consumer:
                 call.effect = "duplicate"
                 return
             raise InputError("close for a stream that does not exist")
-        meta, result = reconcile_call(entries, call.request_id, book)
+        meta, result = call.meta, call.result
+        assert meta is not None and result is not None
         call.outcome = result.outcome
-        opened = any(note.kind == "open" for note in call.notes)
-        reservation = None if opened else reservation_of(session, call.request_id)
+        opened = call.opened
+        # A hold recorded by this very close means no open came before it.
+        known = opened or call.held_here
+        reservation = None if known else reservation_of(session, call.request_id)
         call.effect = apply_result(session, result, now=now, grace=self.grace)
         record_findings(
             session,

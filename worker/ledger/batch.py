@@ -52,7 +52,9 @@ LOCK_MANY = (
         reservations.c.fingerprint,
     )
     .where(reservations.c.request_id.in_(bindparam("b_ids", expanding=True)))
-    .order_by(reservations.c.id)
+    # Locks in request-id order, the order the consumer applies a batch in, so two consumers
+    # whose batches share calls wait for each other instead of deadlocking.
+    .order_by(reservations.c.request_id)
     .with_for_update()
 )
 

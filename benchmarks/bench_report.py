@@ -30,12 +30,16 @@ SEED_SQL = (
               20000, 'settled', timestamptz '2026-01-01' + (i % 2592000) * interval '1 second',
               timestamptz '2026-01-01' + (i % 2592000) * interval '1 second'
        FROM generate_series(1, :n) i""",
+    # As the worker writes them: the call's model and creation time, and the drift of streamed calls.
     """INSERT INTO usage_records (reservation_id, prompt_tokens, cached_tokens, completion_tokens,
                                   reasoning_tokens, usage_source, finish_reasons, charge_micros,
                                   estimate_prompt_tokens, estimate_completion_tokens,
-                                  estimate_approximate, created_at)
+                                  estimate_approximate, created_at, model, requested_at, drift_ppm)
        SELECT id, 100 + id % 4000, (id % 4000) / 2, 1 + id % 900, 0, 'reported', 'stop',
-              id % 15000, 100 + id % 4000, 1 + id % 900, false, updated_at
+              id % 15000, 100 + id % 4000, 1 + (id * 7) % 900, false, updated_at, model,
+              created_at,
+              CASE WHEN stream THEN ((id % 900 - (id * 7) % 900) * 1000000::bigint)
+                                    / (1 + (id * 7) % 900) END
        FROM reservations""",
     "ANALYZE",
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, Text
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, BigId, UTCDateTime
@@ -16,6 +16,23 @@ class UsageRecord(Base):
         CheckConstraint("usage_source IN ('reported', 'estimated')", name="usage_source"),
         CheckConstraint("charge_micros >= 0", name="charge_not_negative"),
         Index(None, "created_at"),  # windows: drift medians, unsettled rate, reports
+        Index(None, "requested_at"),  # the report's window on the call's creation
+        # The report counts settled calls at the estimate: a few rows, found without a scan.
+        Index(
+            "ix_usage_records_estimated",
+            "reservation_id",
+            postgresql_where=text("usage_source = 'estimated'"),
+            sqlite_where=text("usage_source = 'estimated'"),
+        ),
+        # Drift percentiles per model: read from this index alone, already in (model, drift) order.
+        Index(
+            "ix_usage_records_drift",
+            "model",
+            "drift_ppm",
+            postgresql_include=["requested_at"],
+            postgresql_where=text("drift_ppm IS NOT NULL"),
+            sqlite_where=text("drift_ppm IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -37,6 +54,12 @@ class UsageRecord(Base):
     # Salted hash of the assembled output (content, refusal, reasoning, tool calls), never the text:
     # parity compares completion tokens only between twins whose outputs are identical.
     output_hash: Mapped[str | None] = mapped_column(String(64))
-    # Streamed calls with reported usage: (reported - estimated) completion tokens, parts per million
-    # of the estimate; NULL otherwise or when the estimate is 0.
+    # Streamed calls with reported usage: (reported visible - estimated) completion tokens, parts per
+    # million of the estimate (visible = completion - reasoning); NULL otherwise or when the estimate
+    # is 0. The one drift: the alerts' medians and the report's percentiles both read it.
     drift_ppm: Mapped[int | None] = mapped_column(BigInteger)
+    # The call's model and creation time, copied from the request at settle time (the reservation
+    # holds the same values): the report's drift reads usage records alone, one scan of one table.
+    # Backfilled by migration 0003; NULL only for a row written by a worker older than 0003.
+    model: Mapped[str | None] = mapped_column(String(200))
+    requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -1,12 +1,14 @@
 """A small ledger built through the real operations, and what the report must say about it.
 
-Each ``Call`` is a plan; ``post`` runs it through ``hold`` / ``apply_result`` / ``resolve``; and
-``expected`` computes every count and amount from the plans alone, without SQL, so the report's
-queries are checked against an independent computation.
+Each ``Call`` is a plan; ``post`` runs it through ``hold`` / ``apply_result`` / ``resolve`` and records
+its findings (output hash, drift) as the consumer does; and ``expected`` / ``expected_drift`` compute
+every count, amount and drift from the plans alone, without SQL and without the worker's own drift
+function, so the report's queries are checked against an independent computation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from ledger.factories import make_meta, make_result
 from sqlalchemy.orm import Session
 
+from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, hold, resolve
 from worker.money import Micros
 from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, Tally
@@ -39,6 +42,7 @@ class Call:
     exposure: int | None = 3_000
     resolution: str | None = None  # release | charge_estimate | settled_late
     completion: int = 50
+    reasoning: int = 0  # of ``completion``: hidden from the stream, so outside the drift
     estimate: int = 52
     request_id: str = ""
 
@@ -60,7 +64,7 @@ def scenario(
         Call(a, "m-two", d1 + timedelta(hours=3), "settled", stream=False, charge=3_000,
              source="estimated", completion=40, estimate=40),
         Call(b, "m-one", d1 + timedelta(hours=5), "settled", reserved=1_000, charge=2_500,
-             completion=120, estimate=100),
+             completion=120, reasoning=30, estimate=100),  # a reasoning model: 90 visible
         Call(b, "m-two", d1 + timedelta(hours=6), "void", stream=False),
         Call(a, "m-one", d2 - timedelta(hours=1), "unsettled", reason="error_finish"),
         Call(b, "m-one", d2 - timedelta(hours=2), "unsettled", reason="incomplete",
@@ -74,7 +78,7 @@ def scenario(
              resolution="settled_late", charge=6_000, completion=80, estimate=90),
         Call(a, "m-two", d2, "pending", reserved=7_000),
         Call(b, "m-two", d2 - timedelta(hours=7), "settled", reserved=0, charge=500,
-             completion=10, estimate=9),
+             completion=10, estimate=9, stream=False),  # reported but not streamed: no drift
         Call(a, "m-one", SINCE - timedelta(microseconds=1), "settled"),  # before the window
         Call(a, "m-one", UNTIL, "void"),  # the end is exclusive
     ]  # fmt: skip
@@ -89,17 +93,27 @@ def scenario(
 
 
 def _result(call: Call, outcome: Outcome, **kw: object) -> Result:
-    return make_result(
+    result = make_result(
         call.request_id,
         outcome=outcome,
         account_id=call.account,
         reserved=call.reserved,
         model=call.model,
         created_at=call.created_at,
-        usage=Usage(prompt_tokens=100, completion_tokens=call.completion),
+        usage=Usage(
+            prompt_tokens=100, completion_tokens=call.completion, reasoning_tokens=call.reasoning
+        ),
         estimate=Estimate(prompt_tokens=98, completion_tokens=call.estimate, approximate=False),
         **kw,  # type: ignore[arg-type]
     )
+    return dataclasses.replace(result, stream=call.stream)
+
+
+def _apply(session: Session, result: Result, now: datetime) -> str:
+    """``apply_result`` and then the findings, as the consumer applies a call."""
+    effect = apply_result(session, result, now=now, grace=GRACE)
+    assert record_findings(session, result, effect, salt="report-tests", now=now)
+    return effect
 
 
 def post(session: Session, calls: Iterable[Call]) -> None:
@@ -117,20 +131,19 @@ def post(session: Session, calls: Iterable[Call]) -> None:
         if call.kind == "settled":
             result = _result(call, Outcome.SETTLED, charge=call.charge,
                              usage_source=UsageSource(call.source))  # fmt: skip
-            apply_result(session, result, now=now, grace=GRACE)
+            _apply(session, result, now)
         elif call.kind == "void":
-            apply_result(session, _result(call, Outcome.VOID), now=now, grace=GRACE)
+            _apply(session, _result(call, Outcome.VOID), now)
         elif call.kind == "unsettled" and call.reason == "unpriced":
-            result = _result(call, Outcome.SETTLED, charge=None)
-            apply_result(session, result, now=now, grace=GRACE)
+            _apply(session, _result(call, Outcome.SETTLED, charge=None), now)
         elif call.kind == "unsettled":
             result = _result(call, Outcome.UNSETTLED, reason=Reason(call.reason),
                              exposure=call.exposure)  # fmt: skip
-            apply_result(session, result, now=now, grace=GRACE)
+            _apply(session, result, now)
             later = now + timedelta(seconds=30)
             if call.resolution == "settled_late":
                 late = _result(call, Outcome.SETTLED, charge=call.charge)
-                assert apply_result(session, late, now=later, grace=GRACE) == "settled_late"
+                assert _apply(session, late, later) == "settled_late"
             elif call.resolution is not None:
                 resolve(session, call.request_id, call.resolution, who="test", note="t", now=later)
     session.flush()
@@ -200,15 +213,29 @@ def percentile_cont(values: Sequence[float], fraction: float) -> float:
     return ordered[low] + (position - low) * (ordered[high] - ordered[low])
 
 
-def expected_drift(calls: Iterable[Call]) -> dict[str, list[float]]:
-    """Relative differences per model of the calls settled with reported usage."""
-    found: dict[str, list[float]] = {}
+def drift_of(call: Call) -> int | None:
+    """The call's drift in ppm, from its plan: streamed, settled with reported usage, a non-zero
+    estimate; visible (completion - reasoning) against the estimate, truncated toward zero."""
+    reported = (call.kind == "settled" and call.source == "reported") or (
+        call.resolution == "settled_late"
+    )
+    if not (reported and call.stream and call.estimate > 0):
+        return None
+    difference = (call.completion - call.reasoning - call.estimate) * 1_000_000
+    magnitude = abs(difference) // call.estimate
+    return magnitude if difference >= 0 else -magnitude
+
+
+def expected_drift(calls: Iterable[Call]) -> dict[str, list[int]]:
+    """Per model, the drift (ppm) of the window's calls that have one."""
+    found: dict[str, list[int]] = {}
     for call in in_window(calls):
-        reported = (call.kind == "settled" and call.source == "reported") or (
-            call.resolution == "settled_late"
-        )
-        if reported and call.estimate > 0:
-            found.setdefault(call.model, []).append(
-                (call.completion - call.estimate) / call.estimate
-            )
+        ppm = drift_of(call)
+        if ppm is not None:
+            found.setdefault(call.model, []).append(ppm)
     return found
+
+
+def drift_percentile(values: Sequence[int], fraction: float) -> float:
+    """What the report shows: the ppm percentile as a fraction, six decimals."""
+    return round(percentile_cont(values, fraction) / 1_000_000, 6)

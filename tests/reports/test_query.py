@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from datetime import timedelta
 
 import pytest
 from sqlalchemy.orm import Session
 
-from reports.book import SINCE, UNTIL, expected, expected_drift, percentile_cont, post, scenario
+from reports.book import (
+    SINCE,
+    UNTIL,
+    drift_percentile,
+    expected,
+    expected_drift,
+    in_window,
+    post,
+    scenario,
+)
+from worker.alerts.outbox import drift_medians
 from worker.ledger.balances import balance
 from worker.reports.model import MONEY_FIELDS, Tally
 from worker.reports.query import build_report
@@ -98,12 +109,37 @@ def test_drift_percentiles_per_model(session: Session, book: tuple[list, str]) -
     calls, _ = book
     report = build_report(session.connection(), ReportSpec(SINCE, UNTIL, ()))
     got = {d.model: d for d in report.drift}
-    for model, values in expected_drift(calls).items():
+    want = expected_drift(calls)
+    # Only streamed calls with reported usage: the estimated, the non-streamed and the unsettled
+    # calls of the book have no drift; the reasoning call counts its visible tokens only.
+    assert sorted(len(v) for v in want.values()) == [3]
+    assert want["m-one"] == [-38461, -100000, -111111]
+    for model, values in want.items():
         drift = got[model]
         if drift.calls != len(values):
             pytest.skip("another test's calls share this model and window")
         for name, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-            assert getattr(drift, name) == round(percentile_cont(values, fraction), 6)
+            assert getattr(drift, name) == drift_percentile(values, fraction)
+
+
+def test_report_and_alert_read_the_same_drift(session: Session) -> None:
+    """The drift alert's median and the report's p50 are one number for an odd sample."""
+    prefix = uuid.uuid4().hex[:8]
+    model = f"drift-agree-{prefix}"
+    calls = [
+        c.__class__(**{**c.__dict__, "model": model})
+        for c in in_window(scenario(prefix))  # the alert windows settlement, the report creation
+        if c.model == "m-one"
+    ]
+    post(session, calls)
+    values = expected_drift(calls)[model]
+    assert len(values) % 2 == 1
+    report = build_report(session.connection(), ReportSpec(SINCE, UNTIL, ()))
+    (drift,) = [d for d in report.drift if d.model == model]
+    medians = drift_medians(session, SINCE, UNTIL + timedelta(minutes=1))
+    median, samples = medians[model]
+    assert samples == drift.calls == len(values)
+    assert drift.p50 == median / 1_000_000 == drift_percentile(values, 0.5)
 
 
 def test_empty_window(session: Session) -> None:

@@ -127,6 +127,10 @@ def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str
         "completion_id": result.completion_id,
         "anomalies": _joined(result.anomalies),
         "created_at": now,
+        # The request's model and creation time, as its reservation holds them (both come from the
+        # same request metadata): the report reads usage records without joining reservations.
+        "model": result.model,
+        "requested_at": result.created_at,
     }
 
 

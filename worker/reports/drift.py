@@ -1,8 +1,15 @@
 """Drift percentiles per model: how far reported completion tokens are from the tiktoken estimate.
 
-The value per call is the signed relative difference ``(reported - estimated) / estimated`` of
-completion tokens, over settled calls with usage ``reported`` and a non-zero estimate (an estimated
-call has no drift by definition). Positive means the provider reported more than we estimated.
+One definition, the worker's (``worker.ledger.findings.settled_drift``), read from
+``usage_records.drift_ppm``: for a settled *streamed* call with *reported* usage and a non-zero
+estimate, ``(visible - estimated) / estimated`` in parts per million, truncated toward zero, where
+visible = completion minus reasoning tokens (reasoning is never streamed, so the estimate cannot see
+it). The drift alert's medians read the same column, so the report and the alert agree. Positive means
+the provider reported more than we estimated. Percentiles are taken over the integer ppm values and
+shown as fractions (ppm / 10^6, six decimals: exactly the resolution of the stored value).
+
+The usage record carries its call's model and creation time (``model``, ``requested_at``), so this is
+one scan of one table, and the percentiles sort only the drift subset.
 
 Two methods, one definition (PostgreSQL's ``percentile_cont``: linear interpolation between the
 values at ranks ``floor(p·(n-1))`` and ``ceil(p·(n-1))``):
@@ -22,52 +29,52 @@ from typing import Any
 from sqlalchemy import Connection, Float, Integer, cast, func, literal, select
 from sqlalchemy.sql import ColumnElement
 
-from models import Reservation, UsageRecord
+from models import UsageRecord
 from worker.reports.model import PERCENTILES, Drift
+from worker.reports.spec import ReportSpec
 
-reservations = Reservation.__table__
 usage_records = UsageRecord.__table__
 
 METHODS = ("percentile_cont", "window")
+PPM = 1_000_000
 
 
 def default_method(dialect: str) -> str:
     return "percentile_cont" if dialect == "postgresql" else "window"
 
 
-def _relative() -> ColumnElement[Any]:
+def _fraction(ppm: float) -> float:
+    return round(ppm / PPM, 6)
+
+
+def source(spec: ReportSpec) -> Any:
+    """(model, ppm) of every call in the window that has a drift."""
     u = usage_records.c
-    return cast(u.completion_tokens - u.estimate_completion_tokens, Float) / cast(
-        u.estimate_completion_tokens, Float
+    return select(u.model.label("model"), u.drift_ppm.label("ppm")).where(
+        u.drift_ppm.is_not(None), u.requested_at >= spec.since, u.requested_at < spec.until
     )
 
 
-def _source(window: ColumnElement[bool]) -> Any:
-    u = usage_records.c
+def percentile_cont_statement(spec: ReportSpec) -> Any:
+    calls = source(spec).subquery("drift")
     return (
-        select(reservations.c.model.label("model"), _relative().label("rel"))
-        .select_from(usage_records.join(reservations, reservations.c.id == u.reservation_id))
-        .where(window, u.usage_source == "reported", u.estimate_completion_tokens > 0)
-    )
-
-
-def _percentile_cont(conn: Connection, window: ColumnElement[bool]) -> list[Drift]:
-    calls = _source(window).subquery("drift")
-    statement = (
         select(
             calls.c.model,
-            func.count(),
+            func.count().label("n"),
             *(
-                func.percentile_cont(fraction).within_group(calls.c.rel).label(name)
+                func.percentile_cont(fraction).within_group(calls.c.ppm).label(name)
                 for name, fraction in PERCENTILES
             ),
         )
         .group_by(calls.c.model)
         .order_by(calls.c.model)
     )
+
+
+def _percentile_cont(conn: Connection, spec: ReportSpec) -> list[Drift]:
     return [
-        Drift(str(model), int(n), *(round(float(v), 6) for v in values))
-        for model, n, *values in conn.execute(statement).all()
+        Drift(str(model), int(n), *(_fraction(float(v)) for v in values))
+        for model, n, *values in conn.execute(percentile_cont_statement(spec)).all()
     ]
 
 
@@ -76,27 +83,30 @@ def _floor(value: ColumnElement[Any], dialect: str) -> ColumnElement[Any]:
     return cast(func.floor(value), Integer) if dialect == "postgresql" else cast(value, Integer)
 
 
-def _window(conn: Connection, window: ColumnElement[bool]) -> list[Drift]:
-    calls = _source(window).subquery("drift")
+def window_statement(spec: ReportSpec, dialect: str) -> Any:
+    calls = source(spec).subquery("drift")
     ranked = select(
         calls.c.model,
-        calls.c.rel,
-        (func.row_number().over(partition_by=calls.c.model, order_by=calls.c.rel) - 1).label("i"),
+        calls.c.ppm,
+        (func.row_number().over(partition_by=calls.c.model, order_by=calls.c.ppm) - 1).label("i"),
         func.count().over(partition_by=calls.c.model).label("n"),
     ).subquery("ranked")
     picks = []
     for name, fraction in PERCENTILES:
         # floor(p·(n-1)) for n ≥ 1; the same float product Python uses below.
-        low = _floor(literal(fraction, Float) * (ranked.c.n - 1), conn.dialect.name)
-        picks.append(func.max(ranked.c.rel).filter(ranked.c.i == low).label(f"{name}_low"))
-        picks.append(func.max(ranked.c.rel).filter(ranked.c.i == low + 1).label(f"{name}_high"))
-    statement = (
+        low = _floor(literal(fraction, Float) * (ranked.c.n - 1), dialect)
+        picks.append(func.max(ranked.c.ppm).filter(ranked.c.i == low).label(f"{name}_low"))
+        picks.append(func.max(ranked.c.ppm).filter(ranked.c.i == low + 1).label(f"{name}_high"))
+    return (
         select(ranked.c.model, ranked.c.n, *picks)
         .group_by(ranked.c.model, ranked.c.n)
         .order_by(ranked.c.model)
     )
+
+
+def _window(conn: Connection, spec: ReportSpec) -> list[Drift]:
     found = []
-    for row in conn.execute(statement).mappings():
+    for row in conn.execute(window_statement(spec, conn.dialect.name)).mappings():
         n = int(row["n"])
         values = []
         for name, fraction in PERCENTILES:
@@ -105,14 +115,14 @@ def _window(conn: Connection, window: ColumnElement[bool]) -> list[Drift]:
             high = row[f"{name}_high"]
             share = position - math.floor(position)
             value = low if high is None or share == 0 else low + share * (float(high) - low)
-            values.append(round(value, 6))
+            values.append(_fraction(value))
         found.append(Drift(str(row["model"]), n, *values))
     return found
 
 
-def per_model(conn: Connection, window: ColumnElement[bool], method: str) -> tuple[Drift, ...]:
+def per_model(conn: Connection, spec: ReportSpec, method: str) -> tuple[Drift, ...]:
     if method not in METHODS:
         raise ValueError(f"unknown drift method {method!r}")
     if method == "percentile_cont":
-        return tuple(_percentile_cont(conn, window))
-    return tuple(_window(conn, window))
+        return tuple(_percentile_cont(conn, spec))
+    return tuple(_window(conn, spec))

@@ -99,7 +99,8 @@ class GroupRow:
 
 @dataclass(frozen=True, slots=True)
 class Drift:
-    """Relative difference (reported - estimated) / estimated of completion tokens, one model."""
+    """Percentiles of ``drift_ppm`` / 10^6 of one model: (reported visible - estimated) / estimated
+    completion tokens of its streamed calls with reported usage (see ``worker.reports.drift``)."""
 
     model: str
     calls: int

@@ -134,8 +134,15 @@ def calls_statement(spec: ReportSpec, dialect: str) -> Any:
 
 def money_statement(spec: ReportSpec, dialect: str) -> Any:
     e, t, la = entries, transactions, ledger_accounts
+    keys = grain(spec)
+    # The window's calls with their grain, computed once per call rather than once per entry.
+    calls = (
+        select(reservations.c.id, *(_dimension(key, dialect).label(key) for key in keys))
+        .where(window_clause(spec))
+        .subquery("calls")
+    )
     credit = e.c.direction == "credit"
-    dims = [_dimension(key, dialect).label(key) for key in grain(spec)]
+    dims = [calls.c[key] for key in keys]
     measures = [
         func.sum(e.c.amount).filter(t.c.kind == "hold", credit).label("held"),
         func.sum(e.c.amount).filter(la.c.kind == "revenue", credit).label("revenue_in"),
@@ -148,10 +155,9 @@ def money_statement(spec: ReportSpec, dialect: str) -> Any:
         select(*dims, *measures)
         .select_from(
             e.join(t, t.c.id == e.c.transaction_id)
-            .join(reservations, reservations.c.id == t.c.reservation_id)
+            .join(calls, calls.c.id == t.c.reservation_id)
             .join(la, la.c.id == e.c.ledger_account_id)
         )
-        .where(window_clause(spec))
         .group_by(*dims)
     )
 
@@ -255,7 +261,7 @@ def build_report(
     days = _roll_up(grains, (keys.index("day"),))
     method = drift_method or drift_query.default_method(conn.dialect.name)
     with step("drift"):
-        drift = drift_query.per_model(conn, window_clause(spec), method)
+        drift = drift_query.per_model(conn, spec, method)
     found_parity = None
     if "parity_pairs" in present:
         with step("parity"):

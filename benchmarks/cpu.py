@@ -62,6 +62,11 @@ class CpuMeter:
         self._start = {pid: cpu_seconds(pid) for pid in self.pids}
 
     def stop(self, more_pids: Iterable[int] = ()) -> float:
-        pids = set(self.pids) | set(more_pids)
-        self.seconds = sum(cpu_seconds(pid) - self._start.get(pid, 0.0) for pid in pids)
+        """Seconds spent since ``start``; a process that exited meanwhile counts for nothing."""
+        total = 0.0
+        for pid in set(self.pids) | set(more_pids):
+            now = cpu_seconds(pid)
+            if now > 0.0:
+                total += max(0.0, now - self._start.get(pid, 0.0))
+        self.seconds = total
         return self.seconds

@@ -1,5 +1,9 @@
 """Run the real consumer in a process of its own until the notification stream is drained, and
-report its peak memory above the warmed-up baseline (``ru_maxrss`` against ``/proc/self/statm``).
+report its peak memory above the warmed-up baseline.
+
+The peak is ``VmHWM`` from ``/proc/self/status``, reset to the current RSS after warming up (writing
+5 to ``/proc/self/clear_refs``). Not ``ru_maxrss``: Linux carries it across ``execve``, so a probe
+started by a large pytest process would report its parent's size.
 
 Usage: ``python consumer_probe.py`` with the worker's environment (REDIS_URL, DATABASE_URL,
 BILLING_PREFIX, ...); prints one JSON line.
@@ -8,8 +12,6 @@ BILLING_PREFIX, ...); prints one JSON line.
 from __future__ import annotations
 
 import json
-import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -24,9 +26,17 @@ from worker.pipeline.consumer import BatchStats, reconcile_record
 from worker.pipeline.runtime import Runtime
 
 
-def rss_kb() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+def status_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
 
 
 def main() -> None:
@@ -42,7 +52,8 @@ def main() -> None:
     for model in ("gpt-4o", "gpt-4", "gpt-3.5-turbo"):
         request = meta("warm", model=model, include_usage=False)
         reconcile_record(streamed_entries(frames, request), "warm", book)
-    baseline = rss_kb()
+    reset_peak()
+    baseline = status_kb("VmRSS")
     total = BatchStats()
     started = time.monotonic()
     while time.monotonic() - started < 300:
@@ -50,7 +61,7 @@ def main() -> None:
         info = stream_backlog(rt.client, consumer.keys.events(), consumer.keys.group)
         if info.lag == 0 and info.pending == 0:
             break
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = status_kb("VmHWM")
     print(
         json.dumps(
             {

@@ -32,7 +32,9 @@ def worker_env(
         "BILLING_BLOCK_MS": "100",
         "BILLING_CLAIM_IDLE_MS": "2000",
         "BILLING_SWEEP_IDLE_MS": "3000",
-        "BILLING_SWEEP_INTERVAL_SECONDS": "1",
+        # Beat gives a sweep task one interval before it expires; with 1 s a pool busy with
+        # back-to-back drains could drop every sweep (seen once with one single-process worker).
+        "BILLING_SWEEP_INTERVAL_SECONDS": "2",
         "BILLING_RECHECK_SECONDS": "1",
         "BILLING_GRACE_SECONDS": "3600",
     }
@@ -43,7 +45,7 @@ def worker_env(
 class Worker:
     """One ``celery worker --beat`` process group."""
 
-    def __init__(self, env: dict[str, str], workdir: Path, name: str, concurrency: int = 1) -> None:
+    def __init__(self, env: dict[str, str], workdir: Path, name: str, concurrency: int = 2) -> None:
         self.env = {**os.environ, **env, "PYTHONPATH": str(REPO)}
         self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.workdir = workdir

@@ -80,7 +80,7 @@ def _cards(report: Report) -> str:
 
 def _drift(report: Report) -> str:
     if not report.drift:
-        return "<p>No settled call with reported usage and a non-zero estimate in the window.</p>"
+        return "<p>No streamed call settled with reported usage and a non-zero estimate in the window.</p>"
     rows = "".join(
         f'<tr data-drift-model="{escape(d.model)}"><td>{escape(d.model)}</td>'
         f'<td class="n">{d.calls}</td><td class="n" data-p="p50">{ratio(d.p50)}</td>'
@@ -89,7 +89,7 @@ def _drift(report: Report) -> str:
         for d in report.drift
     )
     chart = charts.range_dots(
-        "drift per model: (reported - estimated) / estimated completion tokens",
+        "drift per model: (visible - estimated) / estimated completion tokens, streamed calls",
         [(d.model, (d.p50, d.p90, d.p99)) for d in report.drift],
         ("p50", "p90", "p99"),
     )
@@ -167,7 +167,7 @@ def render_html(report: Report) -> str:
         f"<h2>Money per day</h2>{money_chart}"
         f"<h2>Unsettled calls</h2>{reason_chart}"
         f"<h2>Calls and money by group</h2>{_groups_table(report)}"
-        f"<h2>Drift of completion tokens per model</h2>{_drift(report)}"
+        f"<h2>Drift of visible completion tokens per model (streamed)</h2>{_drift(report)}"
         f"{_parity_and_anomalies(report)}"
         "</body></html>\n"
     )

@@ -68,7 +68,7 @@ def render_table(report: Report, width: int = 1000) -> str:
     )
     console.print(f"held = charged from holds + released + still held: {verdict}")
     console.print(
-        "drift of completion tokens, (reported - estimated) / estimated, per model"
+        "drift of streamed calls, (visible - estimated) / estimated completion tokens, per model"
         f" ({report.drift_method})"
     )
     drift = Table(box=box.ASCII)
@@ -76,7 +76,9 @@ def render_table(report: Report, width: int = 1000) -> str:
         drift.add_column(header, justify="left" if header == "model" else "right", no_wrap=True)
     for d in report.drift:
         drift.add_row(escape(d.model), str(d.calls), ratio(d.p50), ratio(d.p90), ratio(d.p99))
-    console.print(drift if report.drift else "drift: no reported calls with an estimate")
+    console.print(
+        drift if report.drift else "drift: no streamed calls with reported usage and an estimate"
+    )
     if report.parity is not None:
         p = report.parity
         fields = ", ".join(f"{name} {p.mismatched_fields[name]}" for name in PARITY_FIELDS)

@@ -5,8 +5,10 @@ Shape (each one statement, portable between PostgreSQL and SQLite unless said):
 1. calls — ``reservations`` LEFT JOIN (estimated ``usage_records`` only) LEFT JOIN ``failures``,
    every count and the still-held and exposure sums as ``FILTER`` aggregates.
 2. money — ``entries`` ⋈ ``transactions`` ⋈ ``reservations`` ⋈ ``ledger_accounts``: held, charged,
-   true-ups and released, straight from the ledger.
-3. drift — percentiles per model (``worker.reports.drift``).
+   true-ups and released, straight from the ledger (the grain computed once per call, not per entry).
+   The one ledger-side aggregate: the tie-out compares it with the reservations' statuses.
+3. drift — percentiles per model of ``usage_records.drift_ppm``, from usage records alone
+   (``worker.reports.drift``).
 4. parity and 5. anomalies — only when their tables exist.
 
 Queries 1 and 2 group by the report's keys plus ``day`` (the grain); group rows, the per-day chart

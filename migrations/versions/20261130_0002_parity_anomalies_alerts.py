@@ -36,7 +36,7 @@ ANOMALY_KINDS = (
 
 BACKFILL_DRIFT = """
 UPDATE usage_records
-   SET drift_ppm = ((completion_tokens - estimate_completion_tokens) * 1000000)
+   SET drift_ppm = (CAST(completion_tokens - estimate_completion_tokens AS BIGINT) * 1000000)
                    / estimate_completion_tokens
  WHERE usage_source = 'reported'
    AND estimate_completion_tokens > 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import time
 import traceback
@@ -92,8 +93,16 @@ def write(path: Path, rows: list[Row], about: dict[str, str], seconds: float) ->
     path.write_text(text)
 
 
+def _stop(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Stopped by SIGTERM, or by SIGINT when started in the background (which ignores it), every
+    # benchmark still deletes its keys and drops its database on the way out.
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     args = _parse(argv)
     # The ledger warns on every charge above its hold; the simulated fault mix has plenty.
     logging.getLogger("worker").setLevel(logging.ERROR)

@@ -35,6 +35,7 @@ def run(max_calls_per_s: float, smoke: bool = False) -> dict[str, Any]:
     with (
         services.redis_prefix("latency") as (client, prefix),
         services.pg_database("latency") as url,
+        services.autovacuum(url),
     ):
         keys = Keys(prefix)
         calls = workload.simulated_calls(count, run_id=prefix)

@@ -74,7 +74,7 @@ def run(smoke: bool = False) -> dict[str, Any]:
     work = settled_results(count)
     now = datetime.now(UTC)
     grace = timedelta(hours=1)
-    with services.pg_database("ledger") as url:
+    with services.pg_database("ledger") as url, services.autovacuum(url):
         engine = make_engine(url)
         sessions = session_factory(engine)
         statements = {"execute": 0, "executemany": 0}

@@ -36,7 +36,11 @@ def run(smoke: bool = False, first: int | None = None, last: int | None = None) 
     first = first or (300 if smoke else 10_000)
     last = last or (1_500 if smoke else 100_000)
     checkpoints: dict[int, dict[str, float]] = {}
-    with services.redis_prefix("memory") as (client, prefix), services.pg_database("memory") as url:
+    with (
+        services.redis_prefix("memory") as (client, prefix),
+        services.pg_database("memory") as url,
+        services.autovacuum(url),
+    ):
         keys = Keys(prefix)
         stream = keys.events(0)
         child = ConsumerProcess(prefix, url, "memory")

@@ -124,7 +124,11 @@ def _profiled(profile_dir: Path | None, name: str) -> Any:
 
 def run(smoke: bool = False, profile_dir: Path | None = None) -> dict[str, Any]:
     count = 60 if smoke else CALLS
-    with services.redis_prefix("e2e") as (client, prefix), services.pg_database("e2e") as url:
+    with (
+        services.redis_prefix("e2e") as (client, prefix),
+        services.pg_database("e2e") as url,
+        services.autovacuum(url),
+    ):
         keys = Keys(prefix)
         calls = workload.simulated_calls(count, run_id=prefix)
         shape = workload.measure(calls)

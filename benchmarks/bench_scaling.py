@@ -19,7 +19,11 @@ from worker.pipeline.keys import Keys
 
 def _one(processes: int, count: int) -> dict[str, Any]:
     name = f"scale{processes}"
-    with services.redis_prefix(name) as (client, prefix), services.pg_database(name) as url:
+    with (
+        services.redis_prefix(name) as (client, prefix),
+        services.pg_database(name) as url,
+        services.autovacuum(url),
+    ):
         keys = Keys(prefix)
         calls = workload.simulated_calls(count, run_id=prefix)
         shape = workload.measure(calls)

@@ -123,6 +123,8 @@ class _Call:
     meta: RequestMeta | None = None
     result: Result | None = None
     held_here: bool = False  # this batch recorded the hold
+    # A redelivered close whose result was committed before: the after-commit step to redo.
+    redo: str | None = None
 
     @property
     def closing(self) -> bool:
@@ -287,6 +289,11 @@ class Consumer:
                 continue
             if call.effect == "duplicate":
                 stats.duplicates += 1
+                if call.redo == "recheck":
+                    when = time.time() + self.recheck_seconds
+                    pipe.zadd(self.keys.recheck, {call.request_id: when}, nx=True)
+                elif call.redo == "delete":
+                    pipe.delete(self.keys.request(call.request_id))
                 continue
             key = self.keys.request(call.request_id)
             stats.charged_micros += call.charge_micros
@@ -428,6 +435,15 @@ class Consumer:
             opened=opened or reservation is not None,
         )
         call.reason = None if result.reason is None else str(result.reason)
+        if call.effect == "duplicate":
+            # The first delivery committed, but its after-commit step (schedule the recheck, or
+            # delete the stream) shares a pipeline with its XACK and is lost with it when Redis
+            # or the worker goes down in between: redo it, or late usage never settles the call.
+            status = self._status(session, call.request_id)
+            if status == Status.UNSETTLED:
+                call.redo = "recheck"
+            elif status in FINAL_STATUSES:
+                call.redo = "delete"
         if call.effect == "unsettled" and result.outcome is Outcome.SETTLED:
             # The stream settled but the ledger could not price it: flagged like any failure.
             call.outcome, call.reason = Outcome.UNSETTLED, str(Reason.UNPRICED)

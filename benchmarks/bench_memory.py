@@ -1,7 +1,7 @@
 """Worker memory: the RSS of one consumer process after 10x as many calls as at a first checkpoint.
 
-The brief is 100,000 then 1,000,000 calls; at a few hundred tiny calls/s that is about an hour on a
-two-core machine, so a full run uses 10,000 and 100,000 and ``--memory-calls`` asks for more.
+The brief is 100,000 then 1,000,000 calls; at a few hundred tiny calls/s that is half an hour or more
+on a two-core machine, so a full run uses 10,000 and 100,000 and ``--memory-calls`` asks for more.
 
 Tiny calls (open, four frame entries, close) are written in slices while a consumer process runs,
 never more than ``BACKLOG`` notifications ahead of it. At each checkpoint the writer waits until the

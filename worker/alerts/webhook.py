@@ -24,9 +24,18 @@ from datetime import UTC, datetime
 from sqlalchemy.orm import Session
 
 from models import OutboxStatus
-from worker import metrics
 from worker.alerts.config import AlertConfig, redact
 from worker.alerts.outbox import claim_one, finish
+
+
+def _metrics():
+    """``worker.metrics``, imported on first delivery: importing it creates this process's metric
+    files in a multiprocess directory, which a process that never delivers (the exporter, which
+    imports every CLI module) must not do."""
+    from worker import metrics
+
+    return metrics
+
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +113,12 @@ def deliver(
                 "alert %s to %s failed (attempt %d, next at %s): %s | %s",
                 claimed.kind, shown, claimed.attempts, next_at.isoformat(), error, claimed.text,
             )  # fmt: skip
-            metrics.alert_delivery(False)
+            _metrics().alert_delivery(False)
             stats.failed += 1
             continue
         with sessions() as session:
             finish(session, claimed, config, clock(), status=OutboxStatus.DELIVERED)
         log.info("alert %s delivered to %s: %s", claimed.kind, shown, claimed.text)
-        metrics.alert_delivery(True)
+        _metrics().alert_delivery(True)
         stats.delivered += 1
     return stats

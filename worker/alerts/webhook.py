@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import ModuleType
 
 from sqlalchemy.orm import Session
 
@@ -28,7 +29,7 @@ from worker.alerts.config import AlertConfig, redact
 from worker.alerts.outbox import claim_one, finish
 
 
-def _metrics():
+def _metrics() -> ModuleType:
     """``worker.metrics``, imported on first delivery: importing it creates this process's metric
     files in a multiprocess directory, which a process that never delivers (the exporter, which
     imports every CLI module) must not do."""

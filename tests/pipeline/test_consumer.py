@@ -346,3 +346,24 @@ def test_a_reused_request_id_with_another_hold_is_refused_into_dead_letters(
     assert all(r.startswith("ledger refused:") and "the hold is 1000" in r for r in reasons)
     with sessions() as s:
         assert balance(s, account).held == 1000
+
+
+def test_sweeper_trims_notifications_every_consumer_is_done_with(
+    consumer, publisher, sessions, redis_client, settings, account
+) -> None:
+    done, unread = meta(account), meta(account)
+    play(publisher, done, frames())
+    drain(consumer)
+    stream = consumer.keys.events()
+    # a second consumer takes an entry and dies before acknowledging it
+    play(publisher, unread, frames())
+    stuck = Consumer(redis_client, sessions, settings, name="stuck")
+    taken = stuck.read(stream, None)
+    assert len(taken) == 2
+    # and one more notification has not been read by anyone yet
+    publisher.close("req-not-read-yet")
+    Sweeper(consumer).run()
+    left = [entry_id for entry_id, _ in redis_client.xrange(stream)]
+    # the two acknowledged notifications are gone; the pending and the unread ones stay
+    assert left[0] == taken[0][0]
+    assert len(left) == 3

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import redis
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -44,6 +45,13 @@ class SweepStats:
     expired: int = 0
     resolved: int = 0
     dead: int = 0
+    trimmed: int = 0
+
+
+def _stream_id(value: bytes | str) -> tuple[int, int]:
+    text = value.decode() if isinstance(value, bytes) else value
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _entry_ms(entry_id: bytes) -> int:
@@ -63,7 +71,34 @@ class Sweeper:
         self.finalize_abandoned(stats)
         self.recheck_unsettled(stats)
         self.apply_policy(stats)
+        self.trim_notifications(stats)
         return stats
+
+    def trim_notifications(self, stats: SweepStats) -> None:
+        """Drop notifications every consumer is done with, so the streams do not grow for ever.
+
+        Safe point: below the oldest entry still pending in our group (delivered, not yet
+        acknowledged: it may be claimed and redone), and never past the group's last delivered
+        entry (what comes after has not been read). Other groups on the stream, if any, are
+        respected the same way.
+        """
+        for stream in self.keys.all_events():
+            try:
+                groups = self.client.xinfo_groups(stream)
+            except redis.ResponseError:
+                continue  # no such stream yet
+            if not groups:
+                continue
+            floors = []
+            for group in groups:
+                floor = group["last-delivered-id"]
+                if group["pending"]:
+                    summary = self.client.xpending(stream, group["name"])
+                    floor = min(floor, summary["min"], key=_stream_id)
+                floors.append(floor)
+            minid = min(floors, key=_stream_id)
+            if _stream_id(minid) > (0, 0):
+                stats.trimmed += self.client.xtrim(stream, minid=minid, approximate=False)
 
     def finalize_abandoned(self, stats: SweepStats) -> None:
         idle = timedelta(milliseconds=self.settings.sweep_idle_ms)

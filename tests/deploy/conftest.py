@@ -27,7 +27,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of one node of a fresh 3-master Redis Cluster on loopback."""
     server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
     if not server or not cli:
-        pytest.skip("redis-server and redis-cli are needed for the cluster tests")
+        pytest.fail("redis-server and redis-cli are needed for the cluster tests")
     workdir: Path = tmp_path_factory.mktemp("cluster")
     ports = cluster_ports(3)
     started: list[int] = []

@@ -15,12 +15,11 @@ from typing import Any
 
 import click
 import pytest
+import yaml
 from celery import Celery
 
 from worker.cli import main
 from worker.config import ENV_VARS, Settings
-
-yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read docker-compose.yml")
 
 ROOT = Path(__file__).resolve().parents[2]
 BILLING_SERVICES = ("migrate", "worker", "beat", "metrics")

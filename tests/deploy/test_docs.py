@@ -5,12 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 import redis
+import yaml
 
 from worker.pipeline.keys import Keys
-
-yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the YAML in docs/metrics.md")
 
 ROOT = Path(__file__).resolve().parents[2]
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}

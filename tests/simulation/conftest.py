@@ -18,7 +18,7 @@ def redis_client() -> Iterator[redis.Redis]:
     try:
         client.ping()
     except redis.ConnectionError:
-        pytest.skip(f"Redis not reachable at {REDIS_URL}")
+        pytest.fail(f"Redis not reachable at {REDIS_URL}")
     yield client
     client.close()
 

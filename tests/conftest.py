@@ -8,6 +8,7 @@
 * ``session`` (function): a Session inside an outer transaction that is rolled back after the test;
   ``session.commit()`` only releases a SAVEPOINT. On PostgreSQL the deferred constraint triggers
   (every ledger transaction balances) are checked before the rollback, so each test is audited.
+* ``redis_client`` / ``prefix`` (function): the real Redis and a key prefix cleaned after the test.
 * ``sessions`` (function): a sessionmaker whose commits are real, for tests that need several
   connections; use unique request and account ids there (``unique_id``).
 """
@@ -19,12 +20,14 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.ledger.database import make_engine, upgrade
 
+REDIS_URL = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PG_ADMIN_URL = os.environ.get(
     "BILLING_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
@@ -119,3 +122,25 @@ def sessions(engine: Engine) -> sessionmaker[Session]:
 @pytest.fixture
 def unique_id() -> str:
     return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    """The real Redis of the machine (``BILLING_TEST_REDIS_URL``); a missing server fails the test."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        pytest.fail(f"Redis not reachable at {REDIS_URL}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def prefix(redis_client: redis.Redis) -> Iterator[str]:
+    """A key prefix of this test's own; every key under it is deleted afterwards."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    yield name
+    keys = list(redis_client.scan_iter(match=f"{name}:*", count=1000))
+    if keys:
+        redis_client.delete(*keys)

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
 import pytest
-import redis
-
-REDIS_URL = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 class Receiver:
@@ -68,20 +63,3 @@ def receiver() -> Iterator[Receiver]:
     server = Receiver()
     yield server
     server.close()
-
-
-@pytest.fixture
-def redis_client() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(REDIS_URL)
-    client.ping()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def prefix(redis_client: redis.Redis) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    yield name
-    keys = list(redis_client.scan_iter(match=f"{name}:*", count=1000))
-    if keys:
-        redis_client.delete(*keys)

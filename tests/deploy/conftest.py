@@ -7,10 +7,8 @@ shut down afterwards. Without the binaries the cluster tests are skipped.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +16,6 @@ import pytest
 import redis
 
 from .servers import cluster_info, cluster_ports, stop_server, wait_for
-
-REDIS_URL = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 @pytest.fixture(scope="session")
@@ -61,20 +57,3 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         for port in started:
             stop_server(cli, port, workdir / f"redis-{port}.pid")
-
-
-@pytest.fixture
-def redis_client() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(REDIS_URL)
-    client.ping()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def prefix(redis_client: redis.Redis) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    yield name
-    keys = list(redis_client.scan_iter(match=f"{name}:*", count=1000))
-    if keys:
-        redis_client.delete(*keys)

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner, Result
+from conftest import REDIS_URL
 
 from worker.cli import main
 from worker.config import ENV_VARS
 from worker.ledger.database import make_engine, upgrade
 from worker.pipeline.keys import Keys
 
-from .conftest import REDIS_URL
 from .servers import free_port
 
 pytestmark = pytest.mark.redis

@@ -6,10 +6,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import REDIS_URL
 
 from worker.cli import main
-
-from .conftest import REDIS_URL
 
 
 def run(args: list[str], env: dict[str, str] | None = None):

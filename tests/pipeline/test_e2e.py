@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from chaos.fleet import Worker
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,8 +24,8 @@ from worker.ledger.database import make_engine
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 
-from .processes import WorkerProcess, wait_for
 from .test_consumer import frames, meta
+from .waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -97,7 +98,7 @@ def check(sessions: sessionmaker[Session], expected: dict[str, str]) -> None:
 
 
 def test_worker_processes_settle_every_call(env, pg_url, redis_client, prefix, tmp_path) -> None:
-    worker = WorkerProcess(env, tmp_path)
+    worker = Worker(env, tmp_path, "e2e")
     engine = make_engine(pg_url)
     sessions = sessionmaker(engine)
     try:
@@ -105,7 +106,7 @@ def test_worker_processes_settle_every_call(env, pg_url, redis_client, prefix, t
         expected = publish(redis_client, prefix, 120, seed=1)
         wait_for(
             lambda: len(decided(sessions, list(expected))) == len(expected),
-            90, "every call decided", worker.logs,
+            90, "every call decided", lambda: worker.log_text()[-4000:],
         )  # fmt: skip
         check(sessions, expected)
         keys = Keys(prefix)
@@ -120,14 +121,17 @@ def test_worker_processes_settle_every_call(env, pg_url, redis_client, prefix, t
 def test_kill_9_mid_run_loses_nothing_and_charges_nothing_twice(
     env, pg_url, redis_client, prefix, tmp_path
 ) -> None:
-    worker = WorkerProcess(env, tmp_path)
+    worker = Worker(env, tmp_path, "e2e")
     engine = make_engine(pg_url)
     sessions = sessionmaker(engine)
     try:
         worker.start()
         expected = publish(redis_client, prefix, 150, seed=2)
         wait_for(
-            lambda: len(decided(sessions, list(expected))) > 10, 60, "the run to start", worker.logs
+            lambda: len(decided(sessions, list(expected))) > 10,
+            60,
+            "the run to start",
+            lambda: worker.log_text()[-4000:],
         )
         worker.kill()
         more = publish(redis_client, prefix, 100, seed=3)
@@ -136,7 +140,7 @@ def test_kill_9_mid_run_loses_nothing_and_charges_nothing_twice(
         worker.start()
         wait_for(
             lambda: len(decided(sessions, list(expected))) == len(expected),
-            120, "every call decided after the restart", worker.logs,
+            120, "every call decided after the restart", lambda: worker.log_text()[-4000:],
         )  # fmt: skip
         check(sessions, expected)
     finally:

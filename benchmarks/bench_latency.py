@@ -6,60 +6,199 @@ written). The consumer's ``BatchStats.latencies_ms`` holds commit time - close `
 call; p50 and p99 are taken over all of them. The rate is half of the end-to-end maximum measured in
 the same run (row 2). The publisher shares the machine with the consumer, as a gateway would not;
 that makes the figure pessimistic, not optimistic.
+
+To say where a slow close lost its time, the run also records: every poll of the consumer (wall,
+CPU, the time its process waited for a CPU while runnable — ``/proc/self/schedstat`` — entries read,
+and its steps: read, fetch, prepare, batched ledger path), the stand-in autovacuum's runs, and a
+sampler in this process (every ``SAMPLE_S``: the machine's busy CPUs from ``/proc/stat``, and the CPU
+of the consumer, of this process and of everything else). ``diagnose`` sets the polls that committed
+the slowest closes against those.
+
+``BILLING_BATCH_SIZE`` / ``BILLING_BLOCK_MS`` in the environment reach the consumer (``Settings``).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import Any
 
-from benchmarks import services, workload
+from benchmarks import cpu, services, workload
 from benchmarks.consumer_process import ConsumerProcess, wait_drained
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 
 TARGET_P99_MS = 1000
+SAMPLE_S = 0.1
+SLOW_MS = 1000
 
 
-def percentile(values: list[int], fraction: float) -> float:
+def percentile(values: list[Any], fraction: float) -> float:
     ordered = sorted(values)
     if not ordered:
         return float("nan")
     return float(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))])
 
 
-def run(max_calls_per_s: float, smoke: bool = False) -> dict[str, Any]:
+def _busy_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies over every CPU since boot."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+class Sampler:
+    """Every ``SAMPLE_S``: (t, machine busy CPUs, consumer CPUs, this process's CPUs)."""
+
+    def __init__(self, consumer_pid: int, origin: float) -> None:
+        self.consumer_pid = consumer_pid
+        self.origin = origin
+        self.samples: list[tuple[float, float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+        self.cores = os.cpu_count() or 1
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        busy, total = _busy_jiffies()
+        child, mine, when = (
+            cpu.cpu_seconds(self.consumer_pid),
+            time.process_time(),
+            time.perf_counter(),
+        )
+        while not self._stop.wait(SAMPLE_S):
+            busy2, total2 = _busy_jiffies()
+            child2, mine2, when2 = (
+                cpu.cpu_seconds(self.consumer_pid),
+                time.process_time(),
+                time.perf_counter(),
+            )
+            span = when2 - when
+            machine = self.cores * (busy2 - busy) / max(1, total2 - total)
+            self.samples.append(
+                (when2 - self.origin, machine, (child2 - child) / span, (mine2 - mine) / span)
+            )
+            busy, total, child, mine, when = busy2, total2, child2, mine2, when2
+
+
+def _around(samples: list[tuple[float, float, float, float]], start: float, end: float) -> tuple:
+    inside = [s for s in samples if start - SAMPLE_S <= s[0] <= end + SAMPLE_S]
+    if not inside:
+        return (float("nan"),) * 3
+    n = len(inside)
+    return tuple(sum(s[i] for s in inside) / n for i in (1, 2, 3))
+
+
+def diagnose(
+    report: dict[str, Any],
+    samples: list[tuple[float, float, float, float]],
+    vacuums: list[tuple[float, float]],
+    seconds: float,
+) -> dict[str, Any]:
+    """Where the time of the slow closes went: batch sizes and times, CPU, vacuum overlap."""
+    trace = report["trace"]
+    cap = report["batch_size"]
+    ms = [poll["ms"] for poll in trace]
+    slow = [poll for poll in trace if poll["max_latency_ms"] >= SLOW_MS]
+    # A close is slow when it waited behind earlier polls, or when its own poll was slow: the polls
+    # of the 3 s before each slow poll are its backlog.
+    window = [
+        poll for poll in trace if any(s["t"] - 3.0 <= poll["t"] <= s["t"] for s in slow)
+    ] or trace
+    vacuum_s = sum(end - start for start, end in vacuums)
+    during_vacuum = [
+        poll for poll in slow if any(a - 0.5 <= poll["t"] <= b + 0.5 for a, b in vacuums)
+    ]
+    machine = [s[1] for s in samples]
+    steps = ("read_ms", "fetch_streams_ms", "prepare_ms", "apply_common_ms")
+
+    def share(polls: list[dict[str, Any]], key: str) -> float:
+        wall = sum(p["ms"] for p in polls)
+        return sum(p.get(key, 0.0) for p in polls) / wall if wall else float("nan")
+
+    return {
+        "polls": len(trace),
+        "read_p50": percentile([p["read"] for p in trace], 0.5),
+        "read_max": max((p["read"] for p in trace), default=0),
+        "at_cap": sum(1 for p in trace if p["read"] >= cap),
+        "poll_ms_p50": percentile(ms, 0.5),
+        "poll_ms_p99": percentile(ms, 0.99),
+        "poll_ms_max": max(ms, default=0.0),
+        "busy_share": sum(ms) / 1000 / seconds,
+        "starved_share": sum(p["starved_ms"] for p in trace) / max(1.0, sum(ms)),
+        "cpu_share": sum(p["cpu_ms"] for p in trace) / max(1.0, sum(ms)),
+        "slow_polls": len(slow),
+        "slow_window_polls": len(window),
+        "slow_window_read_mean": sum(p["read"] for p in window) / len(window) if window else 0,
+        "slow_window_ms_mean": sum(p["ms"] for p in window) / len(window) if window else 0,
+        "slow_window_starved_share": share(window, "starved_ms"),
+        "slow_window_cpu_share": share(window, "cpu_ms"),
+        "slow_window_steps": {step: share(window, step) for step in steps},
+        "slow_window_machine": _around(
+            samples,
+            min((p["t"] for p in window), default=0),
+            max((p["t"] for p in window), default=0),
+        ),
+        "slow_during_vacuum": len(during_vacuum),
+        "vacuums": len(vacuums),
+        "vacuum_share": vacuum_s / seconds,
+        "vacuum_max_s": max((end - start for start, end in vacuums), default=0.0),
+        "machine_busy_mean": sum(machine) / len(machine) if machine else float("nan"),
+        "machine_busy_p90": percentile(machine, 0.9),
+        "consumer_cpu_mean": sum(s[2] for s in samples) / len(samples) if samples else 0.0,
+        "publisher_cpu_mean": sum(s[3] for s in samples) / len(samples) if samples else 0.0,
+    }
+
+
+def run(
+    max_calls_per_s: float, smoke: bool = False, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     rate = max_calls_per_s / 2
     seconds = 4.0 if smoke else 30.0
     count = max(20, int(rate * seconds))
+    vacuums: list[tuple[float, float]] = []
     with (
         services.redis_prefix("latency") as (client, prefix),
         services.pg_database("latency") as url,
-        services.autovacuum(url),
+        services.autovacuum(url, log=vacuums),
     ):
         keys = Keys(prefix)
         calls = workload.simulated_calls(count, run_id=prefix)
         publisher = Publisher(client, keys)
-        child = ConsumerProcess(prefix, url, "latency")
+        child = ConsumerProcess(prefix, url, "latency", env=env)
         try:
             child.go()
             started = time.perf_counter()
             behind = 0.0
-            for number, call in enumerate(calls):
-                due = started + number / rate
-                wait = due - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
-                else:
-                    behind = max(behind, -wait)
-                workload.write_call(client, publisher, keys, call)
-            published = time.perf_counter() - started
-            wait_drained(client, keys.events(0), keys.group, timeout=300)
+            late = 0
+            with Sampler(child.pid, started) as sampler:
+                for number, call in enumerate(calls):
+                    due = started + number / rate
+                    wait = due - time.perf_counter()
+                    if wait > 0:
+                        time.sleep(wait)
+                    else:
+                        behind = max(behind, -wait)
+                        late += wait < -0.05
+                    workload.write_call(client, publisher, keys, call)
+                published = time.perf_counter() - started
+                wait_drained(client, keys.events(0), keys.group, timeout=300)
+                drained = time.perf_counter() - started
             report = child.stop()
         finally:
             child.kill()
     latencies = report["latencies_ms"]
     p99 = percentile(latencies, 0.99)
+    vacuum_times = [(a - started, b - started) for a, b in vacuums if b >= started]
     return {
         "rate": rate,
         "max_rate": max_calls_per_s,
@@ -67,17 +206,23 @@ def run(max_calls_per_s: float, smoke: bool = False) -> dict[str, Any]:
         "published_seconds": published,
         "achieved_rate": count / published,
         "publisher_behind_ms": behind * 1000,
+        "publisher_late_calls": late,
         "samples": len(latencies),
         "p50_ms": percentile(latencies, 0.5),
+        "p90_ms": percentile(latencies, 0.9),
         "p99_ms": p99,
         "max_ms": max(latencies) if latencies else float("nan"),
+        "batch_size": report["batch_size"],
+        "block_ms": report["block_ms"],
+        "diagnosis": diagnose(report, sampler.samples, vacuum_times, drained),
         "target_p99_ms": TARGET_P99_MS,
         "meets_target": p99 < TARGET_P99_MS,
     }
 
 
 if __name__ == "__main__":
+    import json
     import sys
 
-    for name, value in run(float(sys.argv[1]), smoke="--smoke" in sys.argv).items():
-        print(f"{name}: {value}")
+    figures = run(float(sys.argv[1]), smoke="--smoke" in sys.argv)
+    print(json.dumps(figures, indent=1, default=str))

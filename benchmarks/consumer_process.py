@@ -26,14 +26,49 @@ from benchmarks import services
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_delay_ns() -> int:
+    """Nanoseconds this process's main thread has waited for a CPU while runnable (schedstat)."""
+    try:
+        return int(Path("/proc/self/schedstat").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _timed(owner: Any, method: str, spent: dict[str, float]) -> None:
+    """Wrap ``owner.method`` so each call adds its wall seconds to ``spent[method]``."""
+    inner = getattr(owner, method)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[method] = spent.get(method, 0.0) + time.perf_counter() - started
+
+    setattr(owner, method, wrapper)
+
+
+def settings_from_env() -> dict[str, int]:
+    """The consumer settings a benchmark passes down: BILLING_BATCH_SIZE, BILLING_BLOCK_MS."""
+    found = {}
+    for name, key in (("batch_size", "BILLING_BATCH_SIZE"), ("block_ms", "BILLING_BLOCK_MS")):
+        if os.environ.get(key):
+            found[name] = int(os.environ[key])
+    return found
+
+
 def _serve(prefix: str, database_url: str, name: str) -> None:
     from benchmarks.bench_pipeline import make_consumer, warm
     from worker.pipeline.consumer import BatchStats
 
     logging.getLogger("worker").setLevel(logging.ERROR)
     client = services.redis_client(services.REDIS_URL)
-    consumer, engine = make_consumer(client, database_url, prefix, name)
+    consumer, engine = make_consumer(client, database_url, prefix, name, **settings_from_env())
     warm(consumer)
+    # Per poll: where the time went (the consumer's own steps, wrapped on this instance only).
+    spent: dict[str, float] = {}
+    for method in ("read", "_fetch_streams", "_prepare", "_apply_common"):
+        _timed(consumer, method, spent)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
@@ -48,11 +83,31 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
     threading.Thread(target=watch_stdin, daemon=True).start()
     total = BatchStats()
     polls = 0
+    trace: list[dict[str, Any]] = []
+    block_ms = consumer.settings.block_ms
     started = time.perf_counter()
     cpu_started = time.process_time()
     while not stop.is_set():
-        total.add(consumer.poll(0, block_ms=50))
+        spent.clear()
+        began, cpu, delay = time.perf_counter(), time.process_time(), run_delay_ns()
+        batch = consumer.poll(0, block_ms=block_ms)
+        ended = time.perf_counter()
+        total.add(batch)
         polls += 1
+        if batch.read:
+            # Polls that read something: wall, CPU and run-queue wait (starved) of the whole poll.
+            trace.append(
+                {
+                    "t": began - started,
+                    "ms": (ended - began) * 1000,
+                    "cpu_ms": (time.process_time() - cpu) * 1000,
+                    "starved_ms": (run_delay_ns() - delay) / 1e6,
+                    "read": batch.read,
+                    "closes": len(batch.latencies_ms),
+                    "max_latency_ms": max(batch.latencies_ms, default=0),
+                    **{f"{step.strip('_')}_ms": v * 1000 for step, v in spent.items()},
+                }
+            )
     report = {
         "read": total.read,
         "acked": total.acked,
@@ -66,6 +121,9 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
         "seconds": time.perf_counter() - started,
         "cpu_seconds": time.process_time() - cpu_started,
         "latencies_ms": total.latencies_ms,
+        "batch_size": consumer.settings.batch_size,
+        "block_ms": block_ms,
+        "trace": trace,
     }
     print(json.dumps(report), flush=True)
     engine.dispose()
@@ -75,10 +133,13 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
 class ConsumerProcess:
     """The parent's handle on one consumer child."""
 
-    def __init__(self, prefix: str, database_url: str, name: str) -> None:
+    def __init__(
+        self, prefix: str, database_url: str, name: str, env: dict[str, str] | None = None
+    ) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.consumer_process", prefix, database_url, name],
             cwd=ROOT,
+            env=None if env is None else {**os.environ, **env},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -86,13 +87,16 @@ def pg_database(name: str, *, migrate: bool = True) -> Iterator[str]:
 
 
 @contextmanager
-def autovacuum(url: str, every: float = 5.0) -> Iterator[None]:
+def autovacuum(
+    url: str, every: float = 5.0, log: list[tuple[float, float]] | None = None
+) -> Iterator[None]:
     """``VACUUM ANALYZE`` the database every ``every`` seconds while the block runs.
 
     This server runs with ``autovacuum = off`` (its CI configuration), so tables that grow from empty
     during a benchmark are never analyzed: PostgreSQL keeps planning them as empty (the foreign-key
     checks of the ledger inserts included) and a consumer slowed from ~570 to ~20 tiny calls/s by
     50,000 calls. Production runs autovacuum; this stands in for it, and its cost lands in the run.
+    ``log`` gets the (start, end) ``time.perf_counter()`` of each run.
     """
     stop = threading.Event()
     engine = make_engine(url, isolation_level="AUTOCOMMIT")
@@ -100,7 +104,10 @@ def autovacuum(url: str, every: float = 5.0) -> Iterator[None]:
     def loop() -> None:
         with engine.connect() as conn:
             while not stop.wait(every):
+                started = time.perf_counter()
                 conn.execute(text("VACUUM ANALYZE"))
+                if log is not None:
+                    log.append((started, time.perf_counter()))
 
     thread = threading.Thread(target=loop, name="autovacuum", daemon=True)
     thread.start()

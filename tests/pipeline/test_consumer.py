@@ -367,3 +367,23 @@ def test_sweeper_trims_notifications_every_consumer_is_done_with(
     # the two acknowledged notifications are gone; the pending and the unread ones stay
     assert left[0] == taken[0][0]
     assert len(left) == 3
+
+
+def test_a_held_call_whose_stream_was_refused_becomes_an_unsettled_failure(
+    consumer, publisher, sessions, redis_client, account
+) -> None:
+    from worker.pipeline.entries import MAX_ENTRY_BYTES
+
+    m = meta(account)
+    with publisher.batch():
+        publisher.open(m)
+    drain(consumer)  # the hold
+    publisher.frames(m["request_id"], ["data: " + "x" * MAX_ENTRY_BYTES])
+    publisher.close(m["request_id"])
+    drain(consumer)
+    assert redis_client.xlen(consumer.keys.dead) == 1
+    assert status(sessions, m["request_id"]) == "held"
+    Sweeper(consumer).run()
+    # not money held for ever: an unsettled failure that can be resolved
+    assert status(sessions, m["request_id"]) == "unsettled"
+    assert not redis_client.sismember(consumer.keys.quarantine, m["request_id"])

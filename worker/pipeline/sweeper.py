@@ -132,8 +132,11 @@ class Sweeper:
             for index, row in enumerate(rows):
                 entries, quarantined = fetched[2 * index], fetched[2 * index + 1]
                 if quarantined:
-                    continue
-                if entries and now_ms - _entry_ms(entries[-1][0]) < self.settings.sweep_idle_ms:
+                    # Its stream was refused into the dead letters: nothing in it can be used.
+                    # Finalize from the reservation alone (incomplete), so the hold becomes an
+                    # unsettled failure someone can resolve, instead of money held for ever.
+                    entries = []
+                elif entries and now_ms - _entry_ms(entries[-1][0]) < self.settings.sweep_idle_ms:
                     continue  # still being written: not abandoned yet
                 try:
                     with session.begin_nested():
@@ -169,6 +172,7 @@ class Sweeper:
             pipe.sadd(self.keys.quarantine, request_id)
         recheck_at = time.time() + self.consumer.recheck_seconds
         for request_id, outcome in finished:
+            pipe.srem(self.keys.quarantine, request_id)
             if outcome is Outcome.UNSETTLED:
                 pipe.zadd(self.keys.recheck, {request_id: recheck_at})
             else:

@@ -174,7 +174,7 @@ def run(
         keys = Keys(prefix)
         calls = workload.simulated_calls(count, run_id=prefix)
         publisher = Publisher(client, keys)
-        child = ConsumerProcess(prefix, url, "latency", env=env)
+        child = ConsumerProcess(prefix, url, "latency", env={"BENCH_TRACE": "1", **(env or {})})
         try:
             child.go()
             started = time.perf_counter()

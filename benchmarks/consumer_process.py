@@ -83,6 +83,8 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
     threading.Thread(target=watch_stdin, daemon=True).start()
     total = BatchStats()
     polls = 0
+    # Off unless asked for (row 4): row 8 measures this process's RSS, and the trace would grow it.
+    tracing = os.environ.get("BENCH_TRACE") == "1"
     trace: list[dict[str, Any]] = []
     block_ms = consumer.settings.block_ms
     started = time.perf_counter()
@@ -94,7 +96,7 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
         ended = time.perf_counter()
         total.add(batch)
         polls += 1
-        if batch.read:
+        if tracing and batch.read:
             # Polls that read something: wall, CPU and run-queue wait (starved) of the whole poll.
             trace.append(
                 {

@@ -135,7 +135,7 @@ class Settings:
             drift_alert_pct=_int(env, "BILLING_DRIFT_ALERT_PCT", 10, minimum=1),
             drift_window_seconds=_int(env, "BILLING_DRIFT_WINDOW_SECONDS", 3_600, minimum=60),
             non_streamable_models=_prefixes(env.get("BILLING_NON_STREAMABLE_MODELS")),
-            alert_window_seconds=_int(env, "BILLING_ALERT_WINDOW_SECONDS", 300, minimum=60),
+            alert_window_seconds=_int(env, "BILLING_ALERT_WINDOW_SECONDS", 300, minimum=5),
             unsettled_rate_pct=_int(env, "BILLING_UNSETTLED_RATE_PCT", 5, minimum=1),
             alert_webhook_url=env.get("BILLING_ALERT_WEBHOOK_URL") or None,
         )

@@ -28,7 +28,10 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import sessionmaker
 
 from models import Failure, Reservation
-from worker.config import redact_url
+from worker.alerts.config import AlertConfig
+from worker.alerts.jobs import run_alerts, run_pairing
+from worker.config import Settings, redact_url
+from worker.demo_webhook import WebhookReceiver
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine, upgrade
 from worker.pipeline.keys import Keys
@@ -46,6 +49,7 @@ CALLS = int(os.environ.get("DEMO_CALLS", "3000"))
 SEED = int(os.environ.get("DEMO_SEED", "7"))
 WORKDIR = Path("var/demo")
 PREFIX = "demo"
+ALERT_WINDOW_SECONDS = 10
 console = Console(stderr=True)
 
 
@@ -123,6 +127,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def run() -> int:
     started: list[subprocess.Popen[bytes]] = []
+    webhook = WebhookReceiver()
     try:
         redis_url = find_redis(started)
         client = redis.Redis.from_url(redis_url)
@@ -145,17 +150,26 @@ def run() -> int:
             "BILLING_RECHECK_SECONDS": "2",
             "BILLING_CLAIM_IDLE_MS": "5000",
             "BILLING_DRAIN_MS": "1000",
+            "BILLING_ALERT_WEBHOOK_URL": webhook.url,
+            "BILLING_ALERT_WINDOW_SECONDS": str(ALERT_WINDOW_SECONDS),
         }
         worker = start_worker(env)
         started.append(worker)
-        calls = plan(CALLS, SEED, parse_faults("default"), twins=0.05, run_id=f"demo{SEED}")
+        calls = plan(
+            CALLS, SEED, parse_faults("default"), twins=0.05, run_id=f"demo{SEED}",
+            start=datetime.now(UTC),
+        )  # fmt: skip
         console.print(f"simulating {len(calls)} calls (seed {SEED}, default fault mix)")
         report = play(calls, client, Keys(PREFIX), concurrency=4, progress=True, total=len(calls))
         console.print(f"published in {report.elapsed_seconds:.1f}s")
         engine = make_engine(database_url)
         sessions = sessionmaker(engine)
         wait_until_reconciled(sessions, calls, worker)
+        # Beat pairs twins every minute; the demo does one pass itself before reading the books.
+        pairs = run_pairing(sessions, Settings.from_env(env))
+        console.print(f"parity: {sum(pairs.values())} streamed/non-streamed twins paired {pairs}")
         print_books(engine, sessions, client, calls)
+        show_alerts(sessions, env, webhook)
         engine.dispose()
         clear_keys(client, PREFIX)
         return 0
@@ -163,6 +177,7 @@ def run() -> int:
         console.print(f"[red]demo:[/red] {exc}")
         return 1
     finally:
+        webhook.close()
         for proc in reversed(started):
             stop(proc) if proc.args[0] == sys.executable else proc.terminate()
         for proc in started:
@@ -170,6 +185,25 @@ def run() -> int:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def show_alerts(sessions: sessionmaker, env: dict[str, str], webhook: WebhookReceiver) -> None:
+    """Deliver the aggregated alerts of the demo's unsettled calls to the local webhook and show them.
+
+    The worker's beat runs the same job every 30 s; the demo runs it once itself after the current
+    alert window has closed, so it need not wait for the next tick.
+    """
+    config = AlertConfig.from_settings(Settings.from_env(env), settle_slack=timedelta(0))
+    window = ALERT_WINDOW_SECONDS
+    time.sleep(window - time.time() % window + 0.2)  # let the last window close
+    run_alerts(sessions, config)
+    bodies = webhook.received()
+    out = Console()
+    out.print(f"alerts received by the webhook at {webhook.url}: {len(bodies)}")
+    for body in bodies[:6]:
+        out.print(f"  • {body.get('text', '')}")
+    if len(bodies) > 6:
+        out.print(f"  … and {len(bodies) - 6} more")
 
 
 def _decided(sessions: sessionmaker, late_ids: list[str]) -> tuple[int, int]:

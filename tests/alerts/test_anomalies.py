@@ -123,10 +123,10 @@ def test_close_before_open_is_flagged_and_the_fingerprint_is_stored(
     assert "no_open" in found(sessions, rid)
     with sessions() as s:
         assert s.scalar(select(Reservation.fingerprint).where(Reservation.request_id == rid))
-    # the open arriving late changes nothing
+    # the open arriving late completes the pair: the suspicion is withdrawn
     redis_client.xadd(keys.events(), {"kind": "open", "request_id": rid, "ts": 1})
     drain(consumer)
-    assert list(found(sessions, rid)) == ["no_open"]
+    assert list(found(sessions, rid)) == []
 
 
 def test_open_and_close_in_one_batch_is_not_an_anomaly(consumer, publisher, sessions) -> None:

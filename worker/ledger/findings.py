@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from models import Anomaly, AnomalyKind, Kind, Reservation, Transaction, UsageRecord
@@ -208,6 +208,25 @@ def record_settled_many(
         session.execute(SET_OUTPUT, outputs)
     if found:
         session.execute(insert_ignore(session, anomalies), found)
+
+
+def withdraw(session: Session, request_id: str, kind: AnomalyKind) -> int:
+    """Withdraw a ``no_open`` / ``no_close`` suspicion once the missing notification arrived.
+
+    Two consumers of one group may take a call's open and its close in different batches and commit
+    them in either order, and a busy worker may read a close after the sweeper already finalized the
+    call; so both anomalies are only suspicions when recorded, and the late notification withdraws
+    them (before the alert window closes, in practice). Returns the rows withdrawn.
+    """
+    result = session.execute(
+        delete(anomalies).where(
+            anomalies.c.kind == str(kind),
+            anomalies.c.reservation_id.in_(
+                select(reservations.c.id).where(reservations.c.request_id == request_id)
+            ),
+        )
+    )
+    return max(result.rowcount or 0, 0)
 
 
 def record_true_ups(session: Session, since: datetime) -> int:

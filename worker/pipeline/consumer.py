@@ -27,12 +27,18 @@ import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from models.anomalies import AnomalyKind
 from models.reservations import Reservation, Status
 from worker.config import Settings
 from worker.errors import InputError, LedgerError
 from worker.ledger.batch import apply_common
-from worker.ledger.findings import record_findings, record_settled_many, reservation_of
-from worker.ledger.operations import apply_result, hold
+from worker.ledger.findings import (
+    record_findings,
+    record_settled_many,
+    reservation_of,
+    withdraw,
+)
+from worker.ledger.operations import HoldOutcome, apply_result, hold
 from worker.pipeline.entries import (
     MAX_ENTRIES,
     Entry,
@@ -403,15 +409,18 @@ class Consumer:
         if not call.closing:
             if not entries:
                 if self._status(session, call.request_id) is not None:
+                    withdraw(session, call.request_id, AnomalyKind.NO_OPEN)  # close came first
                     call.effect = "duplicate"
                     return
                 raise InputError("open for a stream that does not exist")
             assert call.meta is not None
-            hold(session, call.meta, now=now)
+            if hold(session, call.meta, now=now) is HoldOutcome.DUPLICATE:
+                withdraw(session, call.request_id, AnomalyKind.NO_OPEN)
             call.effect = "held"
             return
         if not entries:
             if self._status(session, call.request_id) not in (None, Status.HELD):
+                withdraw(session, call.request_id, AnomalyKind.NO_CLOSE)  # swept before its close
                 call.effect = "duplicate"
                 return
             raise InputError("close for a stream that does not exist")
@@ -423,6 +432,8 @@ class Consumer:
         known = opened or call.held_here
         reservation = None if known else reservation_of(session, call.request_id)
         call.effect = apply_result(session, result, now=now, grace=self.grace)
+        if call.effect in ("duplicate", "final"):
+            withdraw(session, call.request_id, AnomalyKind.NO_CLOSE)
         record_findings(
             session,
             result,

@@ -61,8 +61,15 @@ def drop_pg_database(name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_url(worker_id: str) -> Iterator[str]:
-    name = f"billing_test_{worker_id}"
+def pg_database_name(worker_id: str, testrun_uid: str) -> str:
+    """A database name of this run and this xdist worker: two test runs on one server (a developer's
+    and CI's, or two clones) never drop each other's database."""
+    return f"billing_test_{testrun_uid[:10]}_{worker_id}"
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_database_name: str) -> Iterator[str]:
+    name = pg_database_name
     url = create_pg_database(name)
     upgrade(url)
     yield url

@@ -28,11 +28,13 @@ TABLES = {
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path, worker_id: str) -> Iterator[str]:
+def empty_url(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_database_name: str
+) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'nested' / 'dir' / 'empty.db'}"
         return
-    name = f"billing_test_{worker_id}_migrations"
+    name = f"{pg_database_name}_migrations"
     yield create_pg_database(name)
     drop_pg_database(name)
 

@@ -101,6 +101,7 @@ class Fleet:
     def __init__(self, env: dict[str, str], workdir: Path, size: int = 2) -> None:
         self.workers = [Worker(env, workdir / f"w{i}", f"w{i}") for i in range(size)]
         self.kills = 0
+        self.revivals = 0
 
     def start(self) -> None:
         for worker in self.workers:
@@ -118,6 +119,16 @@ class Fleet:
         time.sleep(down_seconds)
         worker.start()
         return worker.name
+
+    def revive(self) -> list[str]:
+        """Start again every worker that exited (what a process supervisor does); their names."""
+        revived = []
+        for worker in self.workers:
+            if not worker.alive:
+                worker.start()
+                self.revivals += 1
+                revived.append(worker.name)
+        return revived
 
     def check_alive(self) -> None:
         for worker in self.workers:

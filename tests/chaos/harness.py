@@ -123,8 +123,12 @@ class ChaosRun:
         workdir: Path,
         *,
         workers: int = 2,
+        supervised: bool = False,
         **env: str,
     ) -> None:
+        # supervised: a worker that exits is started again, as compose's `restart: unless-stopped`
+        # or systemd would; otherwise an exited worker fails the run.
+        self.supervised = supervised
         self.name = name
         self.redis = redis_server
         self.postgres = postgres
@@ -169,7 +173,10 @@ class ChaosRun:
         want_dead = {c.request_id for c in calls if c.expected.dead_letter is not None}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.fleet.check_alive()
+            if self.supervised:
+                self.fleet.revive()
+            else:
+                self.fleet.check_alive()
             with self.sessions() as session:
                 booked = read_ledger(session)
             done = decided(calls, booked)

@@ -86,6 +86,9 @@ def test_redis_restart_mid_run(scale, private_redis, private_pg, workdir, record
     """Restart the private Redis (events and Celery broker) with AOF persistence mid-run.
 
     The gateway waits at a gate while Redis is down (it would buffer or retry); the workers do not.
+    A Celery worker may exit when its broker goes away (kombu's Redis transport raises an
+    "Unrecoverable error" from its reconnect path): the run is supervised, as production is
+    (compose `restart: unless-stopped`), and the exits are counted in the figures.
     """
     seed, rate = 303, scale.pick(150, 120)
     calls = _plan(scale.pick(1000, 20_000), seed, "redis")
@@ -94,7 +97,7 @@ def test_redis_restart_mid_run(scale, private_redis, private_pg, workdir, record
     gate = Gate()
     client = private_redis.client()
     gated = GatedClient(client, gate)
-    run = ChaosRun("redis-restart", private_redis, private_pg, workdir)
+    run = ChaosRun("redis-restart", private_redis, private_pg, workdir, supervised=True)
     with run:
         gateway = run.in_background(lambda: play(paced(calls, lambda _t: rate), gated, run.keys))
         for _ in range(restarts):
@@ -102,11 +105,15 @@ def test_redis_restart_mid_run(scale, private_redis, private_pg, workdir, record
             with gate.closed():
                 private_redis.restart(down_seconds=2.0)
                 client.connection_pool.disconnect()
+            time.sleep(1.0)
+            run.fleet.revive()
         gateway.join()
         run.settle(calls, SETTLE_TIMEOUT)
         verdict = run.verdict(calls)
         logs = run.fleet.logs()
-    figures = run.figures(verdict, calls, injected=restarts, restarts=restarts)
+    figures = run.figures(
+        verdict, calls, injected=restarts, restarts=restarts, worker_exits=run.fleet.revivals
+    )
     record.append(figures)
     assert_clean(verdict, figures, logs)
 

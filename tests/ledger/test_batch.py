@@ -132,8 +132,9 @@ def test_common_path_takes_fresh_holds_and_plain_settlements(session: Session) -
     holds = [make_meta(f"c-{i}", account_id="c-acct") for i in range(3)]
     results = [make_result(f"c-{i}", account_id="c-acct", charge=100 * i) for i in range(2)]
     results.append(make_result("c-2", account_id="c-acct", charge=20_000))  # above the hold
+    results.append(make_result("c-3", account_id="c-acct", charge=None))  # unpriced
     applied = apply_common(session, holds, results, now=T0)
     assert applied.held == {"c-0", "c-1", "c-2"}
-    assert set(applied.settled) == {"c-0", "c-1"}  # the true-up goes the per-call way
+    assert set(applied.settled) == {"c-0", "c-1", "c-2"}  # the true-up too; unpriced is not taken
     again = apply_common(session, holds, results, now=T0)
     assert not again.held and not again.settled  # duplicates are never taken

@@ -1,10 +1,11 @@
 """The ledger's hot path in bulk: many holds and plain settlements in a handful of statements.
 
 Contract of ``apply_common``: the same effects as ``operations.hold`` for each hold and then
-``operations.apply_result`` for each result, for the calls on the common path — a new reservation with
-a positive hold, and a settled, priced result within its hold for a reservation that is ``held`` — and
-nothing at all for the others, which it hands back for the per-call operations to decide (duplicates,
-late and unpriced results, true-ups, voids, failures, results before their hold). Never commits.
+``operations.apply_result`` for each result, for the calls on the common path — a new reservation
+with a positive hold, and a settled, priced result for a reservation that is ``held`` (a charge above
+the hold included, with its flagged true-up) — and nothing at all for the others, which it hands back
+for the per-call operations to decide (duplicates, late and unpriced results, voids, failures).
+Never commits.
 
 Why: per call, the operations cost 5 to 7 round trips (savepoint, lock, transaction, entries, usage,
 status). Here one batch costs about ten, whatever its size, and the rules stay in one place: this
@@ -15,6 +16,7 @@ around this function and sends every call down the per-call path.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +30,8 @@ from worker.ledger.operations import reservation_values, usage_values
 from worker.request import RequestMeta
 from worker.result import Outcome, Result
 
+log = logging.getLogger(__name__)
+
 reservations = postings.reservations
 ledger_accounts = postings.ledger_accounts
 
@@ -36,7 +40,7 @@ INSERT_TRANSACTIONS = insert(postings.transactions).returning(
 )
 SET_SETTLED = (
     update(reservations)
-    .where(reservations.c.id == bindparam("b_id"))
+    .where(reservations.c.id.in_(bindparam("b_ids", expanding=True)))
     .values(status=str(Status.SETTLED), updated_at=bindparam("b_now"))
 )
 CUSTOMER_IDS = select(
@@ -87,9 +91,10 @@ def _customer_ids(
     return ids
 
 
-def _post_many(
-    session: Session, postings_: list[tuple[int, Kind, list[tuple[int, int]]]], now: datetime
-) -> None:
+Posting = tuple[int, Kind, list[tuple[int, int]], bool]  # reservation, kind, legs, flagged
+
+
+def _post_many(session: Session, postings_: list[Posting], now: datetime) -> None:
     """Write balanced transactions in two statements: transactions, then all their entries."""
     if not postings_:
         return
@@ -97,15 +102,15 @@ def _post_many(
         session.execute(
             INSERT_TRANSACTIONS,
             [
-                {"reservation_id": rid, "kind": str(kind), "flagged": False, "created_at": now}
-                for rid, kind, _ in postings_
+                {"reservation_id": rid, "kind": str(kind), "flagged": flagged, "created_at": now}
+                for rid, kind, _, flagged in postings_
             ],
         )
         .scalars()
         .all()
     )
     rows = []
-    for txn_id, (_, _, legs) in zip(txn_ids, postings_, strict=True):
+    for txn_id, (_, _, legs, _) in zip(txn_ids, postings_, strict=True):
         assert sum(amount for _, amount in legs) == 0
         rows.extend(
             {
@@ -134,7 +139,9 @@ def _holds(session: Session, metas: Sequence[RequestMeta], now: datetime, applie
         meta = fresh[request_id]
         available_id, held_id = ids[meta.account_id]
         amount = int(meta.reserved_micros)
-        moves.append((reservation_id, Kind.HOLD, [(available_id, -amount), (held_id, amount)]))
+        moves.append(
+            (reservation_id, Kind.HOLD, [(available_id, -amount), (held_id, amount)], False)
+        )
         applied.held.add(request_id)
     _post_many(session, moves, now)
 
@@ -157,22 +164,31 @@ def _settlements(
             row.status == Status.HELD
             and row.reserved_micros == result.reserved_micros
             and row.account_id == result.account_id
-            and 0 <= result.charge_micros <= row.reserved_micros
+            and result.charge_micros >= 0
         ):
             common.append((row, result))
     if not common:
         return
     ids = _customer_ids(session, {row.account_id for row, _ in common}, now)
     revenue = postings.system_account_id(session, LedgerKind.REVENUE)
-    moves = []
+    moves: list[Posting] = []
     for row, result in common:
         available_id, held_id = ids[row.account_id]
         reserved, charge = row.reserved_micros, int(result.charge_micros)
-        legs = [(held_id, -reserved), (revenue, charge), (available_id, reserved - charge)]
-        moves.append((row.id, Kind.CHARGE, legs))
+        posted = min(charge, reserved)
+        legs = [(held_id, -reserved), (revenue, posted), (available_id, reserved - posted)]
+        moves.append((row.id, Kind.CHARGE, legs, False))
+        if charge > reserved:
+            # As postings.charge: the whole hold is posted, the excess is a separate, flagged
+            # true-up from available; never a silent cap, never a negative hold.
+            excess = charge - reserved
+            moves.append((row.id, Kind.TRUE_UP, [(available_id, -excess), (revenue, excess)], True))
+            log.warning(
+                "charge above hold: reservation=%s charge=%s hold=%s", row.id, charge, reserved
+            )
     _post_many(session, moves, now)
     session.execute(postings.INSERT_USAGE, [usage_values(row.id, r, now) for row, r in common])
-    session.execute(SET_SETTLED, [{"b_id": row.id, "b_now": now} for row, _ in common])
+    session.execute(SET_SETTLED, {"b_ids": [row.id for row, _ in common], "b_now": now})
     applied.settled.update((row.request_id, (row.id, row.fingerprint)) for row, _ in common)
 
 

@@ -368,28 +368,21 @@ class StreamAssembler:
         if type(logprobs) is not dict:
             self._error(index, f"{where}.logprobs is not an object (got {json_kind(logprobs)})")
             return
-        content = logprobs.get("content")
-        if content is not None:
-            if type(content) is list:
-                if state.lp_content is None:
-                    state.lp_content = list(content)
-                else:
-                    state.lp_content.extend(content)
-            else:
+        for key in ("content", "refusal"):
+            tokens = logprobs.get(key)
+            if tokens is None:
+                continue
+            if type(tokens) is not list:
                 self._error(
-                    index, f"{where}.logprobs.content is not a list (got {json_kind(content)})"
+                    index, f"{where}.logprobs.{key} is not a list (got {json_kind(tokens)})"
                 )
-        refusal = logprobs.get("refusal")
-        if refusal is not None:
-            if type(refusal) is list:
-                if state.lp_refusal is None:
-                    state.lp_refusal = list(refusal)
-                else:
-                    state.lp_refusal.extend(refusal)
+                continue
+            slot = "lp_content" if key == "content" else "lp_refusal"
+            kept = getattr(state, slot)
+            if kept is None:
+                setattr(state, slot, list(tokens))
             else:
-                self._error(
-                    index, f"{where}.logprobs.refusal is not a list (got {json_kind(refusal)})"
-                )
+                kept.extend(tokens)
 
     # -- result -------------------------------------------------------------------------------------
 

@@ -21,8 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Table, and_, func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from models import (
@@ -47,6 +46,7 @@ from worker.alerts.aggregation import (
     window_start,
 )
 from worker.alerts.config import AlertConfig
+from worker.ledger.postings import insert_ignore
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +56,6 @@ anomalies = Anomaly.__table__
 reservations = Reservation.__table__
 failures = Failure.__table__
 usage_records = UsageRecord.__table__
-
-
-def insert_ignore(session: Session, table: Table) -> Any:
-    """INSERT … ON CONFLICT DO NOTHING (any unique constraint) for the session's dialect."""
-    module = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    return module.insert(table).on_conflict_do_nothing()
 
 
 # --- alert events -----------------------------------------------------------------------------------

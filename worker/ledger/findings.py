@@ -17,8 +17,9 @@ from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from models import Anomaly, AnomalyKind, Kind, Reservation, Transaction, UsageRecord
-from worker.alerts.outbox import insert_ignore, record_unsettled_event
+from worker.alerts.outbox import record_unsettled_event
 from worker.anomalies import classify
+from worker.ledger.postings import insert_ignore
 from worker.parity import drift_ppm, fingerprint, output_hash
 from worker.request import RequestMeta
 from worker.result import Result, UsageSource

@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session
 
 from models import ParityPair, Reservation, Status, UsageRecord, Verdict
 from worker.alerts.aggregation import parity_alert
-from worker.alerts.outbox import enqueue, insert_ignore
+from worker.alerts.outbox import enqueue
+from worker.ledger.postings import insert_ignore
 from worker.parity import Side, compare
 from worker.prices import PriceBook
 from worker.result import Usage

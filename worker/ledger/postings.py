@@ -49,6 +49,12 @@ def _dialect(session: Session) -> str:
     return session.get_bind().dialect.name
 
 
+def insert_ignore(session: Session, table: Any) -> Any:
+    """INSERT … ON CONFLICT DO NOTHING (any unique constraint) for the session's dialect."""
+    module = postgresql if _dialect(session) == "postgresql" else sqlite
+    return module.insert(table).on_conflict_do_nothing()
+
+
 def _insert_ignore(table: Any, conflict: str, returning: Any = None) -> dict[str, Any]:
     """INSERT … ON CONFLICT (conflict) DO NOTHING, per dialect."""
     built = {}

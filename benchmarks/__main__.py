@@ -42,7 +42,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--memory-calls",
         metavar="FIRST,LAST",
-        help="row 8's checkpoints (default 10000,100000; --smoke 300,1500)",
+        help="row 8's checkpoints (default 100000,1000000; --smoke 300,1500)",
     )
     args = parser.parse_args(argv)
     if args.memory_calls:

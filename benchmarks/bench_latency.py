@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-from benchmarks import cpu, services, workload
+from benchmarks import cpu, history, services, workload
 from benchmarks.consumer_process import ConsumerProcess, wait_drained
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
@@ -171,6 +171,7 @@ def run(
         services.pg_database("latency") as url,
         services.autovacuum(url, log=vacuums),
     ):
+        history.warm(url)
         keys = Keys(prefix)
         calls = workload.simulated_calls(count, run_id=prefix)
         publisher = Publisher(client, keys)

@@ -31,19 +31,15 @@ from typing import Any
 from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session
 
-from benchmarks import services
-from benchmarks.workload import SEED
+from benchmarks import history, services
+from benchmarks.history import settled_results
 from worker.config import Settings
 from worker.ledger.batch import apply_common
 from worker.ledger.database import make_engine, session_factory
 from worker.ledger.findings import record_findings, record_settled_many
 from worker.ledger.operations import apply_result, hold
-from worker.prices import load_price_book
-from worker.reconcile import reconcile_response, reconcile_stream
-from worker.request import RequestMeta, parse_request
-from worker.result import Outcome, Result
-from worker.simulation import plan
-from worker.simulation.wire import Frames, Open, Response
+from worker.request import RequestMeta
+from worker.result import Result
 
 BATCH = 200
 TARGET_RATIO = 0.3
@@ -53,27 +49,6 @@ WRITES = text("SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_user_tables")
 Work = list[tuple[RequestMeta, Result]]
 # This run's calls the batched path handed back to the per-call path, and the seconds they took.
 HANDED_BACK = {"calls": 0, "seconds": 0.0}
-
-
-def settled_results(count: int) -> Work:
-    """``count`` settled results (and their request metadata) from fault-free simulated calls."""
-    book = load_price_book()
-    found: Work = []
-    calls = plan(int(count * 1.3) + 10, SEED, run_id="ledger")
-    for call in calls:
-        meta_body = next(op.body for op in call.ops if isinstance(op, Open))
-        meta = parse_request(meta_body)
-        frames = [entry for op in call.ops if isinstance(op, Frames) for entry in op.entries]
-        response = next((op for op in call.ops if isinstance(op, Response)), None)
-        if response is not None:
-            result = reconcile_response(meta, response.status, response.body, book)
-        else:
-            result = reconcile_stream(meta, frames, book)
-        if result.outcome is Outcome.SETTLED and result.charge_micros is not None:
-            found.append((meta, result))
-        if len(found) == count:
-            return found
-    raise AssertionError(f"only {len(found)} settled results in {len(calls)} calls")
 
 
 def batched(session: Session, batch: Work, settings: Settings, now: datetime) -> None:
@@ -254,6 +229,7 @@ def run(smoke: bool = False) -> dict[str, Any]:
     settings = Settings()
     HANDED_BACK.update(calls=0, seconds=0.0)
     with services.pg_database("ledger") as url, services.autovacuum(url):
+        history.warm(url)
         ours = _write(url, work, batched, settings)
         rows_each = math.ceil(ours["inserted_per_settlement"])
         engine = make_engine(url)
@@ -262,6 +238,7 @@ def run(smoke: bool = False) -> dict[str, Any]:
         finally:
             engine.dispose()
     with services.pg_database("ledger_calls") as url, services.autovacuum(url):
+        history.warm(url)
         calls = _write(url, work, per_call, settings)
     bare_rate = len(work) / bare_s
     ratio = ours["settlements_per_s"] / bare_rate

@@ -21,7 +21,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from benchmarks import services, workload
+from benchmarks import history, services, workload
 from benchmarks.consumer_process import ROOT
 from worker.simulation import SimCall
 from worker.simulation.wire import Close, Frames, Open, Response
@@ -93,6 +93,7 @@ def run(smoke: bool = False) -> dict[str, Any]:
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
     try:
         with services.pg_database("naive") as url:
+            history.warm(url)
             env = {
                 **os.environ,
                 "BENCH_NAIVE_BROKER": broker,

@@ -26,7 +26,7 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
-from benchmarks import services, workload
+from benchmarks import history, services, workload
 from worker.config import Settings
 from worker.estimate import estimate
 from worker.ledger.database import make_engine, session_factory
@@ -129,6 +129,7 @@ def run(smoke: bool = False, profile_dir: Path | None = None) -> dict[str, Any]:
         services.pg_database("e2e") as url,
         services.autovacuum(url),
     ):
+        history.warm(url)
         keys = Keys(prefix)
         calls = workload.simulated_calls(count, run_id=prefix)
         shape = workload.measure(calls)

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from benchmarks import cpu, services, workload
+from benchmarks import cpu, history, services, workload
 from benchmarks.consumer_process import ConsumerProcess, wait_drained
 from worker.pipeline.keys import Keys
 
@@ -24,6 +24,7 @@ def _one(processes: int, count: int) -> dict[str, Any]:
         services.pg_database(name) as url,
         services.autovacuum(url),
     ):
+        history.warm(url)
         keys = Keys(prefix)
         calls = workload.simulated_calls(count, run_id=prefix)
         shape = workload.measure(calls)

@@ -4,8 +4,9 @@ The sample is the first calls of the simulated workload (default fault mix) that
 can express: an open, entries, a close (calls with notifications the publisher never writes, a
 crash or frames after the close are skipped). Every task of the sample is enqueued first, on a
 queue the worker does not read yet, as row 2 writes its calls first; then a real ``celery worker``
-(prefork, one process per core, ``benchmarks.naive_app``), already started and warmed up, is told
-to consume that queue, and the run is timed until the last call is settled in PostgreSQL.
+(prefork, ``benchmarks.naive_app``), already started and warmed up, is told to consume that queue,
+and the run is timed until the last call is settled in PostgreSQL. ``processes`` is its pool size:
+one for the row (row 2 is one worker process), and the suite also runs one process per core.
 The broker is the same Redis server on database index ``BENCH_NAIVE_REDIS_DB`` (13).
 """
 
@@ -78,7 +79,7 @@ def _wait_for(client: redis.Redis, key: str, value: int, timeout: float, worker:
     return time.perf_counter()
 
 
-def run(smoke: bool = False) -> dict[str, Any]:
+def run(smoke: bool = False, processes: int = 1) -> dict[str, Any]:
     count = 5 if smoke else 30
     broker = services.redis_url(REDIS_DB)
     prefix = f"bench-naive-{os.getpid()}"
@@ -104,7 +105,7 @@ def run(smoke: bool = False) -> dict[str, Any]:
             node = f"{prefix}@bench"
             worker = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "benchmarks.naive_app", "worker",
-                 "-c", str(os.cpu_count() or 2), "-Q", warm_queue, "-n", node, "-l", "ERROR",
+                 "-c", str(processes), "-Q", warm_queue, "-n", node, "-l", "ERROR",
                  "--without-gossip", "--without-mingle", "--without-heartbeat"],
                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log,
             )  # fmt: skip
@@ -137,6 +138,7 @@ def run(smoke: bool = False) -> dict[str, Any]:
             print("\n".join(errors[-20:]), file=sys.stderr)
     return {
         "calls": count,
+        "processes": processes,
         "tasks": tasks,
         "frames": shape.frames,
         "seconds": seconds,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -242,3 +243,33 @@ def test_arbitrary_objects_never_crash_the_assembler(objs: list[dict[str, Any]])
 def test_arbitrary_json_objects_never_crash_the_assembler(obj: dict[str, Any]) -> None:
     assemble_stream(sse([obj]))
     assemble_response(obj)
+
+
+# A record as the gateway writes one frame, and the near misses around that shape.
+record_shapes = st.sampled_from(
+    [b"data: %s\n\n", b"data: %s", b"data: %s\n", b"data:%s\n\n", b"data: %s\r\n\r\n",
+     b"data: %s\n\ndata: [DONE]\n\n", b"data: %s\n\n\n\n", b"\xef\xbb\xbfdata: %s\n\n",
+     b"event: error\ndata: %s\n\n", b"data: %s\xff\n\n", b"data: %s\r\n\n",
+     b'data: {"id":\r%s}\n\n', b'data: {"id":\n%s}\n\n']
+)  # fmt: skip
+frame_records = st.tuples(
+    record_shapes,
+    st.one_of(
+        st.dictionaries(keys, chunk_like, max_size=6).map(orjson.dumps),
+        json_values.map(orjson.dumps),
+        st.binary(max_size=12),
+    ),
+).map(lambda pair: pair[0] % pair[1])
+
+
+@moderate
+@given(st.lists(frame_records, max_size=8))
+def test_the_one_event_record_fast_path_changes_nothing(records: list[bytes]) -> None:
+    # Text records never take the bytes fast path: both must assemble alike, errors included.
+    texts = [record.decode("utf-8", "surrogateescape") for record in records]
+    fast, general = assemble_stream(records), assemble_stream(texts)
+    # FrameError is an exception (equal only to itself): compare what it says.
+    assert [(e.index, e.reason) for e in fast.frame_errors] == [
+        (e.index, e.reason) for e in general.frame_errors
+    ]
+    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])

@@ -13,7 +13,11 @@ failure, alert event) and 0.5 % voids (hold and release), over 30 days, 20 model
 The ledger's triggers (the deferred balance check, one per row, and the foreign keys) are off during
 the load (``session_replication_role = replica``, as a restore does); the load is checked instead:
 every transaction balances with at least two legs, no entry lacks its transaction, and the report
-itself ties out. Then ``VACUUM ANALYZE`` (the state autovacuum keeps a live table in).
+itself ties out. ``money_daily``, the report's per (day, account, model) money the workers keep in
+the posting transaction, is filled from the seeded ledger as migration 0004's backfill does
+(``worker.reports.query.rebuild_money``, one ``INSERT … SELECT`` of the ledger join) and checked equal
+to the join, key by key (``verify_money``). Then ``VACUUM ANALYZE`` (the state autovacuum keeps a live
+table in).
 
 The report and the peer — ``SELECT count(*), sum(…) FROM usage_records`` — are each timed, best of
 three; the ratio is the report's time over the scan's. One more run of the report times each section
@@ -36,6 +40,7 @@ from sqlalchemy.dialects import postgresql
 
 from benchmarks import services
 from worker.ledger.database import make_engine
+from worker.reports.query import rebuild_money, verify_money
 
 SETTLED = 1_000_000
 TARGET_RATIO = 5.0
@@ -204,6 +209,15 @@ def locate_report() -> Callable[[str], Any] | None:
     return None
 
 
+def _in_transaction(url: str, work: Callable[[Any], Any]) -> Any:
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            return work(conn)
+    finally:
+        engine.dispose()
+
+
 def seed(url: str, settled: int) -> dict[str, Any]:
     """Load the ledger of ``settled`` settled calls (and the others); returns what was loaded."""
     total = calls_for(settled)
@@ -216,8 +230,11 @@ def seed(url: str, settled: int) -> dict[str, Any]:
                 conn.execute(
                     text(statement), {k: v for k, v in params.items() if f":{k}" in statement}
                 )
+            # As migration 0004's backfill: the rollup the workers keep, from the seeded ledger.
+            rollup_rows = _in_transaction(url, rebuild_money)
             loaded = time.perf_counter() - started
             check = conn.execute(text(CHECK_SQL)).mappings().one()
+            compared, differences = _in_transaction(url, verify_money)
             counts = {
                 table: conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
                 for table in ("reservations", "usage_records", "failures", "anomalies")
@@ -233,11 +250,14 @@ def seed(url: str, settled: int) -> dict[str, Any]:
     bad = {k: check[k] for k in ("orphan_entries", "empty_transactions", "unbalanced") if check[k]}
     if bad or found.get("settled") != settled:
         raise AssertionError(f"seed is not a ledger: {bad}, statuses {found}")
+    if differences or compared != rollup_rows:
+        raise AssertionError(f"money_daily is not the ledger's sums: {differences[:3]}")
     return {
         "calls": total,
         "statuses": found,
         "transactions": int(check["transactions"]),
         "entries": int(check["entries"]),
+        "money_daily_rows": rollup_rows,
         "counts": counts,
         "load_seconds": loaded,
         "vacuum_seconds": vacuumed,

@@ -9,10 +9,12 @@ from models.ledger import Direction, Entry, Kind, Transaction
 from models.parity import ParityPair, Verdict
 from models.prices import PriceRow
 from models.reservations import OPEN_STATUSES, Reservation, Status
+from models.rollup import MONEY_COLUMNS, MoneyDaily
 from models.usage import UsageRecord
 
 __all__ = [
     "ANOMALY_KINDS",
+    "MONEY_COLUMNS",
     "NAMING_CONVENTION",
     "OPEN_STATUSES",
     "Account",
@@ -28,6 +30,7 @@ __all__ = [
     "Kind",
     "LedgerAccount",
     "LedgerKind",
+    "MoneyDaily",
     "OutboxAlert",
     "OutboxStatus",
     "ParityPair",

@@ -24,6 +24,7 @@ TABLES = {
     "anomalies",
     "alert_events",
     "alert_outbox",
+    "money_daily",
 }
 
 

@@ -10,7 +10,8 @@ Never commits.
 Why: per call, the operations cost 5 to 7 round trips (savepoint, lock, transaction, entries, usage,
 status). Here one batch costs about ten, whatever its size, and the rules stay in one place: this
 module only takes the cases whose outcome the rules leave no choice about, and checks them under the
-same row locks. If a bulk statement fails (a race on a unique key), the caller rolls back the savepoint
+same row locks. The batch's money is added to ``money_daily`` with one upsert at the end (see
+``postings``). If a bulk statement fails (a race on a unique key), the caller rolls back the savepoint
 around this function and sends every call down the per-call path.
 """
 
@@ -20,6 +21,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
@@ -51,6 +53,8 @@ LOCK_MANY = (
         reservations.c.id,
         reservations.c.request_id,
         reservations.c.account_id,
+        reservations.c.model,
+        reservations.c.created_at,
         reservations.c.status,
         reservations.c.reserved_micros,
         reservations.c.fingerprint,
@@ -91,26 +95,42 @@ def _customer_ids(
     return ids
 
 
-Posting = tuple[int, Kind, list[tuple[int, int]], bool]  # reservation, kind, legs, flagged
+class Posting(NamedTuple):
+    reservation_id: int
+    kind: Kind
+    legs: list[tuple[int, int]]
+    flagged: bool
+    grain: postings.Grain
+    available_id: int
 
 
-def _post_many(session: Session, postings_: list[Posting], now: datetime) -> None:
-    """Write balanced transactions in two statements: transactions, then all their entries."""
+def _post_many(
+    session: Session, postings_: list[Posting], now: datetime, deltas: postings.Deltas
+) -> None:
+    """Write balanced transactions in two statements: transactions, then all their entries. Their
+    money is added to ``deltas``, which the caller writes to ``money_daily`` once per batch."""
     if not postings_:
         return
     txn_ids = (
         session.execute(
             INSERT_TRANSACTIONS,
             [
-                {"reservation_id": rid, "kind": str(kind), "flagged": flagged, "created_at": now}
-                for rid, kind, _, flagged in postings_
+                {
+                    "reservation_id": p.reservation_id,
+                    "kind": str(p.kind),
+                    "flagged": p.flagged,
+                    "created_at": now,
+                }
+                for p in postings_
             ],
         )
         .scalars()
         .all()
     )
+    revenue = postings.system_account_id(session, LedgerKind.REVENUE)
     rows = []
-    for txn_id, (_, _, legs, _) in zip(txn_ids, postings_, strict=True):
+    for txn_id, posting in zip(txn_ids, postings_, strict=True):
+        legs = posting.legs
         assert sum(amount for _, amount in legs) == 0
         rows.extend(
             {
@@ -122,10 +142,20 @@ def _post_many(session: Session, postings_: list[Posting], now: datetime) -> Non
             for account, amount in legs
             if amount != 0
         )
+        postings.money_deltas(
+            deltas, posting.grain, posting.kind, legs,
+            available_id=posting.available_id, revenue_id=revenue,
+        )  # fmt: skip
     session.execute(postings.INSERT_ENTRY, rows)
 
 
-def _holds(session: Session, metas: Sequence[RequestMeta], now: datetime, applied: Applied) -> None:
+def _holds(
+    session: Session,
+    metas: Sequence[RequestMeta],
+    now: datetime,
+    applied: Applied,
+    deltas: postings.Deltas,
+) -> None:
     fresh = {m.request_id: m for m in metas if m.reserved_micros > 0}
     if not fresh:
         return
@@ -139,15 +169,19 @@ def _holds(session: Session, metas: Sequence[RequestMeta], now: datetime, applie
         meta = fresh[request_id]
         available_id, held_id = ids[meta.account_id]
         amount = int(meta.reserved_micros)
-        moves.append(
-            (reservation_id, Kind.HOLD, [(available_id, -amount), (held_id, amount)], False)
-        )
+        grain = postings.Grain.of(meta.account_id, meta.model, meta.created_at)
+        legs = [(available_id, -amount), (held_id, amount)]
+        moves.append(Posting(reservation_id, Kind.HOLD, legs, False, grain, available_id))
         applied.held.add(request_id)
-    _post_many(session, moves, now)
+    _post_many(session, moves, now, deltas)
 
 
 def _settlements(
-    session: Session, results: Sequence[Result], now: datetime, applied: Applied
+    session: Session,
+    results: Sequence[Result],
+    now: datetime,
+    applied: Applied,
+    deltas: postings.Deltas,
 ) -> None:
     candidates = {
         r.request_id: r
@@ -176,17 +210,19 @@ def _settlements(
         available_id, held_id = ids[row.account_id]
         reserved, charge = row.reserved_micros, int(result.charge_micros)
         posted = min(charge, reserved)
+        grain = postings.Grain.of(row.account_id, row.model, row.created_at)
         legs = [(held_id, -reserved), (revenue, posted), (available_id, reserved - posted)]
-        moves.append((row.id, Kind.CHARGE, legs, False))
+        moves.append(Posting(row.id, Kind.CHARGE, legs, False, grain, available_id))
         if charge > reserved:
             # As postings.charge: the whole hold is posted, the excess is a separate, flagged
             # true-up from available; never a silent cap, never a negative hold.
             excess = charge - reserved
-            moves.append((row.id, Kind.TRUE_UP, [(available_id, -excess), (revenue, excess)], True))
+            legs = [(available_id, -excess), (revenue, excess)]
+            moves.append(Posting(row.id, Kind.TRUE_UP, legs, True, grain, available_id))
             log.warning(
                 "charge above hold: reservation=%s charge=%s hold=%s", row.id, charge, reserved
             )
-    _post_many(session, moves, now)
+    _post_many(session, moves, now, deltas)
     session.execute(postings.INSERT_USAGE, [usage_values(row.id, r, now) for row, r in common])
     session.execute(SET_SETTLED, {"b_ids": [row.id for row, _ in common], "b_now": now})
     applied.settled.update((row.request_id, (row.id, row.fingerprint)) for row, _ in common)
@@ -205,6 +241,9 @@ def apply_common(
     Every request id must appear at most once in each sequence.
     """
     applied = Applied()
-    _holds(session, holds, now, applied)
-    _settlements(session, results, now, applied)
+    deltas: postings.Deltas = {}
+    _holds(session, holds, now, applied, deltas)
+    _settlements(session, results, now, applied, deltas)
+    # One money_daily upsert for the whole batch, holds and settlements together, rows in key order.
+    postings.add_money(session, deltas)
     return applied

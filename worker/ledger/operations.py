@@ -162,6 +162,8 @@ def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
         Kind.HOLD,
         [(available_id, -int(amount)), (held_id, int(amount))],
         now=now,
+        grain=postings.Grain.of(meta.account_id, meta.model, meta.created_at),
+        available_id=available_id,
     )
     return HoldOutcome.HELD
 

@@ -3,6 +3,12 @@
 Private to ``operations``, which holds the rules; this module only writes what it is told, a few
 prebuilt Core statements per call (built once at import, so a call pays for parameters, not for
 statement construction and cache keys).
+
+Every posting also adds its money to ``money_daily`` (``models.rollup``), the report's per-day sums,
+in the same database transaction: ``post`` (and ``charge``, which may post two transactions) writes
+one ``INSERT … ON CONFLICT DO UPDATE`` per call, ``batch`` one per batch, each adding deltas
+aggregated in Python per (day, account, model), rows in key order so that two writers lock the rows
+they share in the same order. ``money_deltas`` is the one definition of those deltas.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Engine, and_, bindparam, event, insert, select, update
@@ -25,12 +31,14 @@ from models import (
     Kind,
     LedgerAccount,
     LedgerKind,
+    MoneyDaily,
     Reservation,
     Status,
     Transaction,
     UsageRecord,
     ledger_account_name,
 )
+from models.rollup import MONEY_COLUMNS
 from worker.errors import LedgerError
 from worker.money import Micros
 
@@ -43,6 +51,7 @@ transactions = Transaction.__table__
 entries = Entry.__table__
 usage_records = UsageRecord.__table__
 failures = Failure.__table__
+money_daily = MoneyDaily.__table__
 
 
 def _dialect(session: Session) -> str:
@@ -72,6 +81,22 @@ INSERT_RESERVATION_MANY = {
     name: statement.returning(reservations.c.request_id, reservations.c.id)
     for name, statement in _insert_ignore(reservations, "request_id").items()
 }
+
+
+def _add_money() -> dict[str, Any]:
+    """INSERT … ON CONFLICT (day, account_id, model) DO UPDATE SET x = money_daily.x + excluded.x."""
+    built = {}
+    for name, module in (("postgresql", postgresql), ("sqlite", sqlite)):
+        statement = module.insert(money_daily)
+        built[name] = statement.on_conflict_do_update(
+            index_elements=[money_daily.c.day, money_daily.c.account_id, money_daily.c.model],
+            set_={column: money_daily.c[column] + statement.excluded[column]
+                  for column in MONEY_COLUMNS},
+        )  # fmt: skip
+    return built
+
+
+ADD_MONEY = _add_money()
 INSERT_TRANSACTION = insert(transactions).returning(transactions.c.id)
 INSERT_ENTRY = insert(entries)
 INSERT_USAGE = insert(usage_records)
@@ -168,6 +193,70 @@ def customer_ids(session: Session, account_id: str, now: datetime) -> tuple[int,
     return found
 
 
+# --- the money rollup ------------------------------------------------------------------------------
+
+
+class Grain(NamedTuple):
+    """A call's key in ``money_daily``: the UTC day its reservation was created, account, model."""
+
+    day: date
+    account_id: str
+    model: str
+
+    @classmethod
+    def of(cls, account_id: str, model: str, created_at: datetime) -> Grain:
+        return cls(created_at.astimezone(UTC).date(), account_id, model)
+
+
+# Per grain: [held, charged, true_ups, released], in the order of ``MONEY_COLUMNS``.
+Deltas = dict[Grain, list[int]]
+
+
+def money_deltas(
+    deltas: Deltas,
+    grain: Grain,
+    kind: Kind,
+    legs: Sequence[tuple[int, int]],
+    *,
+    available_id: int,
+    revenue_id: int,
+) -> None:
+    """Add one transaction's money to ``deltas``, as the report defines it from the entries:
+    held = credits of a ``hold``; charged = revenue credits minus revenue debits; true-ups = revenue
+    credits of a ``true_up``; released = credits to the customer's ``available`` account."""
+    held = charged = true_ups = released = 0
+    for account, amount in legs:
+        if amount > 0 and kind == Kind.HOLD:
+            held += amount
+        if account == revenue_id:
+            charged += amount
+            if amount > 0 and kind == Kind.TRUE_UP:
+                true_ups += amount
+        elif account == available_id and amount > 0:
+            released += amount
+    if held or charged or true_ups or released:
+        found = deltas.get(grain)
+        if found is None:
+            deltas[grain] = [held, charged, true_ups, released]
+        else:
+            found[0] += held
+            found[1] += charged
+            found[2] += true_ups
+            found[3] += released
+
+
+def add_money(session: Session, deltas: Deltas) -> None:
+    """One upsert for all of ``deltas``, rows in key order (two writers lock shared rows alike)."""
+    if not deltas:
+        return
+    rows = [
+        {"day": grain.day, "account_id": grain.account_id, "model": grain.model,
+         "held": money[0], "charged": money[1], "true_ups": money[2], "released": money[3]}
+        for grain, money in sorted(deltas.items())
+    ]  # fmt: skip
+    session.execute(ADD_MONEY[_dialect(session)], rows if len(rows) > 1 else rows[0])
+
+
 # --- posting ---------------------------------------------------------------------------------------
 
 
@@ -178,13 +267,38 @@ def post(
     legs: Sequence[tuple[int, int]],
     *,
     now: datetime,
+    grain: Grain,
+    available_id: int,
     flagged: bool = False,
 ) -> int | None:
-    """Write one balanced transaction; ``legs`` are (ledger account id, signed amount), credit > 0.
+    """Write one balanced transaction and add its money to ``money_daily``; ``legs`` are (ledger
+    account id, signed amount), credit > 0, and ``available_id`` is the customer's available account.
 
     Zero legs are dropped (entries are strictly positive); a transaction left with nothing to move
     is not written and None is returned.
     """
+    deltas: Deltas = {}
+    txn_id = _transaction(
+        session, reservation_id, kind, legs, now=now, flagged=flagged, grain=grain,
+        available_id=available_id, deltas=deltas,
+    )  # fmt: skip
+    add_money(session, deltas)
+    return txn_id
+
+
+def _transaction(
+    session: Session,
+    reservation_id: int,
+    kind: Kind,
+    legs: Sequence[tuple[int, int]],
+    *,
+    now: datetime,
+    flagged: bool,
+    grain: Grain,
+    available_id: int,
+    deltas: Deltas,
+) -> int | None:
+    """Write one balanced transaction (no rollup write); its money is added to ``deltas``."""
     moving = [(account, amount) for account, amount in legs if amount != 0]
     if sum(amount for _, amount in moving) != 0:
         raise LedgerError(f"refusing an unbalanced {kind} transaction: {moving}")
@@ -211,6 +325,8 @@ def post(
             for account, amount in moving
         ],
     )
+    revenue_id = system_account_id(session, LedgerKind.REVENUE)
+    money_deltas(deltas, grain, kind, moving, available_id=available_id, revenue_id=revenue_id)
     return txn_id
 
 
@@ -219,6 +335,8 @@ class Locked(NamedTuple):
 
     id: int
     account_id: str
+    model: str
+    created_at: datetime
     status: str
     reserved: int
     available_id: int
@@ -229,6 +347,10 @@ class Locked(NamedTuple):
     resolved_at: datetime | None
     action: str | None
 
+    @property
+    def grain(self) -> Grain:
+        return Grain.of(self.account_id, self.model, self.created_at)
+
 
 _available = ledger_accounts.alias("available")
 _held = ledger_accounts.alias("held")
@@ -237,6 +359,8 @@ LOCK = (
     select(
         reservations.c.id,
         reservations.c.account_id,
+        reservations.c.model,
+        reservations.c.created_at,
         reservations.c.status,
         reservations.c.reserved_micros,
         _available.c.id,
@@ -288,23 +412,26 @@ def charge(session: Session, row: Locked, amount: Micros, kind: Kind, now: datet
     reserved = row.reserved
     posted = min(int(amount), reserved)
     revenue = system_account_id(session, LedgerKind.REVENUE)
-    post(
+    grain = row.grain
+    deltas: Deltas = {}
+    _transaction(
         session,
         row.id,
         kind,
         [(row.held_id, -reserved), (revenue, posted), (row.available_id, reserved - posted)],
-        now=now,
-    )
+        now=now, flagged=False, grain=grain, available_id=row.available_id, deltas=deltas,
+    )  # fmt: skip
     excess = int(amount) - posted
     if excess > 0:
-        post(
+        _transaction(
             session,
             row.id,
             Kind.TRUE_UP,
             [(row.available_id, -excess), (revenue, excess)],
-            now=now,
-            flagged=True,
-        )
+            now=now, flagged=True, grain=grain, available_id=row.available_id, deltas=deltas,
+        )  # fmt: skip
+    add_money(session, deltas)  # one rollup write for the charge and its true-up
+    if excess > 0:
         log.warning(
             "charge above hold: reservation=%s charge=%s hold=%s", row.id, int(amount), reserved
         )
@@ -315,7 +442,7 @@ def release(session: Session, row: Locked, kind: Kind, now: datetime) -> None:
     """Move the whole hold back to available."""
     post(
         session, row.id, kind, [(row.held_id, -row.reserved), (row.available_id, row.reserved)],
-        now=now,
+        now=now, grain=row.grain, available_id=row.available_id,
     )  # fmt: skip
 
 

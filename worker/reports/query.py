@@ -4,9 +4,14 @@ Shape (each one statement, portable between PostgreSQL and SQLite unless said):
 
 1. calls — ``reservations`` LEFT JOIN (estimated ``usage_records`` only) LEFT JOIN ``failures``,
    every count and the still-held and exposure sums as ``FILTER`` aggregates.
-2. money — ``entries`` ⋈ ``transactions`` ⋈ ``reservations`` ⋈ ``ledger_accounts``: held, charged,
-   true-ups and released, straight from the ledger (the grain computed once per call, not per entry).
-   The one ledger-side aggregate: the tie-out compares it with the reservations' statuses.
+2. money — held, charged, true-ups and released. For a window of whole UTC days (``whole_days``) a
+   scan of ``money_daily`` (``models.rollup``), the per (day, account, model) sums the ledger's
+   writers keep in the transaction that posts the money; otherwise — a window with a time of day
+   splits a day the rollup keeps whole — exact from the ledger, ``entries`` ⋈ ``transactions`` ⋈
+   ``reservations`` ⋈ ``ledger_accounts`` (the grain computed once per call, not per entry). Either
+   way the ledger-side aggregate: the tie-out compares it with the reservations' statuses.
+   ``verify_money`` compares the two per (day, account, model); ``rebuild_money`` recomputes the
+   rollup from the ledger (``billing report --verify-ledger`` / ``--rebuild-rollup``).
 3. drift — percentiles per model of ``usage_records.drift_ppm``, from usage records alone
    (``worker.reports.drift``).
 4. parity and 5. anomalies — only when their tables exist.
@@ -25,13 +30,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, date, datetime
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
 from typing import Any
 
-from sqlalchemy import Connection, Date, cast, column, func, inspect, select, table, true
+from sqlalchemy import (
+    Connection,
+    Date,
+    case,
+    cast,
+    column,
+    func,
+    insert,
+    inspect,
+    select,
+    table,
+    true,
+)
 from sqlalchemy.sql import ColumnElement
 
-from models import Entry, Failure, LedgerAccount, Reservation, Transaction, UsageRecord
+from models import (
+    MONEY_COLUMNS,
+    Entry,
+    Failure,
+    LedgerAccount,
+    MoneyDaily,
+    Reservation,
+    Transaction,
+    UsageRecord,
+)
 from worker.reports import drift as drift_query
 from worker.reports.model import (
     PARITY_FIELDS,
@@ -41,7 +68,7 @@ from worker.reports.model import (
     Report,
     Tally,
 )
-from worker.reports.spec import ReportSpec
+from worker.reports.spec import ReportError, ReportSpec
 
 reservations = Reservation.__table__
 usage_records = UsageRecord.__table__
@@ -49,6 +76,7 @@ failures = Failure.__table__
 transactions = Transaction.__table__
 entries = Entry.__table__
 ledger_accounts = LedgerAccount.__table__
+money_daily = MoneyDaily.__table__
 
 # The other tables are read only when a migration has created them; named here, not imported, so
 # this module does not depend on their models.
@@ -134,21 +162,30 @@ def calls_statement(spec: ReportSpec, dialect: str) -> Any:
     )
 
 
-def money_statement(spec: ReportSpec, dialect: str) -> Any:
+def whole_days(spec: ReportSpec) -> bool:
+    """True when the window starts and ends at midnight UTC: money can come from ``money_daily``."""
+    return all(moment.astimezone(UTC).time() == time(0) for moment in (spec.since, spec.until))
+
+
+def ledger_money_statement(
+    keys: tuple[str, ...], dialect: str, spec: ReportSpec | None = None
+) -> Any:
+    """Money per ``keys`` straight from the ledger: entries ⋈ transactions ⋈ reservations ⋈
+    ledger_accounts, over ``spec``'s window (every call without one). Exact for any window; what
+    ``money_daily`` must equal (``verify_money``) and what rebuilds it."""
     e, t, la = entries, transactions, ledger_accounts
-    keys = grain(spec)
     # The window's calls with their grain, computed once per call rather than once per entry.
-    calls = (
-        select(reservations.c.id, *(_dimension(key, dialect).label(key) for key in keys))
-        .where(window_clause(spec))
-        .subquery("calls")
-    )
+    calls = select(reservations.c.id, *(_dimension(key, dialect).label(key) for key in keys))
+    if spec is not None:
+        calls = calls.where(window_clause(spec))
+    window = calls.subquery("calls")
     credit = e.c.direction == "credit"
-    dims = [calls.c[key] for key in keys]
+    dims = [window.c[key] for key in keys]
     measures = [
         func.sum(e.c.amount).filter(t.c.kind == "hold", credit).label("held"),
-        func.sum(e.c.amount).filter(la.c.kind == "revenue", credit).label("revenue_in"),
-        func.sum(e.c.amount).filter(la.c.kind == "revenue", ~credit).label("revenue_out"),
+        # Revenue's balance: credits in, minus any debit out (none today; kept exact anyway).
+        func.sum(case((credit, e.c.amount), else_=-e.c.amount)).filter(la.c.kind == "revenue")
+        .label("charged"),
         func.sum(e.c.amount).filter(t.c.kind == "true_up", la.c.kind == "revenue", credit)
         .label("true_ups"),
         func.sum(e.c.amount).filter(la.c.kind == "available", credit).label("released"),
@@ -157,11 +194,34 @@ def money_statement(spec: ReportSpec, dialect: str) -> Any:
         select(*dims, *measures)
         .select_from(
             e.join(t, t.c.id == e.c.transaction_id)
-            .join(calls, calls.c.id == t.c.reservation_id)
+            .join(window, window.c.id == t.c.reservation_id)
             .join(la, la.c.id == e.c.ledger_account_id)
         )
         .group_by(*dims)
     )
+
+
+ROLLUP_KEYS = {"day": "day", "account": "account_id", "model": "model"}
+
+
+def rollup_money_statement(keys: tuple[str, ...], spec: ReportSpec | None = None) -> Any:
+    """Money per ``keys`` from ``money_daily``: a scan of a few rows per day and account and model.
+    Only for whole UTC days (``whole_days``): the rollup knows a call's day, not its time."""
+    m = money_daily
+    dims = [m.c[ROLLUP_KEYS[key]].label(key) for key in keys]
+    statement = select(*dims, *(func.sum(m.c[name]).label(name) for name in MONEY_COLUMNS))
+    if spec is not None:
+        since, until = (moment.astimezone(UTC).date() for moment in (spec.since, spec.until))
+        statement = statement.where(m.c.day >= since, m.c.day < until)
+    return statement.group_by(*dims)
+
+
+def money_statement(spec: ReportSpec, dialect: str) -> Any:
+    """The report's money query: from ``money_daily`` for a window of whole UTC days, else exact
+    from the ledger (a window with a time of day splits a day the rollup keeps whole)."""
+    if whole_days(spec):
+        return rollup_money_statement(grain(spec), spec)
+    return ledger_money_statement(grain(spec), dialect, spec)
 
 
 def _calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str, int]]:
@@ -175,18 +235,72 @@ def _calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str
     return found
 
 
+def _money_rows(
+    conn: Connection, statement: Any, keys: tuple[str, ...]
+) -> dict[tuple[str, ...], dict[str, int]]:
+    return {
+        _key(row, keys): {name: int(row[name] or 0) for name in MONEY_COLUMNS}
+        for row in conn.execute(statement).mappings()
+    }
+
+
 def _money(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str, int]]:
-    keys = grain(spec)
-    found = {}
-    for row in conn.execute(money_statement(spec, conn.dialect.name)).mappings():
-        found[_key(row, keys)] = {
-            "held": int(row["held"] or 0),
-            # Revenue's balance: credits in, minus any debit out (none today; kept exact anyway).
-            "charged": int(row["revenue_in"] or 0) - int(row["revenue_out"] or 0),
-            "true_ups": int(row["true_ups"] or 0),
-            "released": int(row["released"] or 0),
-        }
-    return found
+    return _money_rows(conn, money_statement(spec, conn.dialect.name), grain(spec))
+
+
+# --- the rollup against the ledger -----------------------------------------------------------------
+
+FULL_KEYS = ("day", "account", "model")
+
+
+@dataclass(frozen=True)
+class MoneyDifference:
+    """A (day, account, model) where ``money_daily`` and the ledger disagree (missing rows are 0)."""
+
+    key: tuple[str, ...]
+    rollup: dict[str, int]
+    ledger: dict[str, int]
+
+
+def verify_money(
+    conn: Connection, spec: ReportSpec | None = None
+) -> tuple[int, list[MoneyDifference]]:
+    """Compare ``money_daily`` with the ledger join per (day, account, model), over ``spec``'s whole
+    days or everything; returns (keys compared, differences). Read-only."""
+    if spec is not None and not whole_days(spec):
+        raise ReportError("verifying the money rollup needs a window of whole UTC days")
+    dialect = conn.dialect.name
+    rollup = _money_rows(conn, rollup_money_statement(FULL_KEYS, spec), FULL_KEYS)
+    ledger = _money_rows(conn, ledger_money_statement(FULL_KEYS, dialect, spec), FULL_KEYS)
+    zero = dict.fromkeys(MONEY_COLUMNS, 0)
+    differences = [
+        MoneyDifference(key, rollup.get(key, zero), ledger.get(key, zero))
+        for key in sorted(set(rollup) | set(ledger))
+        if rollup.get(key, zero) != ledger.get(key, zero)
+    ]
+    return len(set(rollup) | set(ledger)), differences
+
+
+def rebuild_money(conn: Connection) -> int:
+    """Recompute ``money_daily`` from the ledger in the caller's transaction; returns its rows.
+
+    On PostgreSQL the table is locked EXCLUSIVE first: a writer that already added to it is waited
+    for (its entries are then committed and seen), and a writer that adds later waits for this
+    transaction and adds its delta on top of the rebuilt row. Safe while workers run.
+    """
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        conn.exec_driver_sql("LOCK TABLE money_daily IN EXCLUSIVE MODE")
+    conn.execute(money_daily.delete())
+    source = ledger_money_statement(FULL_KEYS, dialect)
+    conn.execute(
+        insert(money_daily).from_select(
+            ["day", "account_id", "model", *MONEY_COLUMNS],
+            select(*(func.coalesce(c, 0) if c.name in MONEY_COLUMNS else c
+                     for c in source.subquery().c)),
+        )
+    )  # fmt: skip
+    return int(conn.execute(select(func.count()).select_from(money_daily)).scalar_one())
 
 
 def _roll_up(

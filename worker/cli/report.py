@@ -2,6 +2,11 @@
 
 A thin shell over ``worker.reports``: parse, run the queries in one snapshot with a progress line
 per section on stderr, render, write. Bad input and database errors print one line and exit 2.
+
+``--verify-ledger`` instead compares the money rollup (``money_daily``) with the ledger per (day,
+account, model) — over the window's whole days, or everything without one — and exits 1 on any
+difference; ``--rebuild-rollup`` recomputes the rollup from the ledger (after an upgrade from a
+release that did not keep it, or to repair what ``--verify-ledger`` found).
 """
 
 from __future__ import annotations
@@ -19,12 +24,12 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from worker.cli import main
 from worker.cli.db import database_error, fail, settings
-from worker.reports import ReportError, run_report
+from worker.reports import ReportError, run_rebuild, run_report, run_verify
 from worker.reports.render_csv import render_csv
 from worker.reports.render_html import render_html
 from worker.reports.render_json import render_json
 from worker.reports.render_table import render_table
-from worker.reports.spec import parse_spec
+from worker.reports.spec import ReportSpec, parse_spec
 
 RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "html": render_html}
 
@@ -73,10 +78,27 @@ def _progress_display() -> Iterator[object]:
     "--format", "fmt", default="table", show_default=True, help="table, csv, json or html."
 )
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE.")
+@click.option(
+    "--verify-ledger",
+    is_flag=True,
+    help="Compare the money rollup with the ledger (window's whole days, or all); exit 1 if unequal.",
+)
+@click.option(
+    "--rebuild-rollup", is_flag=True, help="Recompute the money rollup from the ledger, then exit."
+)
 def report_command(
-    since: str | None, until: str | None, by: str, fmt: str, out: Path | None
+    since: str | None,
+    until: str | None,
+    by: str,
+    fmt: str,
+    out: Path | None,
+    verify_ledger: bool,
+    rebuild_rollup: bool,
 ) -> None:
     """Calls, settled/unsettled/void, money held/charged/released and the tie-out, for a window."""
+    if verify_ledger or rebuild_rollup:
+        _rollup(since, until, rebuild=rebuild_rollup)
+        return
     try:
         spec = parse_spec(since, until, by)
         if fmt not in RENDERERS:
@@ -99,3 +121,34 @@ def report_command(
     except OSError as exc:
         fail("report", f"cannot write {out}: {exc.strerror}")
     click.echo(f"report written to {out}", err=True)
+
+
+def _rollup(since: str | None, until: str | None, *, rebuild: bool) -> None:
+    try:
+        url = settings("report").database_url
+        _check_sqlite_file(url)
+        if rebuild:
+            if since or until:
+                raise ReportError("--rebuild-rollup recomputes every day: no --since/--until")
+            rows = run_rebuild(url)
+            click.echo(f"money rollup rebuilt from the ledger: {rows} rows")
+            return
+        spec: ReportSpec | None = None
+        if since or until:
+            spec = parse_spec(since, until, "")
+        compared, differences = run_verify(url, spec)
+    except ReportError as exc:
+        fail("report", str(exc))
+    except SQLAlchemyError as exc:
+        fail("report", database_error(exc))
+    if not differences:
+        click.echo(f"money rollup equals the ledger: {compared} (day, account, model) rows")
+        return
+    for found in differences:
+        click.echo(f"differs: {' '.join(found.key)}: rollup {found.rollup}, ledger {found.ledger}")
+    click.echo(
+        f"money rollup differs from the ledger on {len(differences)} of {compared} rows "
+        "(`billing report --rebuild-rollup` recomputes it)",
+        err=True,
+    )
+    sys.exit(1)

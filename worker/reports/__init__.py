@@ -3,6 +3,8 @@
 ``spec`` parses what to report, ``query`` (with ``drift``) runs the SQL and builds the ``model``, and
 one renderer per format writes it (``render_table``, ``render_csv``, ``render_json``,
 ``render_html``). ``run_report`` is the whole thing against a database URL; see docs/reports.md.
+``run_verify`` compares the money rollup (``money_daily``) with the ledger, ``run_rebuild``
+recomputes it from the ledger (``billing report --verify-ledger`` / ``--rebuild-rollup``).
 """
 
 from __future__ import annotations
@@ -16,10 +18,26 @@ from sqlalchemy import Connection, Engine
 
 from worker.ledger.database import make_engine
 from worker.reports.model import Report
-from worker.reports.query import Progress, build_report
+from worker.reports.query import (
+    MoneyDifference,
+    Progress,
+    build_report,
+    rebuild_money,
+    verify_money,
+)
 from worker.reports.spec import ReportError, ReportSpec
 
-__all__ = ["Report", "ReportError", "ReportSpec", "bench_entry_point", "build_report", "run_report"]
+__all__ = [
+    "MoneyDifference",
+    "Report",
+    "ReportError",
+    "ReportSpec",
+    "bench_entry_point",
+    "build_report",
+    "run_rebuild",
+    "run_report",
+    "run_verify",
+]
 
 # Per-transaction planner settings for the report on PostgreSQL: the joins and the per-model sorts fit
 # in memory instead of spilling, and JIT compilation (tens of ms per query) does not pay off here.
@@ -51,6 +69,26 @@ def run_report(url: str, spec: ReportSpec, *, progress: Progress | None = None) 
     try:
         with snapshot(engine) as conn:
             return build_report(conn, spec, progress=progress)
+    finally:
+        engine.dispose()
+
+
+def run_verify(url: str, spec: ReportSpec | None = None) -> tuple[int, list[MoneyDifference]]:
+    """``verify_money`` in one snapshot: (keys compared, differences); read-only."""
+    engine = make_engine(url, **connect_args(url))
+    try:
+        with snapshot(engine) as conn:
+            return verify_money(conn, spec)
+    finally:
+        engine.dispose()
+
+
+def run_rebuild(url: str) -> int:
+    """``rebuild_money`` in its own transaction, committed; returns the rollup's rows."""
+    engine = make_engine(url, **connect_args(url))
+    try:
+        with engine.begin() as conn:
+            return rebuild_money(conn)
     finally:
         engine.dispose()
 

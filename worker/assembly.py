@@ -150,6 +150,24 @@ class StreamAssembler:
     ) -> None:
         """Absorb one decoded data object. ``index`` is its frame position (for errors); it defaults
         to the number of frames fed so far."""
+        # Fast path for the frame nearly every stream is made of: a chunk of the completion already
+        # identified, no usage, no error, one choice carrying only content. Checked before touching
+        # any state; anything else takes the general path below, which gives the same result for it.
+        if event is None and not self._meta_pending and type(obj) is dict:
+            get = obj.get
+            choices = get("choices")
+            if (
+                type(choices) is list
+                and len(choices) == 1
+                and get("usage") is None
+                and get("error") is None
+                and get("id") == self.completion_id
+                and get("object") == _CHUNK_OBJECT
+                and self._append_plain(choices[0])
+            ):
+                self._frames += 1
+                self.chunk_count += 1
+                return
         if index is None:
             index = self._frames
         self._frames += 1
@@ -166,6 +184,32 @@ class StreamAssembler:
         if kind and kind != _CHUNK_OBJECT:
             self.foreign_objects += 1
         self._absorb(obj, index, "delta")
+
+    def _append_plain(self, choice: Any) -> bool:
+        """Absorb a streamed choice holding only a content fragment (no role, logprobs or finish)
+        and return True; return False, having changed nothing, for any other choice."""
+        if type(choice) is not dict:
+            return False
+        get = choice.get
+        number = get("index")
+        if number is None:
+            number = 0
+        elif type(number) is not int or number < 0:
+            return False
+        delta = get("delta")
+        if type(delta) is not dict or len(delta) != 1:
+            return False
+        text = delta.get("content")
+        if type(text) is not str or get("logprobs") is not None or get("finish_reason") is not None:
+            return False
+        state = self._choices.get(number)
+        if state is None:
+            state = self._choices[number] = _ChoiceState()
+        if state.content is None:
+            state.content = [text]
+        else:
+            state.content.append(text)
+        return True
 
     def _error(self, index: int, reason: str) -> None:
         self.frame_errors.append(FrameError(index, reason))
@@ -197,7 +241,8 @@ class StreamAssembler:
             self._error(index, f"choices is not a list (got {json_kind(choices)})")
             return
         for pos, choice in enumerate(choices):
-            self._absorb_choice(choice, pos, index, delta_key)
+            if delta_key != "delta" or not self._append_plain(choice):
+                self._absorb_choice(choice, pos, index, delta_key)
 
     def _take_meta(self, get: Any) -> None:
         if self.model is None:

@@ -21,13 +21,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import any_, bindparam, select, update
+from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.orm import Session
 
 from models import Kind, LedgerKind, Status
-from worker.ledger import postings
+from worker.ledger import bulk, postings
 from worker.ledger.operations import reservation_values, usage_values
 from worker.request import RequestMeta
 from worker.result import Outcome, Result
@@ -37,19 +38,32 @@ log = logging.getLogger(__name__)
 reservations = postings.reservations
 ledger_accounts = postings.ledger_accounts
 
-INSERT_TRANSACTIONS = insert(postings.transactions).returning(
-    postings.transactions.c.id, sort_by_parameter_order=True
-)
-SET_SETTLED = (
-    update(reservations)
-    .where(reservations.c.id.in_(bindparam("b_ids", expanding=True)))
+transactions = postings.transactions
+
+
+def _one_of(column: Any, name: str) -> dict[str, Any]:
+    """``column`` is one of the list bound to ``name``, per dialect: ``= ANY(array)`` on PostgreSQL
+    (one statement text whatever the list's length), an expanding ``IN`` on SQLite."""
+    return {
+        "postgresql": column == any_(bindparam(name, type_=pg.ARRAY(column.type))),
+        "sqlite": column.in_(bindparam(name, expanding=True)),
+    }
+
+
+SET_SETTLED = {
+    dialect: update(reservations)
+    .where(where)
     .values(status=str(Status.SETTLED), updated_at=bindparam("b_now"))
-)
-CUSTOMER_IDS = select(
-    ledger_accounts.c.account_id, ledger_accounts.c.kind, ledger_accounts.c.id
-).where(ledger_accounts.c.account_id.in_(bindparam("b_accounts", expanding=True)))
-LOCK_MANY = (
-    select(
+    for dialect, where in _one_of(reservations.c.id, "b_ids").items()
+}
+CUSTOMER_IDS = {
+    dialect: select(
+        ledger_accounts.c.account_id, ledger_accounts.c.kind, ledger_accounts.c.id
+    ).where(where)
+    for dialect, where in _one_of(ledger_accounts.c.account_id, "b_accounts").items()
+}
+LOCK_MANY = {
+    dialect: select(
         reservations.c.id,
         reservations.c.request_id,
         reservations.c.account_id,
@@ -59,12 +73,13 @@ LOCK_MANY = (
         reservations.c.reserved_micros,
         reservations.c.fingerprint,
     )
-    .where(reservations.c.request_id.in_(bindparam("b_ids", expanding=True)))
+    .where(where)
     # Locks in request-id order, the order the consumer applies a batch in, so two consumers
     # whose batches share calls wait for each other instead of deadlocking.
     .order_by(reservations.c.request_id)
     .with_for_update()
-)
+    for dialect, where in _one_of(reservations.c.request_id, "b_ids").items()
+}
 
 
 @dataclass
@@ -81,8 +96,9 @@ def _customer_ids(
 ) -> dict[str, tuple[int, int]]:
     found: dict[str, dict[str, int]] = {}
     if accounts:
+        statement = CUSTOMER_IDS[postings._dialect(session)]
         for account, kind, ledger_id in session.execute(
-            CUSTOMER_IDS, {"b_accounts": sorted(accounts)}
+            statement, {"b_accounts": sorted(accounts)}
         ):
             found.setdefault(account, {})[kind] = ledger_id
     ids = {}
@@ -111,25 +127,26 @@ def _post_many(
     money is added to ``deltas``, which the caller writes to ``money_daily`` once per batch."""
     if not postings_:
         return
-    txn_ids = (
-        session.execute(
-            INSERT_TRANSACTIONS,
-            [
-                {
-                    "reservation_id": p.reservation_id,
-                    "kind": str(p.kind),
-                    "flagged": p.flagged,
-                    "created_at": now,
-                }
-                for p in postings_
-            ],
-        )
-        .scalars()
-        .all()
+    written = bulk.insert(
+        session,
+        transactions,
+        [
+            {
+                "reservation_id": p.reservation_id,
+                "kind": str(p.kind),
+                "flagged": p.flagged,
+                "created_at": now,
+            }
+            for p in postings_
+        ],
+        returning=("id", "reservation_id", "kind"),
     )
+    # (reservation, kind) is unique, so it names each new transaction whatever order rows return in.
+    txn_ids = {(reservation_id, kind): txn_id for txn_id, reservation_id, kind in written}
     revenue = postings.system_account_id(session, LedgerKind.REVENUE)
     rows = []
-    for txn_id, posting in zip(txn_ids, postings_, strict=True):
+    for posting in postings_:
+        txn_id = txn_ids[(posting.reservation_id, str(posting.kind))]
         legs = posting.legs
         assert sum(amount for _, amount in legs) == 0
         rows.extend(
@@ -146,7 +163,7 @@ def _post_many(
             deltas, posting.grain, posting.kind, legs,
             available_id=posting.available_id, revenue_id=revenue,
         )  # fmt: skip
-    session.execute(postings.INSERT_ENTRY, rows)
+    bulk.insert(session, postings.entries, rows)
 
 
 def _holds(
@@ -160,9 +177,14 @@ def _holds(
     if not fresh:
         return
     ids = _customer_ids(session, {m.account_id for m in fresh.values()}, now)
-    statement = postings.INSERT_RESERVATION_MANY[postings._dialect(session)]
     inserted = dict(
-        session.execute(statement, [reservation_values(m, now) for m in fresh.values()]).all()
+        bulk.insert(
+            session,
+            reservations,
+            [reservation_values(m, now) for m in fresh.values()],
+            conflict=("request_id",),
+            returning=("request_id", "id"),
+        )
     )
     moves = []
     for request_id, reservation_id in inserted.items():
@@ -190,7 +212,8 @@ def _settlements(
     }
     if not candidates:
         return
-    rows = session.execute(LOCK_MANY, {"b_ids": sorted(candidates)}).all()
+    dialect = postings._dialect(session)
+    rows = session.execute(LOCK_MANY[dialect], {"b_ids": sorted(candidates)}).all()
     common = []
     for row in rows:
         result = candidates[row.request_id]
@@ -223,8 +246,10 @@ def _settlements(
                 "charge above hold: reservation=%s charge=%s hold=%s", row.id, charge, reserved
             )
     _post_many(session, moves, now, deltas)
-    session.execute(postings.INSERT_USAGE, [usage_values(row.id, r, now) for row, r in common])
-    session.execute(SET_SETTLED, {"b_ids": [row.id for row, _ in common], "b_now": now})
+    bulk.insert(
+        session, postings.usage_records, [usage_values(row.id, r, now) for row, r in common]
+    )
+    session.execute(SET_SETTLED[dialect], {"b_ids": [row.id for row, _ in common], "b_now": now})
     applied.settled.update((row.request_id, (row.id, row.fingerprint)) for row, _ in common)
 
 

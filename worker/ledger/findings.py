@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from models import Anomaly, AnomalyKind, Kind, Reservation, Transaction, UsageRecord
 from worker.alerts.outbox import record_unsettled_event
 from worker.anomalies import classify
+from worker.ledger import bulk
 from worker.ledger.postings import insert_ignore
 from worker.parity import drift_ppm, fingerprint, output_hash
 from worker.request import RequestMeta
@@ -186,12 +187,12 @@ def record_settled_many(
         if stored is None:
             value = fingerprint(meta, salt)
             if value is not None:
-                fingerprints.append({"b_id": reservation_id, "b_fingerprint": value})
+                fingerprints.append({"id": reservation_id, "fingerprint": value})
         outputs.append(
             {
-                "b_id": reservation_id,
-                "b_output_hash": output_hash(result.choices, salt),
-                "b_drift_ppm": settled_drift(result),
+                "reservation_id": reservation_id,
+                "output_hash": output_hash(result.choices, salt),
+                "drift_ppm": settled_drift(result),
             }
         )
         above = result.charge_micros is not None and result.charge_micros > result.reserved_micros
@@ -203,12 +204,9 @@ def record_settled_many(
              "detected_at": now}
             for kind, detail in kinds.items()
         )  # fmt: skip
-    if fingerprints:
-        session.execute(SET_FINGERPRINT, fingerprints)
-    if outputs:
-        session.execute(SET_OUTPUT, outputs)
-    if found:
-        session.execute(insert_ignore(session, anomalies), found)
+    bulk.update_many(session, reservations, fingerprints, match="id", only_null=("fingerprint",))
+    bulk.update_many(session, usage_records, outputs, match="reservation_id")
+    bulk.insert(session, anomalies, found, conflict=())
 
 
 def withdraw(session: Session, request_id: str, kind: AnomalyKind) -> int:

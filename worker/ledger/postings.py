@@ -40,6 +40,7 @@ from models import (
 )
 from models.rollup import MONEY_COLUMNS
 from worker.errors import LedgerError
+from worker.ledger import bulk
 from worker.money import Micros
 
 log = logging.getLogger(__name__)
@@ -76,27 +77,7 @@ def _insert_ignore(table: Any, conflict: str, returning: Any = None) -> dict[str
 INSERT_ACCOUNT = _insert_ignore(accounts, "id")
 INSERT_LEDGER_ACCOUNT = _insert_ignore(ledger_accounts, "name")
 INSERT_RESERVATION = _insert_ignore(reservations, "request_id", reservations.c.id)
-# Many at once: (request_id, id) of the rows actually inserted; duplicates return nothing.
-INSERT_RESERVATION_MANY = {
-    name: statement.returning(reservations.c.request_id, reservations.c.id)
-    for name, statement in _insert_ignore(reservations, "request_id").items()
-}
-
-
-def _add_money() -> dict[str, Any]:
-    """INSERT … ON CONFLICT (day, account_id, model) DO UPDATE SET x = money_daily.x + excluded.x."""
-    built = {}
-    for name, module in (("postgresql", postgresql), ("sqlite", sqlite)):
-        statement = module.insert(money_daily)
-        built[name] = statement.on_conflict_do_update(
-            index_elements=[money_daily.c.day, money_daily.c.account_id, money_daily.c.model],
-            set_={column: money_daily.c[column] + statement.excluded[column]
-                  for column in MONEY_COLUMNS},
-        )  # fmt: skip
-    return built
-
-
-ADD_MONEY = _add_money()
+MONEY_KEY = ("day", "account_id", "model")
 INSERT_TRANSACTION = insert(transactions).returning(transactions.c.id)
 INSERT_ENTRY = insert(entries)
 INSERT_USAGE = insert(usage_records)
@@ -246,7 +227,8 @@ def money_deltas(
 
 
 def add_money(session: Session, deltas: Deltas) -> None:
-    """One upsert for all of ``deltas``, rows in key order (two writers lock shared rows alike)."""
+    """One upsert for all of ``deltas`` (INSERT … ON CONFLICT (day, account_id, model) DO UPDATE
+    SET x = money_daily.x + excluded.x), rows in key order (two writers lock shared rows alike)."""
     if not deltas:
         return
     rows = [
@@ -254,7 +236,7 @@ def add_money(session: Session, deltas: Deltas) -> None:
          "held": money[0], "charged": money[1], "true_ups": money[2], "released": money[3]}
         for grain, money in sorted(deltas.items())
     ]  # fmt: skip
-    session.execute(ADD_MONEY[_dialect(session)], rows if len(rows) > 1 else rows[0])
+    bulk.insert(session, money_daily, rows, conflict=MONEY_KEY, add=MONEY_COLUMNS)
 
 
 # --- posting ---------------------------------------------------------------------------------------

@@ -1,0 +1,188 @@
+"""Many rows in one statement: one JSON document of rows on PostgreSQL, executemany elsewhere.
+
+Contract: each function writes exactly what the equivalent multi-row Core statement would (same
+columns, same conflict handling, the same bind-side type processing, so a naive datetime is still
+refused), inside the caller's transaction; it never commits. Rows are dicts keyed by column name and
+must all carry the same keys. Returned rows carry the ``returning`` columns, in no promised order:
+callers key them (a request id, a reservation and kind), never zip them with their input.
+
+Why: SQLAlchemy's multi-row ``VALUES`` renders a placeholder per value, so every batch size is a new
+statement text of several kilobytes. psycopg keeps converted queries in a cache only while they are
+short, so it re-parsed each one with a regular expression, and PostgreSQL planned each anew; in the
+consumer's profile that conversion alone was about a third of the ledger's CPU. ``INSERT … SELECT …
+FROM json_populate_recordset(NULL::table, %(rows)s::json)`` is one short text whatever the batch
+size: converted once and prepared by psycopg after a few runs. Its one parameter is the rows as JSON,
+serialized by orjson in C, and PostgreSQL parses it into the table's own column types on its side
+(column arrays through ``unnest`` were tried first: psycopg dumps arrays element by element in
+Python, which cost as much as the conversion they saved).
+
+SQLite has no arrays; there the same functions run the Core statements as executemany.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+import orjson
+from sqlalchemy import Table, bindparam, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+_PG = postgresql.dialect()
+
+
+def _is_pg(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def _quote(name: str) -> str:
+    return _PG.identifier_preparer.quote(name)
+
+
+@cache
+def _processors(table: Table, names: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    """(column, bind processor) of the columns that have one for psycopg: only the type decorators
+    (``UTCDateTime`` refuses naive datetimes and converts to UTC)."""
+    dialect = postgresql.psycopg.dialect()
+    found = ((name, table.c[name].type.bind_processor(dialect)) for name in names)
+    return tuple((name, process) for name, process in found if process is not None)
+
+
+def _document(table: Table, names: tuple[str, ...], rows: Sequence[dict[str, Any]]) -> str:
+    processors = _processors(table, names)
+    if processors:
+        rows = [dict(row) for row in rows]
+        for row in rows:
+            for name, process in processors:
+                row[name] = process(row[name])
+    return orjson.dumps(rows).decode()
+
+
+def _source(table: Table, names: tuple[str, ...]) -> str:
+    """A SELECT of the document's rows, typed as the table's columns."""
+    columns = ", ".join(f"r.{_quote(name)}" for name in names)
+    return f"SELECT {columns} FROM json_populate_recordset(NULL::{_quote(table.name)}, %(rows)s::json) AS r"
+
+
+@cache
+def _insert_sql(
+    table: Table,
+    names: tuple[str, ...],
+    conflict: tuple[str, ...] | None,
+    add: tuple[str, ...],
+    returning: tuple[str, ...],
+) -> str:
+    columns = ", ".join(_quote(name) for name in names)
+    sql = f"INSERT INTO {_quote(table.name)} ({columns}) {_source(table, names)}"
+    if conflict is not None:
+        target = f" ({', '.join(_quote(name) for name in conflict)})" if conflict else ""
+        if add:
+            sets = ", ".join(
+                f"{_quote(c)} = {_quote(table.name)}.{_quote(c)} + EXCLUDED.{_quote(c)}"
+                for c in add
+            )
+            sql += f" ON CONFLICT{target} DO UPDATE SET {sets}"
+        else:
+            sql += f" ON CONFLICT{target} DO NOTHING"
+    if returning:
+        sql += " RETURNING " + ", ".join(_quote(name) for name in returning)
+    return sql
+
+
+@cache
+def _insert_core(
+    table: Table,
+    conflict: tuple[str, ...] | None,
+    add: tuple[str, ...],
+    returning: tuple[str, ...],
+) -> Any:
+    statement = sqlite.insert(table)
+    if conflict is not None:
+        if add:
+            statement = statement.on_conflict_do_update(
+                index_elements=list(conflict),
+                set_={c: table.c[c] + statement.excluded[c] for c in add},
+            )
+        else:
+            statement = statement.on_conflict_do_nothing(index_elements=list(conflict) or None)
+    if returning:
+        statement = statement.returning(*(table.c[name] for name in returning))
+    return statement
+
+
+def insert(
+    session: Session,
+    table: Table,
+    rows: Sequence[dict[str, Any]],
+    *,
+    conflict: Sequence[str] | None = None,
+    add: Sequence[str] = (),
+    returning: Sequence[str] = (),
+) -> list[Any]:
+    """Insert ``rows`` in one statement; returns the ``returning`` columns of the rows written.
+
+    ``conflict``: None raises on a conflict, as a plain INSERT does; a sequence of column names
+    (empty: any unique constraint) skips the conflicting rows (ON CONFLICT DO NOTHING), or, with
+    ``add``, adds their ``add`` columns to the existing row's (ON CONFLICT DO UPDATE SET c = c + new).
+    """
+    if not rows:
+        return []
+    key = (tuple(conflict) if conflict is not None else None, tuple(add), tuple(returning))
+    if not _is_pg(session):
+        result = session.execute(_insert_core(table, *key), list(rows))
+        return result.all() if returning else []
+    names = tuple(rows[0])
+    result = session.connection().exec_driver_sql(
+        _insert_sql(table, names, *key), {"rows": _document(table, names, rows)}
+    )
+    return result.all() if returning else []
+
+
+@cache
+def _update_sql(
+    table: Table, match: str, names: tuple[str, ...], only_null: tuple[str, ...]
+) -> str:
+    target = _quote(table.name)
+    sets = ", ".join(f"{_quote(name)} = v.{_quote(name)}" for name in names)
+    sql = (
+        f"UPDATE {target} SET {sets} FROM ({_source(table, (match, *names))}) AS v "
+        f"WHERE {target}.{_quote(match)} = v.{_quote(match)}"
+    )
+    for name in only_null:
+        sql += f" AND {target}.{_quote(name)} IS NULL"
+    return sql
+
+
+@cache
+def _update_core(
+    table: Table, match: str, names: tuple[str, ...], only_null: tuple[str, ...]
+) -> Any:
+    statement = update(table).where(table.c[match] == bindparam(f"b_{match}"))
+    for name in only_null:
+        statement = statement.where(table.c[name].is_(None))
+    return statement.values({name: bindparam(f"b_{name}") for name in names})
+
+
+def update_many(
+    session: Session,
+    table: Table,
+    rows: Sequence[dict[str, Any]],
+    *,
+    match: str,
+    only_null: Sequence[str] = (),
+) -> None:
+    """Set, for each row, its other columns on the table's row whose ``match`` column equals the
+    row's; with ``only_null``, only where those columns are still NULL. ``match`` should be unique."""
+    if not rows:
+        return
+    names = tuple(name for name in rows[0] if name != match)
+    if not _is_pg(session):
+        statement = _update_core(table, match, names, tuple(only_null))
+        session.execute(statement, [{f"b_{k}": v for k, v in row.items()} for row in rows])
+        return
+    session.connection().exec_driver_sql(
+        _update_sql(table, match, names, tuple(only_null)),
+        {"rows": _document(table, (match, *names), rows)},
+    )

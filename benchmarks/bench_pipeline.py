@@ -5,8 +5,9 @@ through exactly the same entries, each with its own consumer group on the notifi
 
 * transport: ``XREADGROUP`` a batch of notifications, one pipelined ``XRANGE`` per call in it (the
   whole stream for a close, the first entry for an open, as the consumer reads them), ``XACK``;
-* ours: ``Consumer.poll`` in a loop — the code the Celery drain task runs: read, decode, reconcile,
-  price, hold / settle in PostgreSQL, commit, then acknowledge and delete the settled streams.
+* ours: ``Consumer.drain`` — the code the Celery drain task runs: read, decode, reconcile, price,
+  hold / settle in PostgreSQL, commit, then acknowledge and delete the settled streams, the next
+  batch read and reconciled while the last one is applied.
 
 The transport pass runs first, since the consumer deletes what it settles. Both are timed from the
 first read to the acknowledgement of the last notification. Frames/s counts the frame entries of the
@@ -72,7 +73,7 @@ def drain(consumer: Consumer, notifications: int, timeout: float = 600.0) -> Dra
     started = time.perf_counter()
     deadline = started + timeout
     while total.acked < notifications:
-        total.add(consumer.poll(0, block_ms=None))
+        total.add(consumer.drain(0, seconds=timeout, block_ms=None, until_idle=True))
         if time.perf_counter() > deadline:
             raise TimeoutError(f"drained {total.acked} of {notifications} in {timeout:.0f} s")
     return Drained(time.perf_counter() - started, total)

@@ -485,11 +485,13 @@ def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
         # nearly every frame, is parsed as bytes without decoding or splitting it. Anything else
         # (another shape, a CR, bytes that are not UTF-8 or not one JSON object) takes the general
         # path below, which gives the same result for these records.
-        if type(record) is bytes and record[:7] == b"data: {":
-            end = len(record) - 2 if record[-2:] == b"\n\n" else len(record)
-            if record.find(b"\n", 7, end) < 0 and b"\r" not in record:
+        # A raw CR or LF can only be whitespace in JSON (strings escape them), so a record with none
+        # but its closing blank line holds one event; that closing "\n\n" is JSON whitespace too.
+        if type(record) is bytes and record.startswith(b"data: {") and b"\r" not in record:
+            lines = record.count(b"\n")
+            if lines == 0 or (lines == 2 and record.endswith(b"\n\n")):
                 try:
-                    obj = _loads(record[6:end])
+                    obj = _loads(record[6:])
                 except _JSONDecodeError:
                     pass
                 else:

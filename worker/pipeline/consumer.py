@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -114,6 +115,19 @@ def reconcile_call(
 
 
 @dataclass
+class _Batch:
+    """A batch of notification entries read and reconciled, not yet applied."""
+
+    stream: str
+    stats: BatchStats
+    book: PriceBook
+    ack: list[bytes] = field(default_factory=list)
+    dead: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[_Call] = field(default_factory=list)
+    streams: list[list[Entry]] = field(default_factory=list)
+
+
+@dataclass
 class _Call:
     """The notifications of one request inside a batch, and what became of them."""
 
@@ -161,6 +175,7 @@ class Consumer:
         self.recheck_seconds = recheck_seconds
         self.grace = timedelta(seconds=settings.grace_seconds)
         self._groups_ready: set[str] = set()
+        self._prefetch: ThreadPoolExecutor | None = None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -201,13 +216,54 @@ class Consumer:
             return BatchStats()
         return self.process(stream, entries)
 
-    def drain(self, partition: int = 0, seconds: float = 1.0, block_ms: int = 200) -> BatchStats:
-        """Poll repeatedly for about ``seconds``; what a Celery task runs each time it is called."""
+    def drain(
+        self,
+        partition: int = 0,
+        seconds: float = 1.0,
+        block_ms: int | None = 200,
+        *,
+        until_idle: bool = False,
+    ) -> BatchStats:
+        """Poll repeatedly for about ``seconds`` (``until_idle``: or until a read finds nothing);
+        what a Celery task runs each time it is called.
+
+        Pipelined: while one batch is applied (the database transaction, mostly a wait for
+        PostgreSQL), the next is read and reconciled in a helper thread (Redis round trips and
+        pure CPU work), so each stage's waits hide behind the other's work. Batches are still
+        applied one at a time, in the order they were read, each acknowledged only after its own
+        commit; ``drain`` returns only once every batch it read has been applied. The helper
+        thread touches Redis only: prices are read here, between transactions.
+        """
+        stream = self.keys.events(partition)
         total = BatchStats()
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            total.add(self.poll(partition, block_ms))
-        return total
+        reader = self._reader()
+        pending = reader.submit(self._read_batch, stream, block_ms, self.prices.current())
+        try:
+            while True:
+                batch = pending.result()
+                more = time.monotonic() < deadline and not (until_idle and batch is None)
+                if more:
+                    pending = reader.submit(
+                        self._read_batch, stream, block_ms, self.prices.current()
+                    )
+                if batch is not None:
+                    total.add(self.apply(batch))
+                if not more:
+                    return total
+        finally:
+            # On an error, let the read in flight finish: what it read stays pending in the
+            # group and is claimed again after claim_idle_ms, like any batch a crash left.
+            wait([pending])
+
+    def _reader(self) -> ThreadPoolExecutor:
+        if self._prefetch is None:
+            self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="billing-read")
+        return self._prefetch
+
+    def _read_batch(self, stream: str, block_ms: int | None, book: PriceBook) -> _Batch | None:
+        entries = self.read(stream, block_ms)
+        return self.prepare(stream, entries, book) if entries else None
 
     # -- processing ----------------------------------------------------------------------------
 
@@ -219,21 +275,28 @@ class Consumer:
         return pipe.execute()
 
     def process(self, stream: str, entries: list[tuple[bytes, Any]]) -> BatchStats:
-        stats = BatchStats(read=len(entries))
-        now = datetime.now(UTC)
-        now_ms = int(now.timestamp() * 1000)
-        ack: list[bytes] = []
-        dead: list[dict[str, Any]] = []
+        """Apply one batch of notification entries: ``prepare`` then ``apply``."""
+        # Prices are read before the batch transaction: on SQLite a second connection inside it
+        # would wait for the write lock this one holds.
+        return self.apply(self.prepare(stream, entries, self.prices.current()))
+
+    def prepare(self, stream: str, entries: list[tuple[bytes, Any]], book: PriceBook) -> _Batch:
+        """Group the entries by call, read the calls' streams and reconcile them: Redis reads and
+        pure work, nothing written anywhere (safe to run while another batch is applied)."""
+        batch = _Batch(stream, BatchStats(read=len(entries)), book)
+        now_ms = int(time.time() * 1000)
         calls: dict[str, _Call] = {}
         for entry_id, fields in entries:
             if fields is None:  # deleted from the stream while pending
-                ack.append(entry_id)
+                batch.ack.append(entry_id)
                 continue
             try:
                 note = parse_notification(entry_id, fields)
             except InputError as exc:
-                dead.append(dead_letter_fields("notification", str(exc), fields, now_ms, entry_id))
-                ack.append(entry_id)
+                batch.dead.append(
+                    dead_letter_fields("notification", str(exc), fields, now_ms, entry_id)
+                )
+                batch.ack.append(entry_id)
                 continue
             call = calls.setdefault(note.request_id, _Call(note.request_id))
             call.notes.append(note)
@@ -244,12 +307,18 @@ class Consumer:
         # open read by one, its close by the other) take their reservation locks in the same order:
         # in arrival order, each batch-long transaction waited for the other's and PostgreSQL broke
         # the cycle with a deadlock error, deferring calls until claim_idle_ms had passed.
-        ordered = sorted(calls.values(), key=lambda call: call.request_id)
-        streams = self._fetch_streams(ordered) if ordered else []
-        # Prices are read before the batch transaction: on SQLite a second connection inside it
-        # would wait for the write lock this one holds.
-        book = self.prices.current()
-        self._prepare(ordered, streams, book)
+        batch.calls = sorted(calls.values(), key=lambda call: call.request_id)
+        batch.streams = self._fetch_streams(batch.calls) if batch.calls else []
+        self._prepare(batch.calls, batch.streams, book)
+        return batch
+
+    def apply(self, batch: _Batch) -> BatchStats:
+        """Apply a prepared batch in one transaction, then dead-letter and acknowledge (after the
+        commit, never before)."""
+        stream, stats, ack, dead = batch.stream, batch.stats, batch.ack, batch.dead
+        ordered, streams, book = batch.calls, batch.streams, batch.book
+        now = datetime.now(UTC)
+        now_ms = int(now.timestamp() * 1000)
         with self.sessions() as session, session.begin():
             self._apply_common(session, ordered, now)
             for call, call_entries in zip(ordered, streams, strict=True):

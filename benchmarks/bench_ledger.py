@@ -5,7 +5,7 @@ each held and then settled. They are written twice, each time into a new databas
 
 * batched (the row's figure) — what ``Consumer._apply_common`` does with a batch whose calls are all
   on the common path: one transaction per ``BATCH`` calls, and inside it one savepoint around
-  ``apply_common(session, holds, results, now=…)`` and ``record_settled_many(…)``, the settled list
+  ``apply_common(session, holds, results, now=…)`` and ``record_findings_many(…)``, the settled list
   built as the consumer builds it (the call's open is in the batch, so ``opened``);
 * per call (informational) — what ``Consumer._apply`` does for the calls the batched path hands back
   (duplicates, failures, voids, true-ups): a savepoint per call around ``hold``, ``apply_result``
@@ -36,7 +36,7 @@ from benchmarks.history import settled_results
 from worker.config import Settings
 from worker.ledger.batch import apply_common
 from worker.ledger.database import make_engine, session_factory
-from worker.ledger.findings import record_findings, record_settled_many
+from worker.ledger.findings import record_findings, record_findings_many
 from worker.ledger.operations import apply_result, hold
 from worker.request import RequestMeta
 from worker.result import Result
@@ -53,7 +53,7 @@ HANDED_BACK = {"calls": 0, "seconds": 0.0}
 
 def batched(session: Session, batch: Work, settings: Settings, now: datetime) -> None:
     """One batch as ``Consumer.process`` applies it: ``_apply_common`` (one savepoint around
-    ``apply_common`` and ``record_settled_many``), then ``_apply`` for each call it handed back
+    ``apply_common`` and ``record_findings_many``), then ``_apply`` for each call it handed back
     (a charge above the hold: a true-up), each in its own savepoint."""
     holds = [meta for meta, _ in batch]
     results = [result for _, result in batch]
@@ -65,8 +65,8 @@ def batched(session: Session, batch: Work, settings: Settings, now: datetime) ->
             if found is None:
                 continue
             # The consumer: ``call.opened or call.request_id not in applied.held``; the open is here.
-            settled.append((*found, meta, result, True))
-        record_settled_many(
+            settled.append((*found, meta, result, True, "settled"))
+        record_findings_many(
             session,
             settled,
             salt=settings.hash_salt,

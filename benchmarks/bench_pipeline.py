@@ -4,7 +4,8 @@ N simulated calls (default fault mix, fixed seed) are written to Redis first. Th
 through exactly the same entries, each with its own consumer group on the notification stream:
 
 * transport: ``XREADGROUP`` a batch of notifications, one pipelined ``XRANGE`` per call in it (the
-  whole stream for a close, the first entry for an open, as the consumer reads them), ``XACK``;
+  whole stream for a close, the first entry for an open, as the consumer reads them, its replies
+  left as Redis sends them as the consumer leaves them), ``XACK``;
 * ours: ``Consumer.drain`` — the code the Celery drain task runs: read, decode, reconcile, price,
   hold / settle in PostgreSQL, commit, then acknowledge and delete the settled streams, the next
   batch read and reconciled while the last one is applied.
@@ -31,7 +32,7 @@ from benchmarks import history, services, workload
 from worker.config import Settings
 from worker.estimate import estimate
 from worker.ledger.database import make_engine, session_factory
-from worker.pipeline.consumer import BatchStats, Consumer
+from worker.pipeline.consumer import BatchStats, Consumer, raw_stream_pipeline
 from worker.pipeline.entries import MAX_ENTRIES
 from worker.pipeline.keys import Keys
 
@@ -93,7 +94,7 @@ def transport(client: redis.Redis, keys: Keys, notifications: int, batch_size: i
             rid = fields.get(b"request_id")
             if rid is not None:
                 closing[rid] = closing.get(rid, False) or fields.get(b"kind") == b"close"
-        pipe = client.pipeline(transaction=False)
+        pipe = raw_stream_pipeline(client)
         for rid, closes in closing.items():
             key = keys.request(rid.decode())
             pipe.xrange(key, "-", "+", count=MAX_ENTRIES + 1 if closes else 1)

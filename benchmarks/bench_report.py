@@ -128,7 +128,7 @@ STAGE_SQL = (
          (CASE WHEN c.fate = 'voided' THEN 4 * c.i + 2 END, l.available, c.reserved, 'credit')
        ) e(txn, account, amount, direction)
        WHERE e.txn IS NOT NULL AND e.amount > 0""",
-    # As the worker writes them (operations.usage_values, then findings.record_settled_many).
+    # As the worker writes them (operations.usage_values, then findings.record_findings_many).
     """INSERT INTO usage_records (reservation_id, prompt_tokens, cached_tokens, completion_tokens,
                                   reasoning_tokens, usage_source, finish_reasons, charge_micros,
                                   estimate_prompt_tokens, estimate_completion_tokens,

@@ -207,7 +207,7 @@ def ledger(ctx: Context) -> list[Row]:
     )
     return [
         Row(
-            "6. ledger writes (batched: apply_common + record_settled_many)",
+            "6. ledger writes (batched: apply_common + record_findings_many)",
             rate(ours["settlements_per_s"], "settlements/s"),
             bare,
             f["ratio"],
@@ -216,7 +216,7 @@ def ledger(ctx: Context) -> list[Row]:
             [
                 f"{f['settlements']:,} fresh calls held and settled, {f['batch']} per transaction, "
                 "as Consumer.process applies a batch: one savepoint around apply_common(holds, "
-                "results) + record_settled_many, then the calls it hands back one savepoint each "
+                "results) + record_findings_many, then the calls it hands back one savepoint each "
                 f"(apply_result + record_findings): {f['handed_back']:,} here, every one a charge "
                 f"above its hold (a true-up; {f['above_hold']:,} in the work), taking "
                 f"{f['handed_back_seconds']:.2f} s of {ours['seconds']:.2f} s; {_writes(ours)}; "

@@ -111,7 +111,7 @@ def batched(session: Session, holds, results) -> None:
         if meta.request_id not in applied.held:
             hold(session, meta, now=T0)
     for result in results:
-        if result.request_id not in applied.settled:
+        if result.request_id not in applied.settled and result.request_id not in applied.unsettled:
             apply_result(session, result, now=T0, grace=GRACE)
 
 
@@ -138,3 +138,34 @@ def test_common_path_takes_fresh_holds_and_plain_settlements(session: Session) -
     assert set(applied.settled) == {"c-0", "c-1", "c-2"}  # the true-up too; unpriced is not taken
     again = apply_common(session, holds, results, now=T0)
     assert not again.held and not again.settled  # duplicates are never taken
+
+
+def test_common_path_marks_held_calls_unsettled_with_their_exposure(session: Session) -> None:
+    holds = [make_meta(f"u-{i}", account_id="u-acct") for i in range(2)]
+    results = [
+        make_result("u-0", account_id="u-acct", outcome=Outcome.UNSETTLED, exposure=3_000),
+        make_result("u-1", account_id="u-acct", outcome=Outcome.UNSETTLED,
+                    reason=Reason.UNPRICED, exposure=3_000),
+        # No hold anywhere: the per-call path records it first, so it is not taken here.
+        make_result("u-2", account_id="u-acct", outcome=Outcome.UNSETTLED),
+    ]  # fmt: skip
+    applied = apply_common(session, holds, results, now=T0)
+    assert set(applied.unsettled) == {"u-0", "u-1"}
+    assert not applied.settled
+    rows = dict(
+        session.execute(
+            select(Reservation.request_id, Failure.exposure_micros)
+            .join(Failure, Failure.reservation_id == Reservation.id)
+            .where(Reservation.request_id.like("u-%"))
+        ).all()
+    )
+    assert rows == {"u-0": 3_000, "u-1": None}  # an unpriced model's estimate has no price
+    statuses = set(
+        session.scalars(
+            select(Reservation.status).where(Reservation.request_id.in_(["u-0", "u-1"]))
+        )
+    )
+    assert statuses == {"unsettled"}
+    again = apply_common(session, holds, results, now=T0)
+    assert not again.unsettled  # an unsettled reservation is never marked twice
+    assert ledger_is_balanced(session)

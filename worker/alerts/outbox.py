@@ -87,6 +87,13 @@ def record_unsettled_event(session: Session, reservation_id: int) -> None:
     session.execute(insert_ignore(session, alert_events).from_select(_EVENT_COLUMNS, source))
 
 
+def record_unsettled_events(session: Session, reservation_ids: list[int]) -> None:
+    """``record_unsettled_event`` for many reservations in one statement."""
+    if reservation_ids:
+        source = _EVENT_SOURCE.where(reservations.c.id.in_(reservation_ids))
+        session.execute(insert_ignore(session, alert_events).from_select(_EVENT_COLUMNS, source))
+
+
 def backfill_unsettled_events(session: Session, since: datetime) -> int:
     """Events for failures detected since ``since`` that have none (a path that marked a call
     unsettled without recording its event); the safety net run before each aggregation."""

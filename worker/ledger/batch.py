@@ -1,11 +1,12 @@
-"""The ledger's hot path in bulk: many holds and plain settlements in a handful of statements.
+"""The ledger's hot path in bulk: many holds, settlements and failures in a handful of statements.
 
 Contract of ``apply_common``: the same effects as ``operations.hold`` for each hold and then
 ``operations.apply_result`` for each result, for the calls on the common path — a new reservation
-with a positive hold, and a settled, priced result for a reservation that is ``held`` (a charge above
-the hold included, with its flagged true-up) — and nothing at all for the others, which it hands back
-for the per-call operations to decide (duplicates, late and unpriced results, voids, failures).
-Never commits.
+with a positive hold, a settled, priced result for a reservation that is ``held`` (a charge above
+the hold included, with its flagged true-up), and an unsettled result for a reservation that is
+``held`` (the failure recorded, the hold kept) — and nothing at all for the others, which it hands
+back for the per-call operations to decide (duplicates, late and unpriced results, voids). Never
+commits.
 
 Why: per call, the operations cost 5 to 7 round trips (savepoint, lock, transaction, entries, usage,
 status). Here one batch costs about ten, whatever its size, and the rules stay in one place: this
@@ -29,9 +30,9 @@ from sqlalchemy.orm import Session
 
 from models import Kind, LedgerKind, Status
 from worker.ledger import bulk, postings
-from worker.ledger.operations import reservation_values, usage_values
+from worker.ledger.operations import failure_values, reservation_values, usage_values
 from worker.request import RequestMeta
-from worker.result import Outcome, Result
+from worker.result import Outcome, Reason, Result
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,10 @@ def _one_of(column: Any, name: str) -> dict[str, Any]:
     }
 
 
-SET_SETTLED = {
+SET_STATUS_MANY = {
     dialect: update(reservations)
     .where(where)
-    .values(status=str(Status.SETTLED), updated_at=bindparam("b_now"))
+    .values(status=bindparam("b_status"), updated_at=bindparam("b_now"))
     for dialect, where in _one_of(reservations.c.id, "b_ids").items()
 }
 CUSTOMER_IDS = {
@@ -84,11 +85,12 @@ LOCK_MANY = {
 
 @dataclass
 class Applied:
-    """What ``apply_common`` did: the request ids it held, and for those it settled their
-    reservation's (id, stored fingerprint)."""
+    """What ``apply_common`` did: the request ids it held, and for those it settled or marked
+    unsettled their reservation's (id, stored fingerprint)."""
 
     held: set[str] = field(default_factory=set)
     settled: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    unsettled: dict[str, tuple[int, str | None]] = field(default_factory=dict)
 
 
 def _customer_ids(
@@ -198,32 +200,51 @@ def _holds(
     _post_many(session, moves, now, deltas)
 
 
-def _settlements(
+def _results(
     session: Session,
     results: Sequence[Result],
     now: datetime,
     applied: Applied,
     deltas: postings.Deltas,
 ) -> None:
+    """Lock the reservations of the batch's settled, priced results and of its unsettled ones in
+    one statement (request-id order), then settle, or mark unsettled, those that are ``held``."""
     candidates = {
         r.request_id: r
         for r in results
-        if r.outcome is Outcome.SETTLED and r.charge_micros is not None and r.reserved_micros > 0
+        if r.reserved_micros > 0
+        and (
+            (r.outcome is Outcome.SETTLED and r.charge_micros is not None)
+            or (r.outcome is Outcome.UNSETTLED and r.reason is not None)
+        )
     }
     if not candidates:
         return
     dialect = postings._dialect(session)
-    rows = session.execute(LOCK_MANY[dialect], {"b_ids": sorted(candidates)}).all()
-    common = []
-    for row in rows:
+    settling, failing = [], []
+    for row in session.execute(LOCK_MANY[dialect], {"b_ids": sorted(candidates)}).all():
         result = candidates[row.request_id]
-        if (
+        if not (
             row.status == Status.HELD
             and row.reserved_micros == result.reserved_micros
             and row.account_id == result.account_id
-            and result.charge_micros >= 0
         ):
-            common.append((row, result))
+            continue
+        if result.outcome is Outcome.UNSETTLED:
+            failing.append((row, result))
+        elif result.charge_micros >= 0:
+            settling.append((row, result))
+    _settlements(session, settling, now, applied, deltas)
+    _failures(session, failing, now, applied)
+
+
+def _settlements(
+    session: Session,
+    common: list[tuple[Any, Result]],
+    now: datetime,
+    applied: Applied,
+    deltas: postings.Deltas,
+) -> None:
     if not common:
         return
     ids = _customer_ids(session, {row.account_id for row, _ in common}, now)
@@ -249,8 +270,29 @@ def _settlements(
     bulk.insert(
         session, postings.usage_records, [usage_values(row.id, r, now) for row, r in common]
     )
-    session.execute(SET_SETTLED[dialect], {"b_ids": [row.id for row, _ in common], "b_now": now})
+    _set_status(session, [row.id for row, _ in common], Status.SETTLED, now)
     applied.settled.update((row.request_id, (row.id, row.fingerprint)) for row, _ in common)
+
+
+def _failures(
+    session: Session, common: list[tuple[Any, Result]], now: datetime, applied: Applied
+) -> None:
+    """As ``operations.mark_unsettled`` for held reservations: the hold stays, the failure is
+    recorded with its exposure. No money moves, so ``money_daily`` is untouched."""
+    if not common:
+        return
+    bulk.insert(
+        session,
+        postings.failures,
+        [failure_values(row.id, r, Reason(r.reason), now) for row, r in common],
+    )
+    _set_status(session, [row.id for row, _ in common], Status.UNSETTLED, now)
+    applied.unsettled.update((row.request_id, (row.id, row.fingerprint)) for row, _ in common)
+
+
+def _set_status(session: Session, ids: list[int], status: Status, now: datetime) -> None:
+    statement = SET_STATUS_MANY[postings._dialect(session)]
+    session.execute(statement, {"b_ids": ids, "b_status": str(status), "b_now": now})
 
 
 def apply_common(
@@ -268,7 +310,7 @@ def apply_common(
     applied = Applied()
     deltas: postings.Deltas = {}
     _holds(session, holds, now, applied, deltas)
-    _settlements(session, results, now, applied, deltas)
+    _results(session, results, now, applied, deltas)
     # One money_daily upsert for the whole batch, holds and settlements together, rows in key order.
     postings.add_money(session, deltas)
     return applied

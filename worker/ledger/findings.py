@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from models import Anomaly, AnomalyKind, Kind, Reservation, Transaction, UsageRecord
-from worker.alerts.outbox import record_unsettled_event
+from worker.alerts.outbox import record_unsettled_event, record_unsettled_events
 from worker.anomalies import classify
 from worker.ledger import bulk
 from worker.ledger.postings import insert_ignore
@@ -169,33 +169,42 @@ def _record(
         record_unsettled_event(session, reservation_id)
 
 
-def record_settled_many(
+def record_findings_many(
     session: Session,
-    settled: list[tuple[int, str | None, RequestMeta, Result, bool]],
+    items: list[tuple[int, str | None, RequestMeta, Result, bool, str]],
     *,
     salt: str,
     now: datetime,
     non_streamable: tuple[str, ...] = (),
 ) -> None:
-    """``record_findings`` for many freshly settled calls at once (the consumer's batched path).
+    """``record_findings`` for many calls the batched path just settled or marked unsettled.
 
-    Each item is (reservation id, stored fingerprint, metadata, result, opened). Three statements
-    whatever the count; the same rows as ``record_findings`` would write one call at a time.
+    Each item is (reservation id, stored fingerprint, metadata, result, opened, effect), the effect
+    ``settled`` or ``unsettled``. A few statements whatever the count; the same rows as
+    ``record_findings`` would write one call at a time.
     """
-    fingerprints, outputs, found = [], [], []
-    for reservation_id, stored, meta, result, opened in settled:
+    fingerprints, outputs, found, failed = [], [], [], []
+    for reservation_id, stored, meta, result, opened, effect in items:
         if stored is None:
             value = fingerprint(meta, salt)
             if value is not None:
                 fingerprints.append({"id": reservation_id, "fingerprint": value})
-        outputs.append(
-            {
-                "reservation_id": reservation_id,
-                "output_hash": output_hash(result.choices, salt),
-                "drift_ppm": settled_drift(result),
-            }
+        settled = effect in SETTLED_EFFECTS
+        if settled:
+            outputs.append(
+                {
+                    "reservation_id": reservation_id,
+                    "output_hash": output_hash(result.choices, salt),
+                    "drift_ppm": settled_drift(result),
+                }
+            )
+        elif effect == "unsettled":
+            failed.append(reservation_id)
+        above = (
+            settled
+            and result.charge_micros is not None
+            and result.charge_micros > result.reserved_micros
         )
-        above = result.charge_micros is not None and result.charge_micros > result.reserved_micros
         kinds = classify(
             result, non_streamable=non_streamable, opened=opened, charged_above_hold=above
         )
@@ -207,6 +216,7 @@ def record_settled_many(
     bulk.update_many(session, reservations, fingerprints, match="id", only_null=("fingerprint",))
     bulk.update_many(session, usage_records, outputs, match="reservation_id")
     bulk.insert(session, anomalies, found, conflict=())
+    record_unsettled_events(session, failed)
 
 
 def withdraw(session: Session, request_id: str, kind: AnomalyKind) -> int:

@@ -308,21 +308,26 @@ def _mark_unsettled(
         return "duplicate"
     if row.status != Status.HELD:
         return "final"
-    exposure = None if reason is Reason.UNPRICED else result.exposure_micros
-    session.execute(
-        postings.INSERT_FAILURE,
-        {
-            "reservation_id": row.id,
-            "reason": str(reason),
-            "estimate_prompt_tokens": result.estimate.prompt_tokens,
-            "estimate_completion_tokens": result.estimate.completion_tokens,
-            "exposure_micros": None if exposure is None else int(_micros(exposure)),
-            "finish_reasons": _joined(result.finish_reasons),
-            "detected_at": now,
-        },
-    )
+    session.execute(postings.INSERT_FAILURE, failure_values(row.id, result, reason, now))
     postings.set_status(session, row, Status.UNSETTLED, now)
     return "unsettled"
+
+
+def failure_values(
+    reservation_id: int, result: Result, reason: Reason, now: datetime
+) -> dict[str, Any]:
+    """The failure row of an unsettled result (shared with the batched path in ``batch``): its
+    exposure is the estimate's price, none when the model is unpriced."""
+    exposure = None if reason is Reason.UNPRICED else result.exposure_micros
+    return {
+        "reservation_id": reservation_id,
+        "reason": str(reason),
+        "estimate_prompt_tokens": result.estimate.prompt_tokens,
+        "estimate_completion_tokens": result.estimate.completion_tokens,
+        "exposure_micros": None if exposure is None else int(_micros(exposure)),
+        "finish_reasons": _joined(result.finish_reasons),
+        "detected_at": now,
+    }
 
 
 def _joined(values: Sequence[str | None]) -> str | None:

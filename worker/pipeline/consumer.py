@@ -35,7 +35,7 @@ from worker.errors import InputError, LedgerError
 from worker.ledger.batch import apply_common
 from worker.ledger.findings import (
     record_findings,
-    record_settled_many,
+    record_findings_many,
     reservation_of,
     withdraw,
 )
@@ -94,6 +94,20 @@ class BatchStats:
             self.reasons[key] = self.reasons.get(key, 0) + value
         self.charged_micros += other.charged_micros
         self.latencies_ms.extend(other.latencies_ms)
+
+
+def _as_sent(response: Any, **_options: Any) -> Any:
+    return response
+
+
+def raw_stream_pipeline(client: redis.Redis) -> Any:
+    """A pipeline whose XRANGE replies stay as Redis sends them, ``[id, [name, value, …]]``
+    (``entries`` reads both shapes; a cluster pipeline, which parses per node, still gives dicts)."""
+    pipe = client.pipeline(transaction=False)
+    callbacks = getattr(pipe, "response_callbacks", None)
+    if callbacks is not None:
+        pipe.response_callbacks = {**callbacks, "XRANGE": _as_sent}
+    return pipe
 
 
 def reconcile_record(entries: list[Entry], request_id: str, book: PriceBook) -> Result:
@@ -268,7 +282,7 @@ class Consumer:
     # -- processing ----------------------------------------------------------------------------
 
     def _fetch_streams(self, calls: list[_Call]) -> list[list[Entry]]:
-        pipe = self.client.pipeline(transaction=False)
+        pipe = raw_stream_pipeline(self.client)
         for call in calls:
             key = self.keys.request(call.request_id)
             pipe.xrange(key, "-", "+", count=MAX_ENTRIES + 1 if call.closing else 1)
@@ -428,7 +442,8 @@ class Consumer:
                 call.effect, call.error = "deferred", type(exc).__name__
 
     def _apply_common(self, session: Session, calls: list[_Call], now: datetime) -> None:
-        """The batch's fresh holds and plain settlements in a few statements (``ledger.batch``).
+        """The batch's fresh holds, plain settlements and failures in a few statements
+        (``ledger.batch``).
 
         Runs in a savepoint: if a bulk statement fails (a race with another consumer on a unique
         key), nothing of it stays and every call takes the per-call path instead.
@@ -445,16 +460,20 @@ class Consumer:
         try:
             with session.begin_nested():
                 applied = apply_common(session, holds, results, now=now)
-                settled = []
+                decided = []
                 for call in usable:
-                    found = applied.settled.get(call.request_id)
-                    if found is None or call.result is None or call.meta is None:
+                    if call.result is None or call.meta is None:
+                        continue
+                    effect, found = "settled", applied.settled.get(call.request_id)
+                    if found is None:
+                        effect, found = "unsettled", applied.unsettled.get(call.request_id)
+                    if found is None:
                         continue
                     opened = call.opened or call.request_id not in applied.held
-                    settled.append((*found, call.meta, call.result, opened))
-                record_settled_many(
+                    decided.append((*found, call.meta, call.result, opened, effect))
+                record_findings_many(
                     session,
-                    settled,
+                    decided,
                     salt=self.settings.hash_salt,
                     now=now,
                     non_streamable=self.settings.non_streamable_models,
@@ -469,6 +488,9 @@ class Consumer:
             if call.request_id in applied.settled and call.result is not None:
                 call.effect, call.outcome = "settled", Outcome.SETTLED
                 call.charge_micros = int(call.result.charge_micros or 0)
+            elif call.request_id in applied.unsettled and call.result is not None:
+                call.effect, call.outcome = "unsettled", Outcome.UNSETTLED
+                call.reason = str(call.result.reason)
             elif call.held_here and not call.closing:
                 call.effect = "held"
 

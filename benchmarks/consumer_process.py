@@ -1,8 +1,9 @@
 """A consumer in its own process, driven over stdin/stdout by a benchmark (``ConsumerProcess``).
 
 The child builds a ``Consumer`` the way the worker runtime does, loads what a worker loads once
-(prices, vocabularies), prints ``ready``, waits for ``go`` on stdin, then calls ``Consumer.poll`` in a
-loop — the code the Celery drain task runs — until stdin says ``stop`` or closes. It then prints one
+(prices, vocabularies), prints ``ready``, waits for ``go`` on stdin, then calls ``Consumer.drain`` in
+short windows — the code the Celery drain task runs — until stdin says ``stop`` or closes (with
+``BENCH_TRACE=1``, row 4, ``Consumer.poll``: one batch at a time, each poll traced). It then prints one
 JSON line of totals (including every close → commit latency) and exits. Its RSS is read by the parent
 from ``/proc/<pid>/status``.
 
@@ -92,7 +93,12 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
     while not stop.is_set():
         spent.clear()
         began, cpu, delay = time.perf_counter(), time.process_time(), run_delay_ns()
-        batch = consumer.poll(0, block_ms=block_ms)
+        # Row 4 traces one poll at a time (one batch, unpipelined); the others run what the Celery
+        # task runs, drain, in short windows (a batch read ahead while the last is applied).
+        if tracing:
+            batch = consumer.poll(0, block_ms=block_ms)
+        else:
+            batch = consumer.drain(0, seconds=0.25, block_ms=block_ms)
         ended = time.perf_counter()
         total.add(batch)
         polls += 1

@@ -71,8 +71,10 @@ def e2e(ctx: Context) -> list[Row]:
             f"≥ {f['target_ratio']}",
             bool(f["meets_target"]),
             [
-                "Redis → reconcile → PostgreSQL commit → ack, Consumer.poll in a loop, against "
-                "XREADGROUP + pipelined XRANGE per call + XACK of the same entries; "
+                "Redis → reconcile → PostgreSQL commit → ack, Consumer.drain (the next batch "
+                "read and reconciled while the last is applied), against XREADGROUP + pipelined "
+                "XRANGE per call (replies left as Redis sends them, as the consumer reads them) + "
+                "XACK of the same entries; "
                 f"{f['calls']:,} simulated calls (default fault mix), {f['closed_calls']:,} closed, "
                 f"{f['frames']:,} frame entries ({f['frames_per_call']:.0f} per closed call), "
                 f"{f['notifications']:,} notifications; drain {f['ours_seconds']:.2f} s vs "
@@ -146,7 +148,8 @@ def _diagnosis(f: dict[str, Any]) -> str:
     )
     machine, consumer, publisher = d["slow_window_machine"]
     return (
-        f"consumer batch_size {f['batch_size']}, block_ms {f['block_ms']}: {d['polls']:,} polls "
+        f"consumer (Consumer.poll, one batch at a time, so each poll can be traced) batch_size "
+        f"{f['batch_size']}, block_ms {f['block_ms']}: {d['polls']:,} polls "
         f"read {d['read_p50']:.0f} entries at the median (max {d['read_max']}, {d['at_cap']} at the "
         f"cap), took p50 {d['poll_ms_p50']:,.0f} ms, p99 {d['poll_ms_p99']:,.0f} ms, max "
         f"{d['poll_ms_max']:,.0f} ms; the consumer was in a poll {d['busy_share']:.0%} of the run, "

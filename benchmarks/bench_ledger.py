@@ -36,7 +36,7 @@ from benchmarks.history import settled_results
 from worker.config import Settings
 from worker.ledger.batch import apply_common
 from worker.ledger.database import make_engine, session_factory
-from worker.ledger.findings import record_findings, record_findings_many
+from worker.ledger.findings import columns_of, record_findings, record_findings_many
 from worker.ledger.operations import apply_result, hold
 from worker.request import RequestMeta
 from worker.result import Result
@@ -58,7 +58,8 @@ def batched(session: Session, batch: Work, settings: Settings, now: datetime) ->
     holds = [meta for meta, _ in batch]
     results = [result for _, result in batch]
     with session.begin_nested():
-        applied = apply_common(session, holds, results, now=now)
+        columns = columns_of(batch, settings.hash_salt)
+        applied = apply_common(session, holds, results, now=now, columns=columns)
         settled = []
         for meta, result in batch:
             found = applied.settled.get(result.request_id)
@@ -72,6 +73,7 @@ def batched(session: Session, batch: Work, settings: Settings, now: datetime) ->
             salt=settings.hash_salt,
             now=now,
             non_streamable=settings.non_streamable_models,
+            outputs_written=True,
         )
     if len(applied.held) != len(batch):
         raise AssertionError(f"batched path held {len(applied.held)} of {len(batch)} calls")

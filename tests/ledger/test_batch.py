@@ -9,6 +9,7 @@ two fresh sets of request ids; the two ledgers must have the same digest.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
@@ -16,9 +17,10 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models import Entry, Failure, Reservation, Transaction, UsageRecord
+from models import AlertEvent, Anomaly, Entry, Failure, Reservation, Transaction, UsageRecord
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.batch import apply_common
+from worker.ledger.findings import columns_of, record_findings, record_findings_many
 from worker.ledger.operations import apply_result, hold
 from worker.result import Outcome, Reason
 
@@ -169,3 +171,84 @@ def test_common_path_marks_held_calls_unsettled_with_their_exposure(session: Ses
     again = apply_common(session, holds, results, now=T0)
     assert not again.unsettled  # an unsettled reservation is never marked twice
     assert ledger_is_balanced(session)
+
+
+def _findings_digest(session: Session, prefix: str) -> list[tuple]:
+    """Fingerprints, output hashes, drift, anomalies and alert events of ``prefix…``, without ids."""
+    reservations = Reservation.__table__
+    usage = UsageRecord.__table__
+    rows = session.execute(
+        select(
+            reservations.c.request_id,
+            reservations.c.fingerprint,
+            usage.c.output_hash,
+            usage.c.drift_ppm,
+        )
+        .select_from(reservations.outerjoin(usage, usage.c.reservation_id == reservations.c.id))
+        .where(reservations.c.request_id.like(f"{prefix}%"))
+    ).all()
+    kinds = session.execute(
+        select(reservations.c.request_id, Anomaly.kind)
+        .join(Anomaly, Anomaly.reservation_id == reservations.c.id)
+        .where(reservations.c.request_id.like(f"{prefix}%"))
+    ).all()
+    events = session.execute(
+        select(reservations.c.request_id, AlertEvent.reason)
+        .join(AlertEvent, AlertEvent.reservation_id == reservations.c.id)
+        .where(reservations.c.request_id.like(f"{prefix}%"))
+    ).all()
+    strip = len(prefix)
+    return sorted(
+        [("r", r[0][strip:], *map(str, r[1:])) for r in rows]
+        + [("a", r[0][strip:], str(r[1])) for r in kinds]
+        + [("e", r[0][strip:], str(r[1])) for r in events]
+    )
+
+
+def test_batched_findings_equal_per_call_findings(session: Session) -> None:
+    """What the consumer's batched path records beyond money (fingerprints and output hashes
+    written with the rows, anomalies, alert events) equals what record_findings records per call."""
+    salt = "test-salt"
+    run = next(_runs)
+
+    def calls(prefix: str):
+        out = []
+        for i, (kind, seed) in enumerate(
+            [("settle", 7), ("settle_over", None), ("fail", 3), ("settle", None), ("fail", None)]
+        ):
+            rid = f"{prefix}{i}"
+            meta = replace(make_meta(rid, account_id=f"{prefix}acct"), seed=seed)
+            common = {"account_id": f"{prefix}acct", "reserved": 10_000}
+            if kind == "settle":
+                result = make_result(rid, charge=4_000, **common)
+            elif kind == "settle_over":
+                result = make_result(rid, charge=15_000, **common)
+            else:
+                result = make_result(rid, outcome=Outcome.UNSETTLED, **common)
+            out.append((meta, result))
+        return out
+
+    a, b = f"fa{run}-", f"fb{run}-"
+    for meta, result in calls(a):
+        hold(session, meta, now=T0)
+        effect = apply_result(session, result, now=T0, grace=GRACE)
+        record_findings(session, result, effect, salt=salt, now=T0, meta=meta, opened=True)
+    batch = calls(b)
+    with session.begin_nested():
+        applied = apply_common(
+            session, [m for m, _ in batch], [r for _, r in batch], now=T0,
+            columns=columns_of(batch, salt),
+        )  # fmt: skip
+        decided = []
+        for meta, result in batch:
+            effect, found = "settled", applied.settled.get(result.request_id)
+            if found is None:
+                effect, found = "unsettled", applied.unsettled[result.request_id]
+            decided.append((*found, meta, result, True, effect))
+        record_findings_many(session, decided, salt=salt, now=T0, outputs_written=True)
+    assert len(decided) == 5
+    assert _findings_digest(session, a) == _findings_digest(session, b)
+    # The digest is not vacuous: fingerprints, output hashes, anomalies and events are there.
+    digest = _findings_digest(session, b)
+    assert any(row[0] == "e" for row in digest) and any(row[0] == "a" for row in digest)
+    assert any(row[0] == "r" and row[2] != "None" and row[3] != "None" for row in digest)

@@ -19,12 +19,12 @@ around this function and sends every call down the per-call path.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import any_, bindparam, select, update
+from sqlalchemy import any_, bindparam, select
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.orm import Session
 
@@ -51,12 +51,6 @@ def _one_of(column: Any, name: str) -> dict[str, Any]:
     }
 
 
-SET_STATUS_MANY = {
-    dialect: update(reservations)
-    .where(where)
-    .values(status=bindparam("b_status"), updated_at=bindparam("b_now"))
-    for dialect, where in _one_of(reservations.c.id, "b_ids").items()
-}
 CUSTOMER_IDS = {
     dialect: select(
         ledger_accounts.c.account_id, ledger_accounts.c.kind, ledger_accounts.c.id
@@ -81,6 +75,21 @@ LOCK_MANY = {
     .with_for_update()
     for dialect, where in _one_of(reservations.c.request_id, "b_ids").items()
 }
+
+
+NO_COLUMNS: Mapping[str, Any] = {}
+
+
+@dataclass
+class Columns:
+    """Per request id, what ``findings`` records on the rows this module writes, so that it is
+    written with them rather than by a second UPDATE of the same rows (each UPDATE writes a new row
+    version and, for indexed columns such as ``drift_ppm`` or ``fingerprint``, new index entries):
+    ``usage`` columns of a settled call's usage record (output hash, drift), and the request's
+    ``fingerprints``, stored where the reservation has none yet."""
+
+    usage: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    fingerprints: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -206,6 +215,7 @@ def _results(
     now: datetime,
     applied: Applied,
     deltas: postings.Deltas,
+    columns: Columns,
 ) -> None:
     """Lock the reservations of the batch's settled, priced results and of its unsettled ones in
     one statement (request-id order), then settle, or mark unsettled, those that are ``held``."""
@@ -234,8 +244,8 @@ def _results(
             failing.append((row, result))
         elif result.charge_micros >= 0:
             settling.append((row, result))
-    _settlements(session, settling, now, applied, deltas)
-    _failures(session, failing, now, applied)
+    _settlements(session, settling, now, applied, deltas, columns)
+    _failures(session, failing, now, applied, columns)
 
 
 def _settlements(
@@ -244,6 +254,7 @@ def _settlements(
     now: datetime,
     applied: Applied,
     deltas: postings.Deltas,
+    columns: Columns,
 ) -> None:
     if not common:
         return
@@ -267,15 +278,21 @@ def _settlements(
                 "charge above hold: reservation=%s charge=%s hold=%s", row.id, charge, reserved
             )
     _post_many(session, moves, now, deltas)
-    bulk.insert(
-        session, postings.usage_records, [usage_values(row.id, r, now) for row, r in common]
-    )
-    _set_status(session, [row.id for row, _ in common], Status.SETTLED, now)
-    applied.settled.update((row.request_id, (row.id, row.fingerprint)) for row, _ in common)
+    usage = []
+    for row, result in common:
+        values = usage_values(row.id, result, now)
+        values.update(columns.usage.get(row.request_id, NO_COLUMNS))
+        usage.append(values)
+    bulk.insert(session, postings.usage_records, usage)
+    _set_status(session, common, Status.SETTLED, now, columns.fingerprints, applied.settled)
 
 
 def _failures(
-    session: Session, common: list[tuple[Any, Result]], now: datetime, applied: Applied
+    session: Session,
+    common: list[tuple[Any, Result]],
+    now: datetime,
+    applied: Applied,
+    columns: Columns,
 ) -> None:
     """As ``operations.mark_unsettled`` for held reservations: the hold stays, the failure is
     recorded with its exposure. No money moves, so ``money_daily`` is untouched."""
@@ -286,13 +303,25 @@ def _failures(
         postings.failures,
         [failure_values(row.id, r, Reason(r.reason), now) for row, r in common],
     )
-    _set_status(session, [row.id for row, _ in common], Status.UNSETTLED, now)
-    applied.unsettled.update((row.request_id, (row.id, row.fingerprint)) for row, _ in common)
+    _set_status(session, common, Status.UNSETTLED, now, columns.fingerprints, applied.unsettled)
 
 
-def _set_status(session: Session, ids: list[int], status: Status, now: datetime) -> None:
-    statement = SET_STATUS_MANY[postings._dialect(session)]
-    session.execute(statement, {"b_ids": ids, "b_status": str(status), "b_now": now})
+def _set_status(
+    session: Session,
+    common: list[tuple[Any, Result]],
+    status: Status,
+    now: datetime,
+    fingerprints: Mapping[str, str | None],
+    decided: dict[str, tuple[int, str | None]],
+) -> None:
+    """One UPDATE for the reservations' new status and, where none is stored yet, the request's
+    fingerprint (one new row version instead of two); ``decided`` gets (id, stored fingerprint)."""
+    rows = []
+    for row, _ in common:
+        stored = row.fingerprint or fingerprints.get(row.request_id)
+        rows.append({"id": row.id, "status": str(status), "updated_at": now, "fingerprint": stored})
+        decided[row.request_id] = (row.id, stored)
+    bulk.update_many(session, reservations, rows, match="id", keep=("fingerprint",))
 
 
 def apply_common(
@@ -301,16 +330,19 @@ def apply_common(
     results: Sequence[Result],
     *,
     now: datetime,
+    columns: Columns | None = None,
 ) -> Applied:
-    """Apply the common-path holds, then the common-path settlements; see the module docstring.
+    """Apply the common-path holds, then the common-path results; see the module docstring.
 
     A request id may appear in both (its open and close in one batch): it is held, then settled.
-    Every request id must appear at most once in each sequence.
+    Every request id must appear at most once in each sequence. ``columns``: what the findings
+    add to the rows written here, written with them (see ``Columns``).
     """
     applied = Applied()
     deltas: postings.Deltas = {}
+    columns = columns or Columns()
     _holds(session, holds, now, applied, deltas)
-    _results(session, results, now, applied, deltas)
+    _results(session, results, now, applied, deltas, columns)
     # One money_daily upsert for the whole batch, holds and settlements together, rows in key order.
     postings.add_money(session, deltas)
     return applied

@@ -26,7 +26,7 @@ from functools import cache
 from typing import Any
 
 import orjson
-from sqlalchemy import Table, bindparam, update
+from sqlalchemy import Table, bindparam, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -142,10 +142,19 @@ def insert(
 
 @cache
 def _update_sql(
-    table: Table, match: str, names: tuple[str, ...], only_null: tuple[str, ...]
+    table: Table,
+    match: str,
+    names: tuple[str, ...],
+    only_null: tuple[str, ...],
+    keep: tuple[str, ...],
 ) -> str:
     target = _quote(table.name)
-    sets = ", ".join(f"{_quote(name)} = v.{_quote(name)}" for name in names)
+
+    def value(name: str) -> str:
+        new = f"v.{_quote(name)}"
+        return f"COALESCE({target}.{_quote(name)}, {new})" if name in keep else new
+
+    sets = ", ".join(f"{_quote(name)} = {value(name)}" for name in names)
     sql = (
         f"UPDATE {target} SET {sets} FROM ({_source(table, (match, *names))}) AS v "
         f"WHERE {target}.{_quote(match)} = v.{_quote(match)}"
@@ -157,12 +166,23 @@ def _update_sql(
 
 @cache
 def _update_core(
-    table: Table, match: str, names: tuple[str, ...], only_null: tuple[str, ...]
+    table: Table,
+    match: str,
+    names: tuple[str, ...],
+    only_null: tuple[str, ...],
+    keep: tuple[str, ...],
 ) -> Any:
     statement = update(table).where(table.c[match] == bindparam(f"b_{match}"))
     for name in only_null:
         statement = statement.where(table.c[name].is_(None))
-    return statement.values({name: bindparam(f"b_{name}") for name in names})
+    return statement.values(
+        {
+            name: func.coalesce(table.c[name], bindparam(f"b_{name}"))
+            if name in keep
+            else bindparam(f"b_{name}")
+            for name in names
+        }
+    )
 
 
 def update_many(
@@ -172,17 +192,19 @@ def update_many(
     *,
     match: str,
     only_null: Sequence[str] = (),
+    keep: Sequence[str] = (),
 ) -> None:
     """Set, for each row, its other columns on the table's row whose ``match`` column equals the
-    row's; with ``only_null``, only where those columns are still NULL. ``match`` should be unique."""
+    row's; with ``only_null``, only where those columns are still NULL; the columns in ``keep`` are
+    set only where they are NULL, the rest of the row either way. ``match`` should be unique."""
     if not rows:
         return
     names = tuple(name for name in rows[0] if name != match)
+    key = (match, names, tuple(only_null), tuple(keep))
     if not _is_pg(session):
-        statement = _update_core(table, match, names, tuple(only_null))
+        statement = _update_core(table, *key)
         session.execute(statement, [{f"b_{k}": v for k, v in row.items()} for row in rows])
         return
     session.connection().exec_driver_sql(
-        _update_sql(table, match, names, tuple(only_null)),
-        {"rows": _document(table, (match, *names), rows)},
+        _update_sql(table, *key), {"rows": _document(table, (match, *names), rows)}
     )

@@ -11,7 +11,9 @@ only salted hashes, counts and short details.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
@@ -20,10 +22,11 @@ from models import Anomaly, AnomalyKind, Kind, Reservation, Transaction, UsageRe
 from worker.alerts.outbox import record_unsettled_event, record_unsettled_events
 from worker.anomalies import classify
 from worker.ledger import bulk
+from worker.ledger.batch import Columns
 from worker.ledger.postings import insert_ignore
 from worker.parity import drift_ppm, fingerprint, output_hash
 from worker.request import RequestMeta
-from worker.result import Result, UsageSource
+from worker.result import Outcome, Result, UsageSource
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +172,21 @@ def _record(
         record_unsettled_event(session, reservation_id)
 
 
+def columns_of(calls: Iterable[tuple[RequestMeta, Result]], salt: str) -> Columns:
+    """What the batched path should write with its rows for these calls (``batch.Columns``): the
+    fingerprint of each request, the output hash and drift of each settled one."""
+    usage: dict[str, dict[str, Any]] = {}
+    fingerprints: dict[str, str | None] = {}
+    for meta, result in calls:
+        fingerprints[result.request_id] = fingerprint(meta, salt)
+        if result.outcome is Outcome.SETTLED:
+            usage[result.request_id] = {
+                "output_hash": output_hash(result.choices, salt),
+                "drift_ppm": settled_drift(result),
+            }
+    return Columns(usage, fingerprints)
+
+
 def record_findings_many(
     session: Session,
     items: list[tuple[int, str | None, RequestMeta, Result, bool, str]],
@@ -176,12 +194,14 @@ def record_findings_many(
     salt: str,
     now: datetime,
     non_streamable: tuple[str, ...] = (),
+    outputs_written: bool = False,
 ) -> None:
     """``record_findings`` for many calls the batched path just settled or marked unsettled.
 
     Each item is (reservation id, stored fingerprint, metadata, result, opened, effect), the effect
     ``settled`` or ``unsettled``. A few statements whatever the count; the same rows as
-    ``record_findings`` would write one call at a time.
+    ``record_findings`` would write one call at a time. ``outputs_written``: the settled calls'
+    output hash and drift went into their usage records already (``columns_of``).
     """
     fingerprints, outputs, found, failed = [], [], [], []
     for reservation_id, stored, meta, result, opened, effect in items:
@@ -190,7 +210,7 @@ def record_findings_many(
             if value is not None:
                 fingerprints.append({"id": reservation_id, "fingerprint": value})
         settled = effect in SETTLED_EFFECTS
-        if settled:
+        if settled and not outputs_written:
             outputs.append(
                 {
                     "reservation_id": reservation_id,

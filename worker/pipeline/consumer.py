@@ -34,6 +34,7 @@ from worker.config import Settings
 from worker.errors import InputError, LedgerError
 from worker.ledger.batch import apply_common
 from worker.ledger.findings import (
+    columns_of,
     record_findings,
     record_findings_many,
     reservation_of,
@@ -459,7 +460,9 @@ class Consumer:
         results = [call.result for call in usable if call.result is not None]
         try:
             with session.begin_nested():
-                applied = apply_common(session, holds, results, now=now)
+                closing = [(c.meta, c.result) for c in usable if c.meta and c.result]
+                columns = columns_of(closing, self.settings.hash_salt)
+                applied = apply_common(session, holds, results, now=now, columns=columns)
                 decided = []
                 for call in usable:
                     if call.result is None or call.meta is None:
@@ -477,6 +480,7 @@ class Consumer:
                     salt=self.settings.hash_salt,
                     now=now,
                     non_streamable=self.settings.non_streamable_models,
+                    outputs_written=True,
                 )
         except Exception:
             log.warning(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -273,3 +274,86 @@ def test_the_one_event_record_fast_path_changes_nothing(records: list[bytes]) ->
         (e.index, e.reason) for e in general.frame_errors
     ]
     assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+
+
+# --- the plain chunk (worker.plain_chunk): msgspec structs, held to the dict path -----------------
+
+FIRST = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+         "system_fingerprint": "fp",
+         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}  # fmt: skip
+odd_values = st.sampled_from(
+    [None, 0, 1, -1, 2**32, 2**40, 2**70, True, False, 1.0, "", "c2", "0", [], {}, [1], {"a": 1}]
+)
+# Each perturbation takes a plain chunk one step towards (or across) the edge of "plain".
+perturbation = st.one_of(
+    st.tuples(st.just("top"), st.sampled_from(["id", "object", "usage", "error", "choices",
+              "created", "model", "service_tier", "obfuscation", "provider", "unknown"]), odd_values),
+    st.tuples(st.just("choice"), st.sampled_from(["index", "delta", "logprobs", "finish_reason",
+              "native_finish_reason", "stop_reason", "unknown"]), odd_values),
+    st.tuples(st.just("delta"), st.sampled_from(["content", "role", "refusal", "reasoning",
+              "reasoning_content", "tool_calls", "function_call", "unknown"]), odd_values),
+    st.tuples(st.just("choices"), st.sampled_from(["none", "two", "empty"]), st.none()),
+)  # fmt: skip
+
+
+def plain_like(content: str, steps: list[tuple[str, str, Any]]) -> dict[str, Any]:
+    delta: dict[str, Any] = {"content": content}
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    chunk: dict[str, Any] = {"id": "c1", "object": "chat.completion.chunk", "choices": [choice]}
+    for where, key, value in steps:
+        if where == "choices":
+            chunk["choices"] = {"none": None, "two": [choice, dict(choice)], "empty": []}[key]
+        else:
+            {"top": chunk, "choice": choice, "delta": delta}[where][key] = value
+    return chunk
+
+
+def dumps(obj: Any) -> bytes:
+    # The standard library, unlike orjson, writes integers beyond 64 bits (an edge to hold too).
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def dict_path(records: list[bytes]) -> Any:
+    """The general path alone: SSE parsing, orjson, then the assembler's dict code (no msgspec)."""
+    assembler = StreamAssembler()
+    following = 0
+    for record in records:
+        text = record.decode("utf-8", "surrogateescape")
+        for frame in decode_frames(parse_events(text)):
+            if isinstance(frame, Chunk):
+                assembler.feed_chunk(frame.obj, following, frame.event)
+            else:
+                assembler.feed(replace(frame, index=following))
+            following += 1
+    return assembler.finish()
+
+
+@moderate
+@given(
+    st.lists(
+        st.tuples(text, st.lists(perturbation, max_size=2), st.sampled_from([b"\n\n", b""])),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_plain_chunks_assemble_as_the_dict_path_does(frames) -> None:
+    records = [b"data: " + dumps(FIRST) + b"\n\n"]
+    for content, steps, end in frames:
+        records.append(b"data: " + dumps(plain_like(content, steps)) + end)
+    fast, general = assemble_stream(records), dict_path(records)
+    assert [(e.index, e.reason) for e in fast.frame_errors] == [
+        (e.index, e.reason) for e in general.frame_errors
+    ]
+    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+
+
+def test_the_plain_path_is_taken_and_its_edges_are_not() -> None:
+    """Not vacuous: a plain chunk is absorbed by feed_plain; each near miss is refused by it."""
+    assembler = StreamAssembler()
+    assembler.feed_chunk(FIRST)
+    assert assembler.feed_plain(dumps(plain_like("hi", [])))
+    for step in [("top", "usage", {}), ("top", "unknown", 1), ("choice", "index", 2**40),
+                 ("choice", "index", True), ("delta", "role", "assistant"), ("top", "id", "c2"),
+                 ("choices", "two", None), ("delta", "content", None)]:  # fmt: skip
+        assert not assembler.feed_plain(dumps(plain_like("hi", [step]))), step
+    assert assembler.finish().choices[0].content == "hi"

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from worker.errors import FrameError
+from worker.plain_chunk import MAX_INDEX, decode_chunk
 from worker.result import Choice, ToolCall
 from worker.sse import (
     BadFrame,
@@ -202,6 +203,51 @@ class StreamAssembler:
         text = delta.get("content")
         if type(text) is not str or get("logprobs") is not None or get("finish_reason") is not None:
             return False
+        self._append_content(number, text)
+        return True
+
+    def feed_plain(self, payload: bytes | str) -> bool:
+        """Absorb one frame's JSON if it is a plain chunk (``worker.plain_chunk``) of the completion
+        already identified, and return True; return False, having changed nothing, otherwise."""
+        if self._meta_pending:
+            return False
+        chunk = decode_chunk(payload)
+        if chunk is None:
+            return False
+        # plain_chunk.is_plain, inline (this runs for nearly every frame of every stream).
+        choices = chunk.choices
+        if (
+            choices is None
+            or len(choices) != 1
+            or chunk.usage is not None
+            or chunk.error is not None
+            or chunk.object != _CHUNK_OBJECT
+            or chunk.id != self.completion_id
+        ):
+            return False
+        choice = choices[0]
+        delta = choice.delta
+        if (
+            delta is None
+            or choice.logprobs is not None
+            or choice.finish_reason is not None
+            or delta.role is not None
+            or delta.refusal is not None
+            or delta.reasoning_content is not None
+            or delta.reasoning is not None
+            or delta.tool_calls is not None
+        ):
+            return False
+        text = delta.content
+        number = choice.index
+        if number is None:
+            number = 0
+        elif type(number) is not int or not 0 <= number < MAX_INDEX:
+            return False
+        if type(text) is not str:
+            return False
+        self._frames += 1
+        self.chunk_count += 1
         state = self._choices.get(number)
         if state is None:
             state = self._choices[number] = _ChoiceState()
@@ -210,6 +256,15 @@ class StreamAssembler:
         else:
             state.content.append(text)
         return True
+
+    def _append_content(self, number: int, text: str) -> None:
+        state = self._choices.get(number)
+        if state is None:
+            state = self._choices[number] = _ChoiceState()
+        if state.content is None:
+            state.content = [text]
+        else:
+            state.content.append(text)
 
     def _error(self, index: int, reason: str) -> None:
         self.frame_errors.append(FrameError(index, reason))
@@ -478,6 +533,7 @@ def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
     records: Iterable[_Body] = [body] if isinstance(body, _Body) else body  # type: ignore[list-item]
     assembler = StreamAssembler()
     feed_chunk = assembler.feed_chunk
+    feed_plain = assembler.feed_plain
     feed = assembler.feed
     next_index = 0
     for record in records:
@@ -490,8 +546,12 @@ def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
         if type(record) is bytes and record.startswith(b"data: {") and b"\r" not in record:
             lines = record.count(b"\n")
             if lines == 0 or (lines == 2 and record.endswith(b"\n\n")):
+                payload = record[6:]
+                if feed_plain(payload):
+                    next_index += 1
+                    continue
                 try:
-                    obj = _loads(record[6:])
+                    obj = _loads(payload)
                 except _JSONDecodeError:
                     pass
                 else:
@@ -509,6 +569,8 @@ def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
             next_index = index + 1
             # Fast path: a plain data event holding a JSON object (nearly every frame).
             if event is None and data is not None and data[:1] == "{":
+                if feed_plain(data):
+                    continue
                 try:
                     obj = _loads(data)
                 except _JSONDecodeError:

@@ -2,8 +2,10 @@
 
 Shape (each one statement, portable between PostgreSQL and SQLite unless said):
 
-1. calls — ``reservations`` LEFT JOIN (estimated ``usage_records`` only) LEFT JOIN ``failures``,
-   every count and the still-held and exposure sums as ``FILTER`` aggregates.
+1. calls — two statements: ``reservations`` LEFT JOIN (estimated ``usage_records`` only) grouped by
+   the grain and the status (count, streamed, reserved, estimated; the per-status figures are read
+   off the groups), and the window's ``failures`` ⋈ their reservations grouped by grain, reason and
+   resolution (the unsettled and resolved counts, the open exposure).
 2. money — held, charged, true-ups and released. For a window of whole UTC days (``whole_days``) a
    scan of ``money_daily`` (``models.rollup``), the per (day, account, model) sums the ledger's
    writers keep in the transaction that posts the money; otherwise — a window with a time of day
@@ -14,7 +16,9 @@ Shape (each one statement, portable between PostgreSQL and SQLite unless said):
    rollup from the ledger (``billing report --verify-ledger`` / ``--rebuild-rollup``).
 3. drift — percentiles per model of ``usage_records.drift_ppm``, from usage records alone
    (``worker.reports.drift``).
-4. parity and 5. anomalies — only when their tables exist.
+4. parity and 5. anomalies — only when their tables exist. Anomalies are all anomalies minus those
+   of the calls outside the window when those are the fewer (``ix_reservations_created_at``), else
+   joined to the window's calls; both exact.
 
 Queries 1 and 2 group by the report's keys plus ``day`` (the grain); group rows, the per-day chart
 series and the total are sums of those aggregate rows, so they agree by construction and the table is

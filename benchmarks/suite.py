@@ -273,6 +273,14 @@ MONEY_BOUND = (
 )
 
 
+CALLS_BOUND = (
+    "what bounds calls: one pass over every call in the window (as many rows as the peer scans, in "
+    "half its pages), each row's UTC day computed and hashed with its status and probed against the "
+    "estimated usage records; the window's failures are looked up apart by primary key. Below that "
+    "would take a per-(day, account, model, status) count rollup kept by the ledger's writers"
+)
+
+
 def report(ctx: Context) -> list[Row]:
     f = ctx.figures["report"] = bench_report.run(ctx.smoke)
     title = "7. billing report"
@@ -297,6 +305,8 @@ def report(ctx: Context) -> list[Row]:
     ]
     if not f["meets_target"] and f["slowest"] == "money":
         notes.append(MONEY_BOUND)
+    if f["slowest"] == "calls":
+        notes.append(CALLS_BOUND)
     return [
         Row(
             title,

@@ -37,6 +37,8 @@ class Reservation(Base):
         ),
         Index(None, "account_id"),
         Index(None, "fingerprint"),
+        # The report's window (migration 0005). Written once at the hold, never updated.
+        Index(None, "created_at"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

@@ -41,7 +41,13 @@ __all__ = [
 
 # Per-transaction planner settings for the report on PostgreSQL: the joins and the per-model sorts fit
 # in memory instead of spilling, and JIT compilation (tens of ms per query) does not pay off here.
-PG_SETTINGS = ("SET LOCAL work_mem = '256MB'", "SET LOCAL jit = off")
+# random_page_cost at the usual SSD / cached value: a lookup by primary key of each of the window's
+# failures (10k of 1M calls) is then planned as such, not as a pass over every call (23 vs 74 ms).
+PG_SETTINGS = (
+    "SET LOCAL work_mem = '256MB'",
+    "SET LOCAL jit = off",
+    "SET LOCAL random_page_cost = 1.1",
+)
 
 
 @contextmanager

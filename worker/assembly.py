@@ -214,7 +214,9 @@ class StreamAssembler:
         chunk = decode_chunk(payload)
         if chunk is None:
             return False
-        # plain_chunk.is_plain, inline (this runs for nearly every frame of every stream).
+        # Plain: one choice, only a content fragment in its delta, an index below 2**32; no usage,
+        # no error, no logprobs, no finish reason, the id of the completion. Checked inline: this
+        # runs for nearly every frame of every stream.
         choices = chunk.choices
         if (
             choices is None
@@ -248,13 +250,7 @@ class StreamAssembler:
             return False
         self._frames += 1
         self.chunk_count += 1
-        state = self._choices.get(number)
-        if state is None:
-            state = self._choices[number] = _ChoiceState()
-        if state.content is None:
-            state.content = [text]
-        else:
-            state.content.append(text)
+        self._append_content(number, text)
         return True
 
     def _append_content(self, number: int, text: str) -> None:

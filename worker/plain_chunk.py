@@ -2,8 +2,8 @@
 
 A plain chunk is a ``chat.completion.chunk`` with one choice whose delta holds only a content
 fragment: no usage, no error, no role, no logprobs, no finish reason. ``decode_chunk`` decodes a
-frame's JSON with msgspec straight into the structs below (None when it does not fit them), and
-``is_plain`` says whether it is one. Pure; no state.
+frame's JSON with msgspec straight into the structs below (None when it does not fit them);
+``StreamAssembler.feed_plain`` checks that it is plain and absorbs it. Pure; no state.
 
 Why: decoding into a dict and then looking into it was two thirds of the assembler's time per frame;
 decoding into typed structs and checking their attributes costs about a third of that.
@@ -22,7 +22,6 @@ from typing import Any
 
 import msgspec
 
-CHUNK_OBJECT = "chat.completion.chunk"
 MAX_INDEX = 1 << 32
 
 
@@ -66,38 +65,9 @@ _Error = msgspec.MsgspecError
 
 def decode_chunk(payload: bytes | str) -> Chunk | None:
     """A frame's JSON decoded into the structs, or None when it does not fit them (the caller then
-    takes the general path). Whether it is plain is the caller's to check: ``is_plain``."""
+    takes the general path). Whether it is plain is the caller's to check
+    (``StreamAssembler.feed_plain``)."""
     try:
         return _decode(payload)
     except (_Error, UnicodeError):  # text that is not UTF-8 (surrogate-escaped bytes) too
         return None
-
-
-def is_plain(chunk: Chunk) -> bool:
-    """One choice, only a content fragment in its delta, a choice index below 2**32; no usage, no
-    error, no logprobs, no finish reason. (The assembler checks the same inline, for speed; a
-    property test holds the two together.)"""
-    choices = chunk.choices
-    if (
-        choices is None
-        or len(choices) != 1
-        or chunk.usage is not None
-        or chunk.error is not None
-        or chunk.object != CHUNK_OBJECT
-    ):
-        return False
-    choice = choices[0]
-    delta = choice.delta
-    index = choice.index
-    return (
-        delta is not None
-        and type(delta.content) is str
-        and choice.logprobs is None
-        and choice.finish_reason is None
-        and delta.role is None
-        and delta.refusal is None
-        and delta.reasoning_content is None
-        and delta.reasoning is None
-        and delta.tool_calls is None
-        and (index is None or (type(index) is int and 0 <= index < MAX_INDEX))
-    )

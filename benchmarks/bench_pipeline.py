@@ -35,6 +35,7 @@ from worker.ledger.database import make_engine, session_factory
 from worker.pipeline.consumer import BatchStats, Consumer, raw_stream_pipeline
 from worker.pipeline.entries import MAX_ENTRIES
 from worker.pipeline.keys import Keys
+from worker.pipeline.runtime import tune_gc
 
 TARGET_RATIO = 0.5
 CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))
@@ -50,7 +51,10 @@ class Drained:
 def make_consumer(
     client: redis.Redis, database_url: str, prefix: str, name: str, **settings: Any
 ) -> tuple[Consumer, Engine]:
-    """A consumer as ``worker.pipeline.runtime`` builds one, on the benchmark's prefix and database."""
+    """A consumer as ``worker.pipeline.runtime`` builds one, on the benchmark's prefix and database,
+    in a process tuned as the runtime tunes a worker's (``tune_gc``; the transport pass, which runs
+    in the same process, is measured so tuned too)."""
+    tune_gc()
     config = Settings(
         redis_url=services.REDIS_URL, database_url=database_url, prefix=prefix, **settings
     )

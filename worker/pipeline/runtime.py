@@ -6,6 +6,7 @@ neither a Redis connection pool nor a database pool may be shared across process
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 from dataclasses import dataclass
@@ -18,6 +19,21 @@ from worker.config import Settings
 from worker.ledger.database import make_engine, session_factory
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.sweeper import Sweeper
+
+# CPython collects cyclic garbage every 700 net allocations by default. A batch allocates a few
+# hundred thousand short-lived objects (the entries of 200 calls' streams as Redis replies become
+# Python objects, the decoded frames) and holds them until it is applied, so the collector kept
+# scanning them, and every module object besides, many times per batch: a fifth of the consumer's
+# CPU and half of a bare Redis reader's in row 2's workload. Nearly nothing here is cyclic (reference
+# counting frees it at once), so collecting a hundred times less often costs no memory (row 8).
+GC_THRESHOLDS = (50_000, 20, 20)
+
+
+def tune_gc() -> None:
+    """Freeze what is alive now (modules, settings: never scanned again) and raise the thresholds;
+    once per worker process, after start-up."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def redis_client(url: str, *, cluster: bool | None = None) -> redis.Redis | RedisCluster:
@@ -49,6 +65,7 @@ class Runtime:
     @classmethod
     def build(cls, settings: Settings | None = None) -> Runtime:
         settings = settings or Settings.from_env()
+        tune_gc()
         client = redis_client(settings.redis_url)
         engine = make_engine(settings.database_url)
         name = f"{socket.gethostname()}-{os.getpid()}"

@@ -109,6 +109,36 @@ def transport(client: redis.Redis, keys: Keys, notifications: int, batch_size: i
     return time.perf_counter() - started
 
 
+# The consumer's steps, by the thread that runs them in a drain: the reader thread reads a batch and
+# reconciles it (``prepare``: ``read``, ``_fetch_streams``, ``_prepare``), the caller's thread
+# applies the one before (``apply``: ``_apply_common``, ``_apply``, commit and acknowledgements).
+STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply", "_apply_common", "_apply")
+
+
+@contextlib.contextmanager
+def _stepped(consumer: Consumer, spent: dict[str, list[float]]) -> Any:
+    """Time each of ``STEPS`` on this consumer instance: [wall s, this thread's CPU s, calls]."""
+    for name in STEPS:
+        inner = getattr(consumer, name)
+
+        def timed(*args: Any, _inner: Any = inner, _name: str = name, **kwargs: Any) -> Any:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                found = spent.setdefault(_name, [0.0, 0.0, 0])
+                found[0] += time.perf_counter() - wall
+                found[1] += time.thread_time() - cpu
+                found[2] += 1
+
+        setattr(consumer, name, timed)
+    try:
+        yield
+    finally:
+        for name in STEPS:
+            delattr(consumer, name)
+
+
 @contextlib.contextmanager
 def _profiled(profile_dir: Path | None, name: str) -> Any:
     """Profile the block with pyinstrument when asked (not a dependency: install it to use this)."""
@@ -151,9 +181,14 @@ def run(smoke: bool = False, profile_dir: Path | None = None) -> dict[str, Any]:
         consumer, engine = make_consumer(client, url, prefix, "bench-e2e")
         try:
             warm(consumer)
+            cpu = time.process_time()
             transport_s = transport(client, keys, notifications, consumer.settings.batch_size)
-            with _profiled(profile_dir, "e2e_drain"):
+            transport_cpu = time.process_time() - cpu
+            spent: dict[str, list[float]] = {}
+            cpu = time.process_time()
+            with _profiled(profile_dir, "e2e_drain"), _stepped(consumer, spent):
                 drained = drain(consumer, notifications)
+            ours_cpu = time.process_time() - cpu
         finally:
             engine.dispose()
     stats = drained.stats
@@ -170,6 +205,9 @@ def run(smoke: bool = False, profile_dir: Path | None = None) -> dict[str, Any]:
         "redis_bytes_per_frame": (after - before) / max(1, shape.frames_written),
         "ours_seconds": drained.seconds,
         "transport_seconds": transport_s,
+        "ours_cpu_seconds": ours_cpu,
+        "transport_cpu_seconds": transport_cpu,
+        "steps": {name: tuple(found) for name, found in spent.items()},
         "ours_frames_per_s": ours_fps,
         "transport_frames_per_s": transport_fps,
         "ours_calls_per_s": shape.closed / drained.seconds,

@@ -251,7 +251,12 @@ record_shapes = st.sampled_from(
     [b"data: %s\n\n", b"data: %s", b"data: %s\n", b"data:%s\n\n", b"data: %s\r\n\r\n",
      b"data: %s\n\ndata: [DONE]\n\n", b"data: %s\n\n\n\n", b"\xef\xbb\xbfdata: %s\n\n",
      b"event: error\ndata: %s\n\n", b"data: %s\xff\n\n", b"data: %s\r\n\n",
-     b'data: {"id":\r%s}\n\n', b'data: {"id":\n%s}\n\n']
+     b'data: {"id":\r%s}\n\n', b'data: {"id":\n%s}\n\n',
+     # Several events in one record (coalesced frames), and near misses of that.
+     b"data: %s\n\ndata: {}\n\n", b"data: {}\n\ndata: %s\n\n", b"data: %s\n\n: keep-alive\n\n",
+     b"data: %s\n\ndata: 5\n\n", b"data: %s\n\n\ndata: {}\n\n", b"data: %s\n\ndata: [DONE]x\n\n",
+     b"data: %s\n\nevent: error\ndata: {}\n\n", b"data: [DONE]\n\ndata: %s\n\n", b"data: [DONE]%.0s",
+     b'data: {"id":\n%s}\n\ndata: {\n}\n\n']
 )  # fmt: skip
 frame_records = st.tuples(
     record_shapes,

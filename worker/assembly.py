@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from worker.errors import FrameError
-from worker.plain_chunk import MAX_INDEX, decode_chunk
+from worker.plain_chunk import decode_plain
 from worker.result import Choice, ToolCall
 from worker.sse import (
     BadFrame,
@@ -207,50 +207,19 @@ class StreamAssembler:
         return True
 
     def feed_plain(self, payload: bytes | str) -> bool:
-        """Absorb one frame's JSON if it is a plain chunk (``worker.plain_chunk``) of the completion
-        already identified, and return True; return False, having changed nothing, otherwise."""
+        """Absorb one frame's JSON if it is a plain chunk (``worker.plain_chunk``) with one choice,
+        of the completion already identified, and return True; return False, having changed
+        nothing, otherwise. Runs for nearly every frame of every stream."""
         if self._meta_pending:
             return False
-        chunk = decode_chunk(payload)
-        if chunk is None:
+        chunk = decode_plain(payload)
+        if chunk is None or len(chunk.choices) != 1 or chunk.id != self.completion_id:
             return False
-        # Plain: one choice, only a content fragment in its delta, an index below 2**32; no usage,
-        # no error, no logprobs, no finish reason, the id of the completion. Checked inline: this
-        # runs for nearly every frame of every stream.
-        choices = chunk.choices
-        if (
-            choices is None
-            or len(choices) != 1
-            or chunk.usage is not None
-            or chunk.error is not None
-            or chunk.object != _CHUNK_OBJECT
-            or chunk.id != self.completion_id
-        ):
-            return False
-        choice = choices[0]
-        delta = choice.delta
-        if (
-            delta is None
-            or choice.logprobs is not None
-            or choice.finish_reason is not None
-            or delta.role is not None
-            or delta.refusal is not None
-            or delta.reasoning_content is not None
-            or delta.reasoning is not None
-            or delta.tool_calls is not None
-        ):
-            return False
-        text = delta.content
+        choice = chunk.choices[0]
         number = choice.index
-        if number is None:
-            number = 0
-        elif type(number) is not int or not 0 <= number < MAX_INDEX:
-            return False
-        if type(text) is not str:
-            return False
         self._frames += 1
         self.chunk_count += 1
-        self._append_content(number, text)
+        self._append_content(0 if number is None else number, choice.delta.content)
         return True
 
     def _append_content(self, number: int, text: str) -> None:
@@ -528,56 +497,87 @@ def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
     (parsed one by one, fed in order, frame positions numbered across records). Never raises."""
     records: Iterable[_Body] = [body] if isinstance(body, _Body) else body  # type: ignore[list-item]
     assembler = StreamAssembler()
-    feed_chunk = assembler.feed_chunk
-    feed_plain = assembler.feed_plain
-    feed = assembler.feed
     next_index = 0
     for record in records:
-        # Fastest path: a record holding exactly one ``data: {…}`` event, as the gateway writes
-        # nearly every frame, is parsed as bytes without decoding or splitting it. Anything else
-        # (another shape, a CR, bytes that are not UTF-8 or not one JSON object) takes the general
-        # path below, which gives the same result for these records.
-        # A raw CR or LF can only be whitespace in JSON (strings escape them), so a record with none
-        # but its closing blank line holds one event; that closing "\n\n" is JSON whitespace too.
-        if type(record) is bytes and record.startswith(b"data: {") and b"\r" not in record:
-            lines = record.count(b"\n")
-            if lines == 0 or (lines == 2 and record.endswith(b"\n\n")):
-                payload = record[6:]
-                if feed_plain(payload):
-                    next_index += 1
+        # Fastest path: a record made of ``data:`` events of one line each, as the gateway writes
+        # nearly every frame (one event, or a few coalesced), is parsed as bytes without decoding
+        # it. Anything else (another shape, a CR, bytes that are not UTF-8 or not one JSON object)
+        # takes the general path, which gives the same result for these records. A raw CR or LF can
+        # only be whitespace in JSON (strings escape them), so with no CR anywhere and no LF but the
+        # blank lines that close events, each line is one whole event, as the SSE parser would find.
+        if type(record) is bytes and b"\r" not in record:
+            newlines = record.count(b"\n")
+            if (newlines == 2 and record.endswith(b"\n\n")) or newlines == 0:
+                # One event; its closing blank line is JSON whitespace too.
+                next_index = _feed_line(assembler, record, next_index, record)
+                continue
+            if newlines % 2 == 0 and record.endswith(b"\n\n"):
+                lines = _data_lines(record)
+                if lines is not None:
+                    for line in lines:
+                        next_index = _feed_line(assembler, line, next_index, line + b"\n\n")
                     continue
-                try:
-                    obj = _loads(payload)
-                except _JSONDecodeError:
-                    pass
-                else:
-                    if type(obj) is dict:
-                        feed_chunk(obj, next_index)
-                        next_index += 1
-                        continue
         if not isinstance(record, _Body):
             assembler.feed_bad(
                 FrameError(next_index, f"record is not bytes or text (got {json_kind(record)})")
             )
             next_index += 1
             continue
-        for index, event, data in iter_raw_events(body_text(record), next_index):
-            next_index = index + 1
-            # Fast path: a plain data event holding a JSON object (nearly every frame).
-            if event is None and data is not None and data[:1] == "{":
-                if feed_plain(data):
-                    continue
-                try:
-                    obj = _loads(data)
-                except _JSONDecodeError:
-                    pass
-                else:
-                    if type(obj) is dict:
-                        feed_chunk(obj, index)
-                        continue
-            for frame in decode_event(index, event, data):
-                feed(frame)
+        next_index = _feed_events(assembler, record, next_index)
     return assembler.finish()
+
+
+def _data_lines(record: bytes) -> list[bytes] | None:
+    """The events of a record of several events, each one line closed by a blank line (no CR),
+    or None when any line is not a whole event."""
+    lines = record[:-2].split(b"\n\n")
+    for line in lines:
+        if not line or b"\n" in line:
+            return None
+    return lines
+
+
+def _feed_line(assembler: StreamAssembler, line: bytes, next_index: int, event: bytes) -> int:
+    """Feed one event that is one line: the fast paths for ``data: {…}`` and ``data: [DONE]``,
+    else the general path on ``event`` (the event as the stream holds it); returns the next frame
+    index."""
+    if line.startswith(b"data: {"):
+        payload = line[6:]
+        if assembler.feed_plain(payload):
+            return next_index + 1
+        try:
+            obj = _loads(payload)
+        except _JSONDecodeError:
+            pass
+        else:
+            if type(obj) is dict:
+                assembler.feed_chunk(obj, next_index)
+                return next_index + 1
+    elif line.startswith(b"data: [DONE]") and line.rstrip(b"\n") == b"data: [DONE]":
+        assembler.feed_done(next_index)
+        return next_index + 1
+    return _feed_events(assembler, event, next_index)
+
+
+def _feed_events(assembler: StreamAssembler, record: _Body, next_index: int) -> int:
+    """The general path: SSE-parse ``record`` and feed its frames; returns the next frame index."""
+    for index, event, data in iter_raw_events(body_text(record), next_index):
+        next_index = index + 1
+        # Fast path: a plain data event holding a JSON object (nearly every frame).
+        if event is None and data is not None and data[:1] == "{":
+            if assembler.feed_plain(data):
+                continue
+            try:
+                obj = _loads(data)
+            except _JSONDecodeError:
+                pass
+            else:
+                if type(obj) is dict:
+                    assembler.feed_chunk(obj, index)
+                    continue
+        for frame in decode_event(index, event, data):
+            assembler.feed(frame)
+    return next_index
 
 
 def assemble_response(body: Any) -> Assembled:

@@ -142,7 +142,8 @@ def post(session: Session, calls: Iterable[Call]) -> None:
             _apply(session, result, now)
             later = now + timedelta(seconds=30)
             if call.resolution == "settled_late":
-                late = _result(call, Outcome.SETTLED, charge=call.charge)
+                late = _result(call, Outcome.SETTLED, charge=call.charge,
+                               usage_source=UsageSource(call.source))  # fmt: skip
                 assert _apply(session, late, later) == "settled_late"
             elif call.resolution is not None:
                 resolve(session, call.request_id, call.resolution, who="test", note="t", now=later)
@@ -182,7 +183,7 @@ def _tally(call: Call) -> Tally:
         elif call.resolution == "charge_estimate":
             charged(call.exposure or 0)
         elif call.resolution == "settled_late":
-            counts["settled_reported"] = 1
+            counts[f"settled_{call.source}"] = 1
             charged(call.charge or 0)
     return Tally.of(counts, {k: Micros(v) for k, v in money.items()})
 
@@ -216,8 +217,8 @@ def percentile_cont(values: Sequence[float], fraction: float) -> float:
 def drift_of(call: Call) -> int | None:
     """The call's drift in ppm, from its plan: streamed, settled with reported usage, a non-zero
     estimate; visible (completion - reasoning) against the estimate, truncated toward zero."""
-    reported = (call.kind == "settled" and call.source == "reported") or (
-        call.resolution == "settled_late"
+    reported = call.source == "reported" and (
+        call.kind == "settled" or call.resolution == "settled_late"
     )
     if not (reported and call.stream and call.estimate > 0):
         return None

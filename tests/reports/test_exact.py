@@ -79,7 +79,8 @@ def _call(prefix: str, i: int, p: dict) -> Call:
         reserved=p["reserved"],
         stream=p["stream"],
         charge=None if reason == "unpriced" else p["charge"],
-        source=p["source"] if kind == "settled" else "reported",
+        # A usage record is written when a call settles, on time or late: either may be estimated.
+        source=p["source"] if kind == "settled" or resolution == "settled_late" else "reported",
         reason=reason,
         exposure=p["exposure"] if resolution != "charge_estimate" else p["exposure"] or 3_000,
         resolution=resolution,
@@ -159,7 +160,7 @@ def test_every_outcome_on_both_sides_of_the_window(session: Session, since, unti
                         "charge": 4_000 if j == 1 else 12_000,  # 12,000 is above the hold
                         "exposure": 15_000 if j == 2 else 3_000,
                         "stream": bool(j % 2),
-                        "source": "estimated" if i % 3 == 0 else "reported",
+                        "source": "estimated" if (i + j) % 2 else "reported",
                         "completion": 50,
                     },
                 )

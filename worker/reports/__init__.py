@@ -9,6 +9,7 @@ recomputes it from the ledger (``billing report --verify-ledger`` / ``--rebuild-
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from worker.reports.model import Report
 from worker.reports.query import (
     MoneyDifference,
     Progress,
+    Side,
     build_report,
     rebuild_money,
     verify_money,
@@ -34,6 +36,7 @@ __all__ = [
     "ReportSpec",
     "bench_entry_point",
     "build_report",
+    "exported",
     "run_rebuild",
     "run_report",
     "run_verify",
@@ -66,6 +69,33 @@ def snapshot(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+_SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9]+)?")
+
+
+def exported(engine: Engine, conn: Connection) -> Side:
+    """A second connection of the same snapshot as ``conn`` (PostgreSQL), opened when entered.
+
+    ``conn`` (in ``snapshot``'s transaction) exports its snapshot now; the returned factory opens a
+    connection whose REPEATABLE READ, READ ONLY transaction imports it (``SET TRANSACTION SNAPSHOT``)
+    with the same settings. What that connection reads is exactly what ``conn`` reads: the exported
+    snapshot stays valid while ``conn``'s transaction is open, which outlasts the second one."""
+    snapshot_id = str(conn.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one())
+    if not _SNAPSHOT_ID.fullmatch(snapshot_id):  # interpolated below: SET takes no parameters
+        raise ValueError(f"unexpected snapshot id {snapshot_id!r}")
+
+    @contextmanager
+    def side() -> Iterator[Connection]:
+        options = {"isolation_level": "REPEATABLE READ"}
+        with engine.connect().execution_options(**options) as other, other.begin():
+            other.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{snapshot_id}'")
+            other.exec_driver_sql("SET TRANSACTION READ ONLY")
+            for statement in PG_SETTINGS:
+                other.exec_driver_sql(statement)
+            yield other
+
+    return side
+
+
 def connect_args(url: str) -> dict[str, Any]:
     return {"connect_args": {"connect_timeout": 5}} if url.startswith("postgres") else {}
 
@@ -74,7 +104,9 @@ def run_report(url: str, spec: ReportSpec, *, progress: Progress | None = None) 
     engine = make_engine(url, **connect_args(url))
     try:
         with snapshot(engine) as conn:
-            return build_report(conn, spec, progress=progress)
+            # PostgreSQL: drift runs on a second connection of the same snapshot, beside calls.
+            side = exported(engine, conn) if engine.dialect.name == "postgresql" else None
+            return build_report(conn, spec, progress=progress, side=side)
     finally:
         engine.dispose()
 

@@ -1,4 +1,5 @@
-"""The report's SQL: a few aggregate queries, GROUP BY in the database, one snapshot.
+"""The report's SQL: a few aggregate queries, GROUP BY in the database, one snapshot (on PostgreSQL
+drift may run on a second connection of that snapshot, beside calls: ``build_report``'s ``side``).
 
 Shape (each one statement, portable between PostgreSQL and SQLite unless said):
 
@@ -33,6 +34,7 @@ whenever they moved. "Still held" and "exposure" are as of the snapshot.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
@@ -69,6 +71,7 @@ from worker.reports import drift as drift_query
 from worker.reports.model import (
     PARITY_FIELDS,
     REASONS,
+    Drift,
     GroupRow,
     Parity,
     Report,
@@ -98,6 +101,8 @@ SECTIONS = ("calls", "money", "drift", "parity", "anomalies")
 RESOLVE_ACTIONS = ("release", "charge_estimate", "settled_late")
 
 Progress = Callable[[str], AbstractContextManager[Any]]
+# Opens a second connection in the report's snapshot (``worker.reports.exported``).
+Side = Callable[[], AbstractContextManager[Connection]]
 
 
 # ``timezone(INTERVAL '0', t)``: the UTC wall-clock time of ``t`` by arithmetic. The same value as
@@ -466,27 +471,41 @@ def build_report(
     progress: Progress | None = None,
     now: datetime | None = None,
     drift_method: str | None = None,
+    side: Side | None = None,
 ) -> Report:
     """Run the report's queries on ``conn`` (in the caller's transaction) and assemble the model.
 
     ``progress(section)`` is entered around each section's query. Read-only; the caller owns the
     transaction and should give it one snapshot (``worker.reports.snapshot``) so the sections agree.
+    With ``side`` (a second connection of that snapshot, ``worker.reports.exported``) the drift
+    section runs there, in a thread, while calls and money run on ``conn``: the same figures, the
+    report's time the longer of the two instead of their sum.
     """
     step = progress or (lambda _section: nullcontext())
-    present = set(inspect(conn).get_table_names())
-    with step("calls"):
-        calls = _calls(conn, spec)
-    with step("money"):
-        money = _money(conn, spec)
+    method = drift_method or drift_query.default_method(conn.dialect.name)
+
+    def drift_on(other: Connection) -> tuple[Drift, ...]:
+        with step("drift"):
+            return drift_query.per_model(other, spec, method)
+
+    def drift_beside(opened: Side) -> tuple[Drift, ...]:
+        with opened() as other:
+            return drift_on(other)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:  # leaving waits for drift, even on an error
+        pending = None if side is None else pool.submit(drift_beside, side)
+        present = set(inspect(conn).get_table_names())
+        with step("calls"):
+            calls = _calls(conn, spec)
+        with step("money"):
+            money = _money(conn, spec)
+        drift = drift_on(conn) if pending is None else pending.result()
     grains = {
         key: Tally.of(counts, {**money.get(key, {}), **counts}) for key, counts in calls.items()
     }
     keys = grain(spec)
     groups = _roll_up(grains, tuple(range(len(spec.by))))
     days = _roll_up(grains, (keys.index("day"),))
-    method = drift_method or drift_query.default_method(conn.dialect.name)
-    with step("drift"):
-        drift = drift_query.per_model(conn, spec, method)
     found_parity = None
     if "parity_pairs" in present:
         with step("parity"):

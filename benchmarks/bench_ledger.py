@@ -61,19 +61,14 @@ def batched(session: Session, batch: Work, settings: Settings, now: datetime) ->
         columns = columns_of(batch, settings.hash_salt)
         applied = apply_common(session, holds, results, now=now, columns=columns)
         settled = []
-        for meta, result in batch:
+        for _, result in batch:
             found = applied.settled.get(result.request_id)
             if found is None:
                 continue
             # The consumer: ``call.opened or call.request_id not in applied.held``; the open is here.
-            settled.append((*found, meta, result, True, "settled"))
+            settled.append((found, result, True, "settled"))
         record_findings_many(
-            session,
-            settled,
-            salt=settings.hash_salt,
-            now=now,
-            non_streamable=settings.non_streamable_models,
-            outputs_written=True,
+            session, settled, now=now, non_streamable=settings.non_streamable_models
         )
     if len(applied.held) != len(batch):
         raise AssertionError(f"batched path held {len(applied.held)} of {len(batch)} calls")

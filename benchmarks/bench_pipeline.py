@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,11 +116,11 @@ def transport(client: redis.Redis, keys: Keys, notifications: int, batch_size: i
 STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply", "_apply_common", "_apply")
 
 
-@contextlib.contextmanager
-def _stepped(consumer: Consumer, spent: dict[str, list[float]]) -> Any:
-    """Time each of ``STEPS`` on this consumer instance: [wall s, this thread's CPU s, calls]."""
-    for name in STEPS:
-        inner = getattr(consumer, name)
+def time_steps(owner: Any, names: Iterable[str], spent: dict[str, list[float]]) -> None:
+    """Wrap each of ``names`` on ``owner`` (an instance: nothing else is touched) so that each call
+    adds to ``spent[name]``: [wall s, the calling thread's CPU s, calls]."""
+    for name in names:
+        inner = getattr(owner, name)
 
         def timed(*args: Any, _inner: Any = inner, _name: str = name, **kwargs: Any) -> Any:
             wall, cpu = time.perf_counter(), time.thread_time()
@@ -131,7 +132,13 @@ def _stepped(consumer: Consumer, spent: dict[str, list[float]]) -> Any:
                 found[1] += time.thread_time() - cpu
                 found[2] += 1
 
-        setattr(consumer, name, timed)
+        setattr(owner, name, timed)
+
+
+@contextlib.contextmanager
+def _stepped(consumer: Consumer, spent: dict[str, list[float]]) -> Any:
+    """``time_steps`` of ``STEPS`` for the block."""
+    time_steps(consumer, STEPS, spent)
     try:
         yield
     finally:

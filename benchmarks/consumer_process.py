@@ -35,20 +35,6 @@ def run_delay_ns() -> int:
         return 0
 
 
-def _timed(owner: Any, method: str, spent: dict[str, float]) -> None:
-    """Wrap ``owner.method`` so each call adds its wall seconds to ``spent[method]``."""
-    inner = getattr(owner, method)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            spent[method] = spent.get(method, 0.0) + time.perf_counter() - started
-
-    setattr(owner, method, wrapper)
-
-
 def settings_from_env() -> dict[str, int]:
     """The consumer settings a benchmark passes down: BILLING_BATCH_SIZE, BILLING_BLOCK_MS."""
     found = {}
@@ -59,7 +45,7 @@ def settings_from_env() -> dict[str, int]:
 
 
 def _serve(prefix: str, database_url: str, name: str) -> None:
-    from benchmarks.bench_pipeline import make_consumer, warm
+    from benchmarks.bench_pipeline import make_consumer, time_steps, warm
     from worker.pipeline.consumer import BatchStats
 
     logging.getLogger("worker").setLevel(logging.ERROR)
@@ -67,9 +53,8 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
     consumer, engine = make_consumer(client, database_url, prefix, name, **settings_from_env())
     warm(consumer)
     # Per poll: where the time went (the consumer's own steps, wrapped on this instance only).
-    spent: dict[str, float] = {}
-    for method in ("read", "_fetch_streams", "_prepare", "_apply_common"):
-        _timed(consumer, method, spent)
+    spent: dict[str, list[float]] = {}
+    time_steps(consumer, ("read", "_fetch_streams", "_prepare", "_apply_common"), spent)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
@@ -120,7 +105,7 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
                     "read": batch.read,
                     "closes": len(batch.latencies_ms),
                     "max_latency_ms": max(batch.latencies_ms, default=0),
-                    **{f"{step.strip('_')}_ms": v * 1000 for step, v in spent.items()},
+                    **{f"{step.strip('_')}_ms": v[0] * 1000 for step, v in spent.items()},
                 }
             )
     report = {

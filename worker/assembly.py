@@ -151,24 +151,6 @@ class StreamAssembler:
     ) -> None:
         """Absorb one decoded data object. ``index`` is its frame position (for errors); it defaults
         to the number of frames fed so far."""
-        # Fast path for the frame nearly every stream is made of: a chunk of the completion already
-        # identified, no usage, no error, one choice carrying only content. Checked before touching
-        # any state; anything else takes the general path below, which gives the same result for it.
-        if event is None and not self._meta_pending and type(obj) is dict:
-            get = obj.get
-            choices = get("choices")
-            if (
-                type(choices) is list
-                and len(choices) == 1
-                and get("usage") is None
-                and get("error") is None
-                and get("id") == self.completion_id
-                and get("object") == _CHUNK_OBJECT
-                and self._append_plain(choices[0])
-            ):
-                self._frames += 1
-                self.chunk_count += 1
-                return
         if index is None:
             index = self._frames
         self._frames += 1
@@ -186,26 +168,6 @@ class StreamAssembler:
             self.foreign_objects += 1
         self._absorb(obj, index, "delta")
 
-    def _append_plain(self, choice: Any) -> bool:
-        """Absorb a streamed choice holding only a content fragment (no role, logprobs or finish)
-        and return True; return False, having changed nothing, for any other choice."""
-        if type(choice) is not dict:
-            return False
-        get = choice.get
-        number = get("index")
-        if number is None:
-            number = 0
-        elif type(number) is not int or number < 0:
-            return False
-        delta = get("delta")
-        if type(delta) is not dict or len(delta) != 1:
-            return False
-        text = delta.get("content")
-        if type(text) is not str or get("logprobs") is not None or get("finish_reason") is not None:
-            return False
-        self._append_content(number, text)
-        return True
-
     def feed_plain(self, payload: bytes | str) -> bool:
         """Absorb one frame's JSON if it is a plain chunk (``worker.plain_chunk``) with one choice,
         of the completion already identified, and return True; return False, having changed
@@ -216,20 +178,32 @@ class StreamAssembler:
         if chunk is None or len(chunk.choices) != 1 or chunk.id != self.completion_id:
             return False
         choice = chunk.choices[0]
-        number = choice.index
+        number = 0 if choice.index is None else choice.index
         self._frames += 1
         self.chunk_count += 1
-        self._append_content(0 if number is None else number, choice.delta.content)
-        return True
-
-    def _append_content(self, number: int, text: str) -> None:
         state = self._choices.get(number)
         if state is None:
             state = self._choices[number] = _ChoiceState()
         if state.content is None:
-            state.content = [text]
+            state.content = [choice.delta.content]
         else:
-            state.content.append(text)
+            state.content.append(choice.delta.content)
+        return True
+
+    def feed_json(self, payload: bytes | str, index: int) -> bool:
+        """Absorb one data event's JSON text (frame position ``index``) if it is a JSON object: as a
+        plain chunk when it is one, else decoded and fed to ``feed_chunk``. Returns False, having
+        changed nothing, for anything else (the caller decides the frame the general way)."""
+        if self.feed_plain(payload):
+            return True
+        try:
+            obj = _loads(payload)
+        except _JSONDecodeError:
+            return False
+        if type(obj) is not dict:
+            return False
+        self.feed_chunk(obj, index)
+        return True
 
     def _error(self, index: int, reason: str) -> None:
         self.frame_errors.append(FrameError(index, reason))
@@ -261,8 +235,7 @@ class StreamAssembler:
             self._error(index, f"choices is not a list (got {json_kind(choices)})")
             return
         for pos, choice in enumerate(choices):
-            if delta_key != "delta" or not self._append_plain(choice):
-                self._absorb_choice(choice, pos, index, delta_key)
+            self._absorb_choice(choice, pos, index, delta_key)
 
     def _take_meta(self, get: Any) -> None:
         if self.model is None:
@@ -542,17 +515,8 @@ def _feed_line(assembler: StreamAssembler, line: bytes, next_index: int, event: 
     else the general path on ``event`` (the event as the stream holds it); returns the next frame
     index."""
     if line.startswith(b"data: {"):
-        payload = line[6:]
-        if assembler.feed_plain(payload):
+        if assembler.feed_json(line[6:], next_index):
             return next_index + 1
-        try:
-            obj = _loads(payload)
-        except _JSONDecodeError:
-            pass
-        else:
-            if type(obj) is dict:
-                assembler.feed_chunk(obj, next_index)
-                return next_index + 1
     elif line.startswith(b"data: [DONE]") and line.rstrip(b"\n") == b"data: [DONE]":
         assembler.feed_done(next_index)
         return next_index + 1
@@ -564,17 +528,13 @@ def _feed_events(assembler: StreamAssembler, record: _Body, next_index: int) -> 
     for index, event, data in iter_raw_events(body_text(record), next_index):
         next_index = index + 1
         # Fast path: a plain data event holding a JSON object (nearly every frame).
-        if event is None and data is not None and data[:1] == "{":
-            if assembler.feed_plain(data):
-                continue
-            try:
-                obj = _loads(data)
-            except _JSONDecodeError:
-                pass
-            else:
-                if type(obj) is dict:
-                    assembler.feed_chunk(obj, index)
-                    continue
+        if (
+            event is None
+            and data is not None
+            and data[:1] == "{"
+            and assembler.feed_json(data, index)
+        ):
+            continue
         for frame in decode_event(index, event, data):
             assembler.feed(frame)
     return next_index

@@ -240,12 +240,12 @@ def test_batched_findings_equal_per_call_findings(session: Session) -> None:
             columns=columns_of(batch, salt),
         )  # fmt: skip
         decided = []
-        for meta, result in batch:
+        for _, result in batch:
             effect, found = "settled", applied.settled.get(result.request_id)
             if found is None:
                 effect, found = "unsettled", applied.unsettled[result.request_id]
-            decided.append((*found, meta, result, True, effect))
-        record_findings_many(session, decided, salt=salt, now=T0, outputs_written=True)
+            decided.append((found, result, True, effect))
+        record_findings_many(session, decided, now=T0)
     assert len(decided) == 5
     assert _findings_digest(session, a) == _findings_digest(session, b)
     # The digest is not vacuous: fingerprints, output hashes, anomalies and events are there.

@@ -66,7 +66,6 @@ LOCK_MANY = {
         reservations.c.created_at,
         reservations.c.status,
         reservations.c.reserved_micros,
-        reservations.c.fingerprint,
     )
     .where(where)
     # Locks in request-id order, the order the consumer applies a batch in, so two consumers
@@ -95,11 +94,11 @@ class Columns:
 @dataclass
 class Applied:
     """What ``apply_common`` did: the request ids it held, and for those it settled or marked
-    unsettled their reservation's (id, stored fingerprint)."""
+    unsettled their reservation's id."""
 
     held: set[str] = field(default_factory=set)
-    settled: dict[str, tuple[int, str | None]] = field(default_factory=dict)
-    unsettled: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    settled: dict[str, int] = field(default_factory=dict)
+    unsettled: dict[str, int] = field(default_factory=dict)
 
 
 def _customer_ids(
@@ -312,15 +311,17 @@ def _set_status(
     status: Status,
     now: datetime,
     fingerprints: Mapping[str, str | None],
-    decided: dict[str, tuple[int, str | None]],
+    decided: dict[str, int],
 ) -> None:
     """One UPDATE for the reservations' new status and, where none is stored yet, the request's
-    fingerprint (one new row version instead of two); ``decided`` gets (id, stored fingerprint)."""
+    fingerprint (one new row version instead of two); ``decided`` gets each reservation's id."""
     rows = []
     for row, _ in common:
-        stored = row.fingerprint or fingerprints.get(row.request_id)
-        rows.append({"id": row.id, "status": str(status), "updated_at": now, "fingerprint": stored})
-        decided[row.request_id] = (row.id, stored)
+        fingerprint = fingerprints.get(row.request_id)
+        rows.append(
+            {"id": row.id, "status": str(status), "updated_at": now, "fingerprint": fingerprint}
+        )
+        decided[row.request_id] = row.id
     bulk.update_many(session, reservations, rows, match="id", keep=("fingerprint",))
 
 

@@ -145,7 +145,6 @@ def _update_sql(
     table: Table,
     match: str,
     names: tuple[str, ...],
-    only_null: tuple[str, ...],
     keep: tuple[str, ...],
 ) -> str:
     target = _quote(table.name)
@@ -155,13 +154,10 @@ def _update_sql(
         return f"COALESCE({target}.{_quote(name)}, {new})" if name in keep else new
 
     sets = ", ".join(f"{_quote(name)} = {value(name)}" for name in names)
-    sql = (
+    return (
         f"UPDATE {target} SET {sets} FROM ({_source(table, (match, *names))}) AS v "
         f"WHERE {target}.{_quote(match)} = v.{_quote(match)}"
     )
-    for name in only_null:
-        sql += f" AND {target}.{_quote(name)} IS NULL"
-    return sql
 
 
 @cache
@@ -169,12 +165,9 @@ def _update_core(
     table: Table,
     match: str,
     names: tuple[str, ...],
-    only_null: tuple[str, ...],
     keep: tuple[str, ...],
 ) -> Any:
     statement = update(table).where(table.c[match] == bindparam(f"b_{match}"))
-    for name in only_null:
-        statement = statement.where(table.c[name].is_(None))
     return statement.values(
         {
             name: func.coalesce(table.c[name], bindparam(f"b_{name}"))
@@ -191,16 +184,15 @@ def update_many(
     rows: Sequence[dict[str, Any]],
     *,
     match: str,
-    only_null: Sequence[str] = (),
     keep: Sequence[str] = (),
 ) -> None:
     """Set, for each row, its other columns on the table's row whose ``match`` column equals the
-    row's; with ``only_null``, only where those columns are still NULL; the columns in ``keep`` are
-    set only where they are NULL, the rest of the row either way. ``match`` should be unique."""
+    row's; the columns in ``keep`` are set only where they are still NULL, the rest either way.
+    ``match`` should be unique."""
     if not rows:
         return
     names = tuple(name for name in rows[0] if name != match)
-    key = (match, names, tuple(only_null), tuple(keep))
+    key = (match, names, tuple(keep))
     if not _is_pg(session):
         statement = _update_core(table, *key)
         session.execute(statement, [{f"b_{k}": v for k, v in row.items()} for row in rows])

@@ -189,36 +189,22 @@ def columns_of(calls: Iterable[tuple[RequestMeta, Result]], salt: str) -> Column
 
 def record_findings_many(
     session: Session,
-    items: list[tuple[int, str | None, RequestMeta, Result, bool, str]],
+    items: list[tuple[int, Result, bool, str]],
     *,
-    salt: str,
     now: datetime,
     non_streamable: tuple[str, ...] = (),
-    outputs_written: bool = False,
 ) -> None:
     """``record_findings`` for many calls the batched path just settled or marked unsettled.
 
-    Each item is (reservation id, stored fingerprint, metadata, result, opened, effect), the effect
-    ``settled`` or ``unsettled``. A few statements whatever the count; the same rows as
-    ``record_findings`` would write one call at a time. ``outputs_written``: the settled calls'
-    output hash and drift went into their usage records already (``columns_of``).
+    Each item is (reservation id, result, opened, effect), the effect ``settled`` or ``unsettled``.
+    Their fingerprints, output hashes and drift went in with the rows ``batch.apply_common`` wrote
+    (``columns_of``); what is left, anomalies and alert events, takes two statements whatever the
+    count: the same rows as ``record_findings`` would write one call at a time.
     """
-    fingerprints, outputs, found, failed = [], [], [], []
-    for reservation_id, stored, meta, result, opened, effect in items:
-        if stored is None:
-            value = fingerprint(meta, salt)
-            if value is not None:
-                fingerprints.append({"id": reservation_id, "fingerprint": value})
+    found, failed = [], []
+    for reservation_id, result, opened, effect in items:
         settled = effect in SETTLED_EFFECTS
-        if settled and not outputs_written:
-            outputs.append(
-                {
-                    "reservation_id": reservation_id,
-                    "output_hash": output_hash(result.choices, salt),
-                    "drift_ppm": settled_drift(result),
-                }
-            )
-        elif effect == "unsettled":
+        if effect == "unsettled":
             failed.append(reservation_id)
         above = (
             settled
@@ -233,8 +219,6 @@ def record_findings_many(
              "detected_at": now}
             for kind, detail in kinds.items()
         )  # fmt: skip
-    bulk.update_many(session, reservations, fingerprints, match="id", only_null=("fingerprint",))
-    bulk.update_many(session, usage_records, outputs, match="reservation_id")
     bulk.insert(session, anomalies, found, conflict=())
     record_unsettled_events(session, failed)
 

@@ -465,7 +465,7 @@ class Consumer:
                 applied = apply_common(session, holds, results, now=now, columns=columns)
                 decided = []
                 for call in usable:
-                    if call.result is None or call.meta is None:
+                    if call.result is None:
                         continue
                     effect, found = "settled", applied.settled.get(call.request_id)
                     if found is None:
@@ -473,14 +473,9 @@ class Consumer:
                     if found is None:
                         continue
                     opened = call.opened or call.request_id not in applied.held
-                    decided.append((*found, call.meta, call.result, opened, effect))
+                    decided.append((found, call.result, opened, effect))
                 record_findings_many(
-                    session,
-                    decided,
-                    salt=self.settings.hash_salt,
-                    now=now,
-                    non_streamable=self.settings.non_streamable_models,
-                    outputs_written=True,
+                    session, decided, now=now, non_streamable=self.settings.non_streamable_models
                 )
         except Exception:
             log.warning(

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench chaos clean
+.PHONY: demo test lint bench chaos chaos-busy clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -26,6 +26,10 @@ demo: $(STAMP)
 # `make test` runs the same tests at their short size.
 chaos: $(STAMP)
 	$(BIN)/pytest -p no:cacheprovider tests/chaos -m chaos --chaos-full
+
+# The same on a busy machine: a CPU hog per core and one more worker process in every fault run.
+chaos-busy: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider tests/chaos/test_faults.py -m chaos --chaos-full --chaos-busy
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -29,9 +29,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run the chaos tests at full size (20,000 calls per fault, 100,000 fuzz inputs)",
     )
+    parser.addoption(
+        "--chaos-busy",
+        action="store_true",
+        default=False,
+        help="busy machine: a CPU hog per core and one more worker process in every fault run",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("chaos_busy", default=False):
+        os.environ["CHAOS_BUSY"] = "1"  # read by the harness, here and in xdist workers
     config.addinivalue_line("markers", "chaos: fault injection and hostile input (make chaos)")
 
 

@@ -8,6 +8,7 @@ which the consumer group shares out.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import signal
@@ -17,6 +18,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child before exec: the kernel sends it SIGTERM when the test process dies, however it
+    dies (a timeout's SIGKILL included), so no worker or server outlives its run as an orphan."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def worker_env(
@@ -66,7 +75,7 @@ class Worker:
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             argv, env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
 
     @property

@@ -9,6 +9,9 @@ each fault prints: calls, faults injected, lost, charged twice, wrong outcome (a
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -24,7 +27,7 @@ from worker.pipeline.backlog import stream_backlog
 from worker.pipeline.keys import Keys
 from worker.simulation.calls import SimCall
 
-from .fleet import Fleet, worker_env
+from .fleet import Fleet, die_with_parent, worker_env
 from .model import Verdict, check, dead_letter_ids, decided, digest, read_ledger
 from .services import PrivatePostgres, PrivateRedis
 
@@ -89,6 +92,34 @@ class LagProbe:
         return max((value for _, value in self.samples), default=0)
 
 
+class Hogs:
+    """A CPU hog per core (busy loops in their own processes), for the *busy machine* mode."""
+
+    def __init__(self, count: int | None = None) -> None:
+        self.count = count or os.cpu_count() or 2
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        for _ in range(self.count):
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", "while True: pass"], preexec_fn=die_with_parent
+                )
+            )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+        self.procs.clear()
+
+
+def busy_mode() -> bool:
+    """``make chaos-busy`` (``--chaos-busy`` or ``CHAOS_BUSY=1``): every run gets a CPU hog per
+    core and one more worker process."""
+    return os.environ.get("CHAOS_BUSY", "") not in ("", "0")
+
+
 class Background:
     """``work`` in a thread; ``join`` waits and re-raises its error."""
 
@@ -138,7 +169,9 @@ class ChaosRun:
         broker = redis_server.url(1)
         redis_server.client(1).flushdb()
         self.env = worker_env(redis_server.url(0), broker, self.database_url, self.prefix, **env)
-        self.fleet = Fleet(self.env, workdir / self.prefix, size=workers)
+        self.busy = busy_mode()
+        self.hogs = Hogs() if self.busy else None
+        self.fleet = Fleet(self.env, workdir / self.prefix, size=workers + self.busy)
         self.engine = make_engine(self.database_url, pool_pre_ping=True)
         self.sessions = sessionmaker(self.engine)
         self.started = time.monotonic()
@@ -147,12 +180,18 @@ class ChaosRun:
     # -- running -------------------------------------------------------------------------------
 
     def start(self) -> ChaosRun:
+        if self.hogs is not None:
+            self.hogs.start()
         self.fleet.start()
         return self
 
     def stop(self) -> None:
-        self.fleet.stop()
-        self.engine.dispose()
+        try:
+            self.fleet.stop()
+        finally:
+            if self.hogs is not None:
+                self.hogs.stop()
+            self.engine.dispose()
 
     def __enter__(self) -> ChaosRun:
         return self.start()
@@ -222,7 +261,7 @@ class ChaosRun:
             charged_twice=verdict.charged_twice,
             wrong_outcome=verdict.wrong_outcome,
             seconds=time.monotonic() - self.started,
-            extra=extra,
+            extra={**extra, "busy": self.busy} if self.busy else extra,
         )
 
 

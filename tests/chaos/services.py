@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ import redis
 from sqlalchemy import text
 
 from worker.ledger.database import make_engine, upgrade
+
+from .fleet import die_with_parent
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -64,7 +67,9 @@ class PrivateRedis:
         if self.password:
             argv += ["--requirepass", self.password]
         log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 - lives as long as the server
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+        )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -103,6 +108,20 @@ def _as_postgres(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def reap_on_exit(argv: list[str]) -> subprocess.Popen[bytes]:
+    """A watchdog process that runs ``argv`` when this process dies, however it dies: it waits for
+    the end of a pipe only this process holds open. For servers that daemonize (``pg_ctl``), which a
+    parent-death signal cannot reach. Kill the watchdog to stand it down."""
+    code = "import subprocess, sys; sys.stdin.buffer.read(); subprocess.run(sys.argv[1:])"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 class PrivatePostgres:
     """A PostgreSQL 15 cluster of our own; ``restart`` may be ``fast`` or ``immediate`` (a crash)."""
 
@@ -112,6 +131,7 @@ class PrivatePostgres:
         self.dir = self.home / "data"
         self.port = free_port()
         self.restarts = 0
+        self.reaper: subprocess.Popen[bytes] | None = None
 
     def url(self, database: str = "postgres", password: str | None = None) -> str:
         auth = f"postgres:{password}" if password else "postgres"
@@ -136,6 +156,11 @@ class PrivatePostgres:
             str(PG_BIN / "pg_ctl"), "-D", str(self.dir), "-l", str(self.dir / "server.log"),
             "-o", self._options(), "-w", "start",
         )  # fmt: skip
+        if self.reaper is None:
+            self.reaper = reap_on_exit(
+                ["runuser", "-u", "postgres", "--", str(PG_BIN / "pg_ctl"), "-D", str(self.dir),
+                 "-m", "immediate", "-w", "stop"]
+            )  # fmt: skip
 
     def restart(self, mode: str = "fast") -> None:
         _as_postgres(
@@ -146,6 +171,10 @@ class PrivatePostgres:
 
     def stop(self) -> None:
         """Stop this cluster (only ours, by its data directory) and remove its files."""
+        if self.reaper is not None:
+            self.reaper.kill()
+            self.reaper.wait()
+            self.reaper = None
         if (self.dir / "postmaster.pid").exists():
             _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.dir), "-m", "fast", "-w", "stop")
         shutil.rmtree(self.home, ignore_errors=True)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, hold, resolve
+from worker.ledger.rollup import flush_money
 from worker.money import Micros
 from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, Tally
 from worker.result import Estimate, Outcome, Reason, Result, Usage, UsageSource
@@ -148,6 +149,7 @@ def post(session: Session, calls: Iterable[Call]) -> None:
             elif call.resolution is not None:
                 resolve(session, call.request_id, call.resolution, who="test", note="t", now=later)
     session.flush()
+    flush_money(session)  # the rollup is written at COMMIT; the tests read it in this transaction
 
 
 def _tally(call: Call) -> Tally:

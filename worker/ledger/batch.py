@@ -11,8 +11,8 @@ commits.
 Why: per call, the operations cost 5 to 7 round trips (savepoint, lock, transaction, entries, usage,
 status). Here one batch costs about ten, whatever its size, and the rules stay in one place: this
 module only takes the cases whose outcome the rules leave no choice about, and checks them under the
-same row locks. The batch's money is added to ``money_daily`` with one upsert at the end (see
-``postings``). If a bulk statement fails (a race on a unique key), the caller rolls back the savepoint
+same row locks. The batch's money is queued for ``money_daily`` like every posting's
+(``rollup``). If a bulk statement fails (a race on a unique key), the caller rolls back the savepoint
 around this function and sends every call down the per-call path.
 """
 
@@ -29,6 +29,7 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.orm import Session
 
 from models import Kind, LedgerKind, Status
+from worker.errors import LedgerError
 from worker.ledger import bulk, postings
 from worker.ledger.operations import failure_values, reservation_values, usage_values
 from worker.request import RequestMeta
@@ -158,7 +159,8 @@ def _post_many(
     for posting in postings_:
         txn_id = txn_ids[(posting.reservation_id, str(posting.kind))]
         legs = posting.legs
-        assert sum(amount for _, amount in legs) == 0
+        if sum(amount for _, amount in legs) != 0:
+            raise LedgerError(f"refusing an unbalanced {posting.kind} transaction: {legs}")
         rows.extend(
             {
                 "transaction_id": txn_id,
@@ -344,6 +346,5 @@ def apply_common(
     columns = columns or Columns()
     _holds(session, holds, now, applied, deltas)
     _results(session, results, now, applied, deltas, columns)
-    # One money_daily upsert for the whole batch, holds and settlements together, rows in key order.
     postings.add_money(session, deltas)
     return applied

@@ -26,15 +26,20 @@ from functools import cache
 from typing import Any
 
 import orjson
-from sqlalchemy import Table, bindparam, func, update
+from sqlalchemy import Connection, Table, bindparam, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 _PG = postgresql.dialect()
 
 
-def _is_pg(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"
+def _is_pg(session: Session | Connection) -> bool:
+    bind = session if isinstance(session, Connection) else session.get_bind()
+    return bind.dialect.name == "postgresql"
+
+
+def _connection(session: Session | Connection) -> Connection:
+    return session if isinstance(session, Connection) else session.connection()
 
 
 def _quote(name: str) -> str:
@@ -113,7 +118,7 @@ def _insert_core(
 
 
 def insert(
-    session: Session,
+    session: Session | Connection,
     table: Table,
     rows: Sequence[dict[str, Any]],
     *,
@@ -134,7 +139,7 @@ def insert(
         result = session.execute(_insert_core(table, *key), list(rows))
         return result.all() if returning else []
     names = tuple(rows[0])
-    result = session.connection().exec_driver_sql(
+    result = _connection(session).exec_driver_sql(
         _insert_sql(table, names, *key), {"rows": _document(table, names, rows)}
     )
     return result.all() if returning else []

@@ -20,6 +20,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.config import ensure_sqlite_dir
+from worker.ledger import rollup
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -50,16 +51,19 @@ def _sqlite_begin(connection: Any) -> None:
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for ``url`` with the per-engine settings above; creates a SQLite file's directory."""
+    """An engine for ``url`` with the per-engine settings above and the money rollup's queue
+    (``rollup.install``); creates a SQLite file's directory."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
         ensure_sqlite_dir(url)
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
-        return engine
-    kwargs.setdefault("pool_pre_ping", True)
-    return create_engine(url, **kwargs)
+    else:
+        kwargs.setdefault("pool_pre_ping", True)
+        engine = create_engine(url, **kwargs)
+    rollup.install(engine)  # money_daily is written at COMMIT, in key order
+    return engine
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

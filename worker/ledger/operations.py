@@ -186,7 +186,8 @@ def _lock_for(session: Session, result: Result, now: datetime) -> postings.Locke
     if row is None:
         hold(session, _meta_of(result), now=now)
         row = postings.lock(session, result.request_id)
-        assert row is not None
+        if row is None:
+            raise LedgerError(f"{result.request_id}: the hold just recorded cannot be read back")
     elif row.reserved != result.reserved_micros or row.account_id != result.account_id:
         raise LedgerError(
             f"{result.request_id}: result says {int(result.reserved_micros)} micros for "
@@ -272,7 +273,8 @@ def _settle(
         return "duplicate"
     late = row.status == Status.UNSETTLED
     if late:
-        assert row.detected_at is not None
+        if row.detected_at is None:
+            raise LedgerError(f"{result.request_id}: unsettled without a recorded failure")
         if row.resolved_at is not None or now > row.detected_at + grace:
             return "final"
     elif row.status != Status.HELD:

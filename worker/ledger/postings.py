@@ -5,10 +5,8 @@ prebuilt Core statements per call (built once at import, so a call pays for para
 statement construction and cache keys).
 
 Every posting also adds its money to ``money_daily`` (``models.rollup``), the report's per-day sums,
-in the same database transaction: ``post`` (and ``charge``, which may post two transactions) writes
-one ``INSERT … ON CONFLICT DO UPDATE`` per call, ``batch`` one per batch, each adding deltas
-aggregated in Python per (day, account, model), rows in key order so that two writers lock the rows
-they share in the same order. ``money_deltas`` is the one definition of those deltas.
+in the same database transaction: the deltas are queued and written once, in key order, just before
+the transaction commits (``worker.ledger.rollup``, which also holds the one definition of them).
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Sequence
-from datetime import UTC, date, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Engine, and_, bindparam, event, insert, select, update
@@ -31,16 +29,14 @@ from models import (
     Kind,
     LedgerAccount,
     LedgerKind,
-    MoneyDaily,
     Reservation,
     Status,
     Transaction,
     UsageRecord,
     ledger_account_name,
 )
-from models.rollup import MONEY_COLUMNS
 from worker.errors import LedgerError
-from worker.ledger import bulk
+from worker.ledger.rollup import Deltas, Grain, add_money, money_deltas
 from worker.money import Micros
 
 log = logging.getLogger(__name__)
@@ -52,7 +48,6 @@ transactions = Transaction.__table__
 entries = Entry.__table__
 usage_records = UsageRecord.__table__
 failures = Failure.__table__
-money_daily = MoneyDaily.__table__
 
 
 def _dialect(session: Session) -> str:
@@ -77,7 +72,6 @@ def _insert_ignore(table: Any, conflict: str, returning: Any = None) -> dict[str
 INSERT_ACCOUNT = _insert_ignore(accounts, "id")
 INSERT_LEDGER_ACCOUNT = _insert_ignore(ledger_accounts, "name")
 INSERT_RESERVATION = _insert_ignore(reservations, "request_id", reservations.c.id)
-MONEY_KEY = ("day", "account_id", "model")
 INSERT_TRANSACTION = insert(transactions).returning(transactions.c.id)
 INSERT_ENTRY = insert(entries)
 INSERT_USAGE = insert(usage_records)
@@ -174,71 +168,6 @@ def customer_ids(session: Session, account_id: str, now: datetime) -> tuple[int,
     return found
 
 
-# --- the money rollup ------------------------------------------------------------------------------
-
-
-class Grain(NamedTuple):
-    """A call's key in ``money_daily``: the UTC day its reservation was created, account, model."""
-
-    day: date
-    account_id: str
-    model: str
-
-    @classmethod
-    def of(cls, account_id: str, model: str, created_at: datetime) -> Grain:
-        return cls(created_at.astimezone(UTC).date(), account_id, model)
-
-
-# Per grain: [held, charged, true_ups, released], in the order of ``MONEY_COLUMNS``.
-Deltas = dict[Grain, list[int]]
-
-
-def money_deltas(
-    deltas: Deltas,
-    grain: Grain,
-    kind: Kind,
-    legs: Sequence[tuple[int, int]],
-    *,
-    available_id: int,
-    revenue_id: int,
-) -> None:
-    """Add one transaction's money to ``deltas``, as the report defines it from the entries:
-    held = credits of a ``hold``; charged = revenue credits minus revenue debits; true-ups = revenue
-    credits of a ``true_up``; released = credits to the customer's ``available`` account."""
-    held = charged = true_ups = released = 0
-    for account, amount in legs:
-        if amount > 0 and kind == Kind.HOLD:
-            held += amount
-        if account == revenue_id:
-            charged += amount
-            if amount > 0 and kind == Kind.TRUE_UP:
-                true_ups += amount
-        elif account == available_id and amount > 0:
-            released += amount
-    if held or charged or true_ups or released:
-        found = deltas.get(grain)
-        if found is None:
-            deltas[grain] = [held, charged, true_ups, released]
-        else:
-            found[0] += held
-            found[1] += charged
-            found[2] += true_ups
-            found[3] += released
-
-
-def add_money(session: Session, deltas: Deltas) -> None:
-    """One upsert for all of ``deltas`` (INSERT … ON CONFLICT (day, account_id, model) DO UPDATE
-    SET x = money_daily.x + excluded.x), rows in key order (two writers lock shared rows alike)."""
-    if not deltas:
-        return
-    rows = [
-        {"day": grain.day, "account_id": grain.account_id, "model": grain.model,
-         "held": money[0], "charged": money[1], "true_ups": money[2], "released": money[3]}
-        for grain, money in sorted(deltas.items())
-    ]  # fmt: skip
-    bulk.insert(session, money_daily, rows, conflict=MONEY_KEY, add=MONEY_COLUMNS)
-
-
 # --- posting ---------------------------------------------------------------------------------------
 
 
@@ -253,7 +182,7 @@ def post(
     available_id: int,
     flagged: bool = False,
 ) -> int | None:
-    """Write one balanced transaction and add its money to ``money_daily``; ``legs`` are (ledger
+    """Write one balanced transaction and queue its money for ``money_daily``; ``legs`` are (ledger
     account id, signed amount), credit > 0, and ``available_id`` is the customer's available account.
 
     Zero legs are dropped (entries are strictly positive); a transaction left with nothing to move
@@ -347,11 +276,6 @@ LOCK = (
         reservations.c.reserved_micros,
         _available.c.id,
         _held.c.id,
-        failures.c.id,
-        failures.c.detected_at,
-        failures.c.exposure_micros,
-        failures.c.resolved_at,
-        failures.c.action,
     )
     .select_from(
         reservations.join(
@@ -360,25 +284,39 @@ LOCK = (
                 _available.c.account_id == reservations.c.account_id,
                 _available.c.kind == str(LedgerKind.AVAILABLE),
             ),
-        )
-        .join(
+        ).join(
             _held,
             and_(
                 _held.c.account_id == reservations.c.account_id,
                 _held.c.kind == str(LedgerKind.HELD),
             ),
         )
-        .outerjoin(failures, failures.c.reservation_id == reservations.c.id)
     )
     .where(reservations.c.request_id == bindparam("b_request_id"))
     .with_for_update(of=reservations)
 )
+FAILURE_OF = select(
+    failures.c.id,
+    failures.c.detected_at,
+    failures.c.exposure_micros,
+    failures.c.resolved_at,
+    failures.c.action,
+).where(failures.c.reservation_id == bindparam("b_id"))
+NO_FAILURE = (None, None, None, None, None)
 
 
 def lock(session: Session, request_id: str) -> Locked | None:
-    """Read a reservation, locking its row until the caller's transaction ends."""
+    """Read a reservation, locking its row until the caller's transaction ends, then its failure.
+
+    Lock first, read second: on PostgreSQL a statement that waited for the row lock re-reads the
+    locked row but not the rows joined to it, so a failure written by the transaction it waited for
+    would be missed. The failure is read by a second statement, which sees every commit before it.
+    """
     row = session.execute(LOCK, {"b_request_id": request_id}).first()
-    return None if row is None else Locked(*row)
+    if row is None:
+        return None
+    failure = session.execute(FAILURE_OF, {"b_id": row[0]}).first()
+    return Locked(*row, *(failure or NO_FAILURE))
 
 
 def set_status(session: Session, row: Locked, status: Status, now: datetime) -> None:
@@ -412,7 +350,7 @@ def charge(session: Session, row: Locked, amount: Micros, kind: Kind, now: datet
             [(row.available_id, -excess), (revenue, excess)],
             now=now, flagged=True, grain=grain, available_id=row.available_id, deltas=deltas,
         )  # fmt: skip
-    add_money(session, deltas)  # one rollup write for the charge and its true-up
+    add_money(session, deltas)
     if excess > 0:
         log.warning(
             "charge above hold: reservation=%s charge=%s hold=%s", row.id, int(amount), reserved

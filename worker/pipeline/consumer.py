@@ -17,6 +17,7 @@ at once, they share the work through the consumer group):
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -40,7 +41,7 @@ from worker.ledger.findings import (
     reservation_of,
     withdraw,
 )
-from worker.ledger.operations import HoldOutcome, apply_result, hold
+from worker.ledger.operations import HoldOutcome, apply_result, hold, is_transient
 from worker.pipeline.entries import (
     MAX_ENTRIES,
     Entry,
@@ -62,6 +63,13 @@ log = logging.getLogger(__name__)
 # A call whose processing fails this many times (not bad input: a bug or a persistent database
 # error) is dead-lettered instead of being claimed again.
 MAX_DELIVERIES = 5
+# Attempts at one batch's transaction when it fails on a transient database error.
+TRANSACTION_ATTEMPTS = 4
+
+
+class _Retry(Exception):
+    """Raised inside a batch's transaction to roll all of it back and run it again."""
+
 
 FINAL_STATUSES = frozenset(
     {Status.SETTLED, Status.VOIDED, Status.RELEASED, Status.SETTLED_FROM_ESTIMATE}
@@ -82,12 +90,14 @@ class BatchStats:
     effects: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
     charged_micros: int = 0
+    retries: int = 0  # batch transactions rolled back on a transient error and run again
     latencies_ms: list[int] = field(default_factory=list)
 
     def add(self, other: BatchStats) -> None:
         for name in ("read", "held", "settled", "unsettled", "voided", "duplicates", "dead"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.deferred += other.deferred
+        self.retries += other.retries
         self.acked += other.acked
         for key, value in other.effects.items():
             self.effects[key] = self.effects.get(key, 0) + value
@@ -160,6 +170,19 @@ class _Call:
     held_here: bool = False  # this batch recorded the hold
     # A redelivered close whose result was committed before: the after-commit step to redo.
     redo: str | None = None
+
+    def transaction_state(self) -> tuple[Any, ...]:
+        """What a batch transaction may change on this call, to restore when it is rolled back."""
+        return (
+            self.effect, self.outcome, self.reason, self.charge_micros, self.dead_reason,
+            self.error, self.held_here, self.redo,
+        )  # fmt: skip
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        (
+            self.effect, self.outcome, self.reason, self.charge_micros, self.dead_reason,
+            self.error, self.held_here, self.redo,
+        ) = state  # fmt: skip
 
     @property
     def closing(self) -> bool:
@@ -329,30 +352,36 @@ class Consumer:
 
     def apply(self, batch: _Batch) -> BatchStats:
         """Apply a prepared batch in one transaction, then dead-letter and acknowledge (after the
-        commit, never before)."""
+        commit, never before).
+
+        A deadlock, serialization failure or lost connection (``is_transient``) rolls the whole
+        transaction back and runs it again, up to ``TRANSACTION_ATTEMPTS`` times with a jittered
+        pause: the other transaction of a deadlock then finds the locks free, and nothing of the
+        batch is deferred to a redelivery ``claim_idle_ms`` later. Past the last attempt, the calls
+        still failing are deferred like any other database error."""
         stream, stats, ack, dead = batch.stream, batch.stats, batch.ack, batch.dead
         ordered, streams, book = batch.calls, batch.streams, batch.book
-        now = datetime.now(UTC)
-        now_ms = int(now.timestamp() * 1000)
-        with self.sessions() as session, session.begin():
-            self._apply_common(session, ordered, now)
-            for call, call_entries in zip(ordered, streams, strict=True):
-                if call.effect is not None or call.dead_reason is not None:
-                    continue
-                try:
-                    with session.begin_nested():
-                        self._apply(session, call, call_entries, now, book)
-                except InputError as exc:
-                    call.dead_reason = str(exc)
-                except LedgerError as exc:
-                    call.dead_reason = f"ledger refused: {exc}"
-                except Exception as exc:
-                    # A database hiccup or a bug: leave it pending to be claimed and redone; the
-                    # savepoint kept the rest of the batch. Poison is capped below.
-                    log.exception("call %s deferred", call.request_id)
-                    call.effect = "deferred"
-                    call.dead_reason = None
-                    call.error = type(exc).__name__
+        before = [call.transaction_state() for call in ordered]
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            now = datetime.now(UTC)
+            try:
+                self._transaction(ordered, streams, book, now, last=attempt == TRANSACTION_ATTEMPTS)
+                break
+            except _Retry as retry:
+                cause = retry.__cause__
+            except Exception as exc:
+                if not is_transient(exc) or attempt == TRANSACTION_ATTEMPTS:
+                    raise
+                cause = exc
+            log.warning(
+                "batch transaction %s/%s rolled back (%s); running it again",
+                attempt, TRANSACTION_ATTEMPTS, type(cause).__name__,
+            )  # fmt: skip
+            stats.retries += 1
+            for call, state in zip(ordered, before, strict=True):
+                call.restore(state)
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
+        now_ms = int(time.time() * 1000)
         self._give_up_on_poison(stream, ordered)
 
         pipe = self.client.pipeline(transaction=False)
@@ -407,6 +436,39 @@ class Consumer:
         pipe.execute()
         stats.acked = len(ack)
         return stats
+
+    def _transaction(
+        self,
+        ordered: list[_Call],
+        streams: list[list[Entry]],
+        book: PriceBook,
+        now: datetime,
+        *,
+        last: bool,
+    ) -> None:
+        """One attempt at the batch's transaction. A transient error on one call raises ``_Retry``
+        (the whole transaction is rolled back) unless this is the ``last`` attempt."""
+        with self.sessions() as session, session.begin():
+            self._apply_common(session, ordered, now)
+            for call, call_entries in zip(ordered, streams, strict=True):
+                if call.effect is not None or call.dead_reason is not None:
+                    continue
+                try:
+                    with session.begin_nested():
+                        self._apply(session, call, call_entries, now, book)
+                except InputError as exc:
+                    call.dead_reason = str(exc)
+                except LedgerError as exc:
+                    call.dead_reason = f"ledger refused: {exc}"
+                except Exception as exc:
+                    if is_transient(exc) and not last:
+                        raise _Retry from exc
+                    # A database hiccup or a bug: leave it pending to be claimed and redone; the
+                    # savepoint kept the rest of the batch. Poison is capped below.
+                    log.exception("call %s deferred", call.request_id)
+                    call.effect = "deferred"
+                    call.dead_reason = None
+                    call.error = type(exc).__name__
 
     def _give_up_on_poison(self, stream: str, calls: list[_Call]) -> None:
         """A call deferred on its ``MAX_DELIVERIES``-th delivery becomes a dead letter, so one call

@@ -17,9 +17,10 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import redis
-from sqlalchemy import select
+from sqlalchemy import Row, select, tuple_
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -35,6 +36,9 @@ from worker.request import RequestMeta
 from worker.result import Outcome, Result
 
 log = logging.getLogger(__name__)
+
+# Pages of ``limit`` held reservations a sweep pass looks through for abandoned calls.
+MAX_PAGES = 20
 
 
 @dataclass
@@ -100,23 +104,59 @@ class Sweeper:
             if _stream_id(minid) > (0, 0):
                 stats.trimmed += self.client.xtrim(stream, minid=minid, approximate=False)
 
-    def finalize_abandoned(self, stats: SweepStats) -> None:
+    def abandoned(self, now: datetime) -> list[Row[Any]]:
+        """Up to ``limit`` held reservations whose stream has been silent for ``sweep_idle_ms``
+        (or is quarantined, or gone), oldest first.
+
+        Pages past the calls that are still streaming (an old reservation with fresh entries), at
+        most ``MAX_PAGES`` pages a pass, so a crowd of long calls never hides an abandoned one
+        behind it until its stream expires. Only each stream's last entry is read here."""
         idle = timedelta(milliseconds=self.settings.sweep_idle_ms)
+        now_ms = int(now.timestamp() * 1000)
+        query = (
+            select(
+                Reservation.id,
+                Reservation.request_id,
+                Reservation.account_id,
+                Reservation.model,
+                Reservation.stream,
+                Reservation.reserved_micros,
+                Reservation.created_at,
+                Reservation.updated_at,
+            )
+            .where(Reservation.status == Status.HELD, Reservation.updated_at < now - idle)
+            .order_by(Reservation.updated_at, Reservation.id)
+            .limit(self.limit)
+        )
+        found: list[Row[Any]] = []
+        after: tuple[datetime, int] | None = None
+        for _page in range(MAX_PAGES):
+            page = query
+            if after is not None:
+                page = page.where(tuple_(Reservation.updated_at, Reservation.id) > tuple_(*after))
+            with self.consumer.sessions() as session:
+                rows = session.execute(page).all()
+            if not rows:
+                break
+            pipe = self.client.pipeline(transaction=False)
+            for row in rows:
+                pipe.xrevrange(self.keys.request(row.request_id), "+", "-", count=1)
+                pipe.sismember(self.keys.quarantine, row.request_id)
+            probes = pipe.execute()
+            for index, row in enumerate(rows):
+                last, quarantined = probes[2 * index], probes[2 * index + 1]
+                quiet = not last or now_ms - _entry_ms(last[0][0]) >= self.settings.sweep_idle_ms
+                if quarantined or quiet:
+                    found.append(row)
+            after = (rows[-1].updated_at, rows[-1].id)
+            if len(found) >= self.limit or len(rows) < self.limit:
+                break
+        return found[: self.limit]
+
+    def finalize_abandoned(self, stats: SweepStats) -> None:
         now = datetime.now(UTC)
-        with self.consumer.sessions() as session:
-            rows = session.execute(
-                select(
-                    Reservation.request_id,
-                    Reservation.account_id,
-                    Reservation.model,
-                    Reservation.stream,
-                    Reservation.reserved_micros,
-                    Reservation.created_at,
-                )
-                .where(Reservation.status == Status.HELD, Reservation.updated_at < now - idle)
-                .order_by(Reservation.updated_at)
-                .limit(self.limit)
-            ).all()
+        # Locks are taken in request-id order, as the consumer takes them (``Consumer.prepare``).
+        rows = sorted(self.abandoned(now), key=lambda row: row.request_id)
         if not rows:
             return
         pipe = self.client.pipeline(transaction=False)
@@ -164,8 +204,11 @@ class Sweeper:
                     dead.append(
                         (row.request_id, dead_letter_fields("sweep", str(exc), original, now_ms))
                     )
-                except SQLAlchemyError:
-                    log.exception("sweep of %s deferred: database error", row.request_id)
+                except Exception:
+                    # One row's failure (a database error, a refusal of the ledger, a bug) is
+                    # its own: the savepoint undid it, the rest of the pass goes on, and the next
+                    # pass tries this row again.
+                    log.exception("sweep of %s deferred", row.request_id)
         pipe = self.client.pipeline(transaction=False)
         for request_id, letter in dead:
             pipe.xadd(self.keys.dead, letter)

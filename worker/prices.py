@@ -89,8 +89,20 @@ class PriceBook:
                 in_force = price
         return in_force
 
-    def charge(self, model: str, usage: Usage, at: datetime) -> Micros | None:
-        """Integer micro-USD for ``usage`` of ``model`` at ``at``; None when no price is in force."""
+    def charge(
+        self,
+        model: str,
+        usage: Usage,
+        at: datetime,
+        *,
+        tier: str | None = None,
+        provider: str | None = None,
+    ) -> Micros | None:
+        """Integer micro-USD for ``usage`` of ``model`` at ``at``; None when no price is in force.
+
+        ``tier`` is the service tier the response reported (``flex``, ``priority``, ``batch``;
+        None: the default one) and ``provider`` where the gateway routed the call (None: unknown).
+        """
         price = self.price_for(model, at)
         return None if price is None else price.charge(usage)
 

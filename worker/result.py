@@ -37,13 +37,21 @@ class UsageSource(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts. ``cached_tokens`` is part of ``prompt_tokens``; ``reasoning_tokens`` of
-    ``completion_tokens`` (the OpenAI convention)."""
+    """The canonical token counts of a call, whatever shape the provider reported them in.
+
+    ``prompt_tokens`` counts every input token: ``cached_tokens`` (cache reads),
+    ``cache_write_tokens`` (cache creation) and ``audio_prompt_tokens`` are parts of it.
+    ``completion_tokens`` counts every output token the call is billed for: ``reasoning_tokens`` and
+    ``audio_completion_tokens`` are parts of it (the OpenAI convention; a provider that counts
+    reasoning outside its completion count is normalised into this one on reading)."""
 
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
+    audio_prompt_tokens: int = 0
+    audio_completion_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -129,6 +129,7 @@ FIXTURES: dict[str, dict[str, Any]] = {
     "not_json_line.sse": {"content": ["Hello there."], "errors": 1},
     "non_utf8.sse": {"content": ["Hello there."], "errors": 1},
     "seed_000_verbatim.sse": {"content": [], "errors": 5, "chunks": 0, "id": None},
+    "function_call_legacy.sse": {"content": [None], "finish": ["function_call"]},
 }
 
 
@@ -322,6 +323,14 @@ def test_error_event_is_recorded_not_assembled() -> None:
         [],
         0,
     )
+
+
+def test_legacy_function_call_is_assembled_like_the_sdk() -> None:
+    (choice,) = assemble_stream(load("function_call_legacy.sse")).choices
+    assert choice.function_call is not None
+    assert choice.function_call.name == "get_current_weather"
+    assert choice.function_call.arguments.startswith('{\n  "location": "Boston, MA"')
+    assert choice.tool_calls == []
 
 
 def test_frames_after_done_are_not_part_of_the_call() -> None:

@@ -23,6 +23,11 @@ class AnomalyKind(StrEnum):
     FOREIGN_CHUNKS = "foreign_chunks"  # objects other than chat.completion.chunk in the stream
     MIXED_IDS = "mixed_ids"  # chunks of more than one completion id in one stream
     CHARGE_ABOVE_HOLD = "charge_above_hold"  # the ledger posted a flagged true_up
+    FRAMES_AFTER_DONE = "frames_after_done"  # frames after [DONE]: not part of the call
+    N_IGNORED = "n_ignored"  # fewer choices than the request's n, every one finished
+    PROVIDER_COST_DRIFT = "provider_cost_drift"  # our charge and the provider's cost differ > 1 %
+    IMPLAUSIBLE_USAGE = "implausible_usage"  # the usage block's problem, for ``billing show``
+    INCONSISTENT_USAGE = "inconsistent_usage"  # the usage block's disagreement, likewise
 
 
 ANOMALY_KINDS = tuple(str(kind) for kind in AnomalyKind)

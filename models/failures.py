@@ -24,7 +24,9 @@ class Failure(Base):
     __tablename__ = "failures"
     __table_args__ = (
         CheckConstraint(
-            "reason IN ('error_finish', 'incomplete', 'missing_usage', 'unpriced')", name="reason"
+            "reason IN ('error_finish', 'incomplete', 'missing_usage', 'unpriced',"
+            " 'inconsistent_usage', 'implausible_usage')",
+            name="reason",
         ),
         CheckConstraint(
             "action IS NULL OR action IN ('release', 'charge_estimate', 'settled_late')",

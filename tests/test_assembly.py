@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from worker.assembly import Assembled, StreamAssembler, assemble_response, assemble_stream
 from worker.errors import FrameError
-from worker.result import ToolCall, usage_from_block
+from worker.result import ToolCall
 from worker.sse import BadFrame, Chunk, Done, iter_frames
+from worker.usage import usage_from_block
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 HELLO_USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
@@ -127,6 +129,7 @@ FIXTURES: dict[str, dict[str, Any]] = {
     "not_json_line.sse": {"content": ["Hello there."], "errors": 1},
     "non_utf8.sse": {"content": ["Hello there."], "errors": 1},
     "seed_000_verbatim.sse": {"content": [], "errors": 5, "chunks": 0, "id": None},
+    "function_call_legacy.sse": {"content": [None], "finish": ["function_call"]},
 }
 
 
@@ -322,14 +325,40 @@ def test_error_event_is_recorded_not_assembled() -> None:
     )
 
 
-def test_frames_after_done_still_count() -> None:
+def test_legacy_function_call_is_assembled_like_the_sdk() -> None:
+    (choice,) = assemble_stream(load("function_call_legacy.sse")).choices
+    assert choice.function_call is not None
+    assert choice.function_call.name == "get_current_weather"
+    assert choice.function_call.arguments.startswith('{\n  "location": "Boston, MA"')
+    assert choice.tool_calls == []
+
+
+def test_frames_after_done_are_not_part_of_the_call() -> None:
     assembler = StreamAssembler()
     for frame in iter_frames(
         'data: [DONE]\n\ndata: {"choices":[{"delta":{"content":"late"}}]}\n\n'
+        'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\ndata: x\n\n'
     ):
         assembler.feed(frame)
     result = assembler.finish()
-    assert (result.saw_done, contents(result)) == (True, ["late"])
+    assert (result.saw_done, contents(result), result.usage_raw) == (True, [], None)
+    assert (result.frames_after_done, result.usage_after_done) == (3, True)
+    assert result.frame_errors == []
+
+
+def test_frames_after_done_take_neither_fast_path() -> None:
+    # Plain content chunks of an identified completion take the bytes and msgspec fast paths; after
+    # [DONE] they must not, whether the frames come one per record or all in one.
+    meta = {"model": "gpt-4o", "created": 1, "system_fingerprint": "fp"}
+    frames = [
+        b"data: " + orjson.dumps(chunk(delta(content="a"), **meta)) + b"\n\n",
+        b"data: " + orjson.dumps(chunk(delta(content="b"), **meta)) + b"\n\n",
+        b"data: [DONE]\n\n",
+        b"data: " + orjson.dumps(chunk(delta(content="late"), **meta)) + b"\n\n",
+    ]
+    for records in (frames, [b"".join(frames)]):
+        result = assemble_stream(records)
+        assert (contents(result), result.frames_after_done) == (["ab"], 1)
 
 
 def test_feed_accepts_every_frame_kind() -> None:

@@ -19,7 +19,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
 from worker.assembly import Assembled, assemble_stream
-from worker.sse import Chunk, iter_frames
+from worker.sse import Chunk, Done, iter_frames
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 
@@ -36,6 +36,8 @@ FIXTURES = sorted(p.name for p in STREAMS.glob("*.sse") if p.name not in EXCLUDE
 def oracle_frames(body: bytes) -> list[dict[str, Any]]:
     objs = []
     for frame in iter_frames(body):
+        if isinstance(frame, Done):
+            break  # the SDK's Stream ends at [DONE]
         if not isinstance(frame, Chunk):
             continue
         if frame.event == "error" or frame.obj.get("error"):
@@ -83,6 +85,10 @@ def assert_same(ours: Assembled, sdk: Any, objs: list[dict[str, Any]]) -> None:
         assert [(t.id, t.type, t.name, t.arguments) for t in mine.tool_calls] == [
             (t.id, t.type, t.function.name, getattr(t.function, "arguments", "")) for t in sdk_calls
         ]
+        legacy = getattr(message, "function_call", None)
+        assert (None if mine.function_call is None else mine.function_call.to_dict()) == (
+            None if legacy is None else {"name": legacy.name, "arguments": legacy.arguments}
+        )
         logprobs = getattr(theirs, "logprobs", None)
         assert mine.logprobs_content == (dumped(logprobs.content) if logprobs else None)
         assert mine.logprobs_refusal == (dumped(logprobs.refusal) if logprobs else None)

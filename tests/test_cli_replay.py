@@ -25,6 +25,13 @@ def test_replay_directory_prints_one_result_per_body() -> None:
     assert by_id["settled"]["charge_micros"] == 58
     assert by_id["settled"]["choices"][0]["content"] == "Hello there."
     assert by_id["unpriced"]["anomalies"] == ["unpriced"]
+    # The outcome the ledger records for an unpriced model: unsettled unpriced, not settled.
+    unpriced = by_id["unpriced"]
+    assert (unpriced["outcome"], unpriced["reason"], unpriced["charge_micros"]) == (
+        "unsettled",
+        "unpriced",
+        None,
+    )
 
 
 def test_bare_body_without_metadata_is_inferred(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ USAGE = chunk(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 1, "to
 DONE = b"data: [DONE]\n\n"
 
 
-def decide(*frames: bytes, n: int = 1, include_usage: bool = True):
-    return decide_stream(assemble_stream(list(frames)), n=n, include_usage=include_usage)
+def decide(*frames: bytes, include_usage: bool = True):
+    return decide_stream(assemble_stream(list(frames)), include_usage=include_usage)
 
 
 def test_finish_and_usage_settle_reported_even_without_done() -> None:
@@ -69,8 +69,65 @@ def test_every_choice_of_n_must_finish() -> None:
         delta(0, finish="stop"),
         USAGE,
     ]
-    assert decide(*frames, n=2).reason is Reason.INCOMPLETE
-    assert decide(*frames, delta(1, finish="stop"), n=2).outcome is Outcome.SETTLED
+    assert decide(*frames).reason is Reason.INCOMPLETE
+    assert decide(*frames, delta(1, finish="stop")).outcome is Outcome.SETTLED
+
+
+def test_a_gap_in_the_choices_is_incomplete() -> None:
+    frames = [delta(0, finish="stop"), delta(2, finish="stop"), USAGE]
+    assert decide(*frames).reason is Reason.INCOMPLETE
+
+
+def test_insufficient_system_resource_is_an_error_finish() -> None:
+    # DeepSeek's interrupted generation (its finish reasons: stop, length, content_filter,
+    # tool_calls, insufficient_system_resource), with a usage block: never billed as clean.
+    d = decide(ROLE, TEXT, delta(finish="insufficient_system_resource"), USAGE, DONE)
+    assert (d.outcome, d.reason) == (Outcome.UNSETTLED, Reason.ERROR_FINISH)
+    body = {
+        **OK_BODY,
+        "choices": [{**OK_BODY["choices"][0], "finish_reason": "insufficient_system_resource"}],
+    }
+    assert _response(200, body).reason is Reason.ERROR_FINISH
+
+
+def test_a_provider_ignoring_n_gets_the_same_outcome_streamed_and_not() -> None:
+    # n=2 requested, one choice came, finished, with usage: both paths settle (the reconciler adds
+    # the n_ignored anomaly; tests/test_reconcile.py).
+    assert decide(ROLE, TEXT, STOP, USAGE, DONE).outcome is Outcome.SETTLED
+    assert _response(200, OK_BODY).outcome is Outcome.SETTLED
+
+
+@pytest.mark.parametrize(
+    ("block", "reason"),
+    [
+        ({"prompt_tokens": 5}, Reason.IMPLAUSIBLE_USAGE),
+        ({"prompt_tokens": -5, "completion_tokens": 1}, Reason.IMPLAUSIBLE_USAGE),
+        ({"prompt_tokens": "5", "completion_tokens": 1}, Reason.IMPLAUSIBLE_USAGE),
+        ({"prompt_tokens": 5.5, "completion_tokens": 1}, Reason.IMPLAUSIBLE_USAGE),
+        (
+            {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 9},
+            Reason.INCONSISTENT_USAGE,
+        ),
+    ],
+)
+def test_a_block_that_cannot_be_billed_is_never_estimated(block: dict, reason: Reason) -> None:
+    frames = (ROLE, TEXT, STOP, chunk(choices=[], usage=block), DONE)
+    for include_usage in (True, False):
+        assert decide(*frames, include_usage=include_usage).reason is reason
+    assert _response(200, {**OK_BODY, "usage": block}).reason is reason
+
+
+def test_groq_usage_is_billed_even_when_usage_was_not_asked_for() -> None:
+    # Groq puts usage in x_groq.usage on the final chunk (vercel/ai#1651): a reported block.
+    groq = chunk(
+        choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        x_groq={
+            "id": "req_1",
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+        },
+    )
+    d = decide(ROLE, TEXT, groq, DONE, include_usage=False)
+    assert (d.outcome, d.usage_source) == (Outcome.SETTLED, UsageSource.REPORTED)
 
 
 def _response(status: int, body: dict):

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from models.anomalies import AnomalyKind
-from worker.result import Result
+from worker.result import Reason, Result
+from worker.usage import cost_drift_ppm
 
 
 def is_non_streamable(model: str, prefixes: Iterable[str]) -> bool:
@@ -54,6 +55,29 @@ def classify(
         found[AnomalyKind.MIXED_IDS] = (
             f"{count} chunk{'' if count == 1 else 's'} with a completion id other than the first"
         )
+    if "frames_after_done" in result.anomalies:
+        count = result.frames_after_done
+        found[AnomalyKind.FRAMES_AFTER_DONE] = (
+            f"{count} frame{'' if count == 1 else 's'} after [DONE], not part of the call"
+            + ("; one held a usage block, not billed" if result.usage_after_done else "")
+        )
+    if "n_ignored" in result.anomalies:
+        found[AnomalyKind.N_IGNORED] = (
+            f"n={result.n_requested} requested, {len(result.choices)} choice"
+            f"{'' if len(result.choices) == 1 else 's'} came, every one finished"
+        )
+    if "provider_cost_drift" in result.anomalies and result.provider_cost_micros is not None:
+        charge = 0 if result.charge_micros is None else int(result.charge_micros)
+        cost = int(result.provider_cost_micros)
+        drift = cost_drift_ppm(charge, cost)
+        share = "" if drift is None else f" ({drift / 10_000:+.2f} %)"
+        found[AnomalyKind.PROVIDER_COST_DRIFT] = (
+            f"charged {charge} micros, the provider reported {cost}{share}"
+        )
+    if result.reason is Reason.IMPLAUSIBLE_USAGE:
+        found[AnomalyKind.IMPLAUSIBLE_USAGE] = result.usage_problem or "implausible usage"
+    if result.reason is Reason.INCONSISTENT_USAGE:
+        found[AnomalyKind.INCONSISTENT_USAGE] = result.usage_problem or "inconsistent usage"
     if charged_above_hold:
         charge = 0 if result.charge_micros is None else int(result.charge_micros)
         found[AnomalyKind.CHARGE_ABOVE_HOLD] = (

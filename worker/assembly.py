@@ -17,7 +17,14 @@ what the gateway sees in practice:
 * a tool-call fragment carrying a new ``id`` at an index already held by a call with another id
   starts a new call (providers that send whole calls in one chunk, all at index 0);
 * ``role`` is taken once; ``content``, ``refusal`` and ``reasoning_content`` are independent
-  accumulators that stay None until a fragment arrives.
+  accumulators that stay None until a fragment arrives;
+* a legacy ``function_call`` (name and argument fragments, before ``tool_calls``) is accumulated
+  per choice as the SDK does: fragments concatenated, a repeated whole name taken once (as for
+  tool calls);
+* Groq's ``x_groq.usage`` is kept apart from the top-level ``usage`` (last one wins for each), and
+  the response's ``service_tier`` (last one given) is kept for pricing; ``worker.usage`` reads them;
+* nothing after the first ``[DONE]`` is part of the call: later frames are only counted
+  (``frames_after_done``), and whether one held a usage block is noted (``usage_after_done``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import orjson
 
 from worker.errors import FrameError
 from worker.plain_chunk import decode_plain
-from worker.result import Choice, ToolCall
+from worker.result import Choice, FunctionCall, ToolCall
 from worker.sse import (
     BadFrame,
     Chunk,
@@ -61,6 +68,10 @@ class Assembled:
     saw_done: bool
     chunk_count: int
     foreign_objects: int
+    groq_usage: dict[str, Any] | None = None
+    service_tier: str | None = None
+    frames_after_done: int = 0
+    usage_after_done: bool = False
 
 
 class _Call:
@@ -81,6 +92,8 @@ class _ChoiceState:
         "content",
         "current_call",
         "finish_reason",
+        "function_args",
+        "function_name",
         "lp_content",
         "lp_refusal",
         "reasoning",
@@ -98,6 +111,8 @@ class _ChoiceState:
         self.finish_reason: str | None = None
         self.lp_content: list[Any] | None = None
         self.lp_refusal: list[Any] | None = None
+        self.function_name: str | None = None
+        self.function_args: list[str] | None = None
 
 
 def _join(parts: list[str] | None) -> str | None:
@@ -126,6 +141,10 @@ class StreamAssembler:
         self.saw_done = False
         self.chunk_count = 0
         self.foreign_objects = 0
+        self.groq_usage: dict[str, Any] | None = None
+        self.service_tier: str | None = None
+        self.frames_after_done = 0
+        self.usage_after_done = False
 
     # -- frames -------------------------------------------------------------------------------------
 
@@ -140,10 +159,15 @@ class StreamAssembler:
 
     def feed_done(self, index: int | None = None) -> None:
         self._frames += 1
+        if self.saw_done:
+            self.frames_after_done += 1
         self.saw_done = True
 
     def feed_bad(self, error: FrameError) -> None:
         self._frames += 1
+        if self.saw_done:
+            self.frames_after_done += 1
+            return
         self.frame_errors.append(error)
 
     def feed_chunk(
@@ -154,6 +178,11 @@ class StreamAssembler:
         if index is None:
             index = self._frames
         self._frames += 1
+        if self.saw_done:
+            self.frames_after_done += 1
+            if isinstance(obj, dict) and (obj.get("usage") or obj.get("x_groq")):
+                self.usage_after_done = True
+            return
         if event == "error":
             if self.error is None:
                 inner = obj.get("error") if isinstance(obj, dict) else None
@@ -172,7 +201,7 @@ class StreamAssembler:
         """Absorb one frame's JSON if it is a plain chunk (``worker.plain_chunk``) with one choice,
         of the completion already identified, and return True; return False, having changed
         nothing, otherwise. Runs for nearly every frame of every stream."""
-        if self._meta_pending:
+        if self._meta_pending or self.saw_done:
             return False
         chunk = decode_plain(payload)
         if chunk is None or len(chunk.choices) != 1 or chunk.id != self.completion_id:
@@ -216,6 +245,19 @@ class StreamAssembler:
                 self.usage_raw = usage
             else:
                 self._error(index, f"usage is not an object (got {json_kind(usage)})")
+        groq = get("x_groq")
+        if groq is not None:
+            groq_usage = groq.get("usage") if type(groq) is dict else None
+            if type(groq_usage) is dict:
+                self.groq_usage = groq_usage
+            elif groq_usage is not None:
+                self._error(index, f"x_groq.usage is not an object (got {json_kind(groq_usage)})")
+        tier = get("service_tier")
+        if tier is not None:
+            if isinstance(tier, str) and len(tier) <= 32:
+                self.service_tier = tier or self.service_tier
+            else:
+                self._error(index, f"service_tier is not a name (got {json_kind(tier)})")
         error = get("error")
         if self.error is None and (error or isinstance(error, dict)):
             # Several providers send a JSON error after HTTP 200; a bare string is wrapped.
@@ -335,6 +377,9 @@ class StreamAssembler:
                     state.reasoning.append(text)
             else:
                 self._error(index, f"{where}.{key} is not a string (got {json_kind(text)})")
+        function = get("function_call")
+        if function is not None:
+            self._absorb_function_call(state, function, where, index)
         calls = get("tool_calls")
         if calls is not None:
             if type(calls) is list:
@@ -402,6 +447,31 @@ class StreamAssembler:
                     f"{where}.function.arguments is not a string (got {json_kind(arguments)})",
                 )
 
+    def _absorb_function_call(
+        self, state: _ChoiceState, function: Any, where: str, index: int
+    ) -> None:
+        if type(function) is not dict:
+            self._error(
+                index, f"{where}.function_call is not an object (got {json_kind(function)})"
+            )
+            return
+        name = function.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                self._error(index, f"{where}.function_call.name is not a string")
+            elif state.function_name is None:
+                state.function_name = name
+            elif name and name != state.function_name:
+                state.function_name += name
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):
+            self._error(index, f"{where}.function_call.arguments is not a string")
+            arguments = None
+        if state.function_args is None:
+            state.function_args = []
+        if arguments:
+            state.function_args.append(arguments)
+
     def _absorb_logprobs(self, state: _ChoiceState, logprobs: Any, where: str, index: int) -> None:
         if type(logprobs) is not dict:
             self._error(index, f"{where}.logprobs is not an object (got {json_kind(logprobs)})")
@@ -444,6 +514,11 @@ class StreamAssembler:
                     finish_reason=state.finish_reason,
                     logprobs_content=None if state.lp_content is None else list(state.lp_content),
                     logprobs_refusal=None if state.lp_refusal is None else list(state.lp_refusal),
+                    function_call=(
+                        None
+                        if state.function_args is None
+                        else FunctionCall(state.function_name, "".join(state.function_args))
+                    ),
                 )
             )
         return Assembled(
@@ -459,6 +534,10 @@ class StreamAssembler:
             saw_done=self.saw_done,
             chunk_count=self.chunk_count,
             foreign_objects=self.foreign_objects,
+            groq_usage=self.groq_usage,
+            service_tier=self.service_tier,
+            frames_after_done=self.frames_after_done,
+            usage_after_done=self.usage_after_done,
         )
 
 

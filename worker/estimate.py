@@ -317,7 +317,8 @@ def estimate_prompt(
 def estimate_completion(
     model: str, choices: Sequence[Choice], table: EncodingTable = DEFAULT_TABLE
 ) -> int:
-    """Completion tokens: content, refusal, reasoning and tool calls of every choice, summed."""
+    """Completion tokens: content, refusal, reasoning, tool calls and a legacy function call of every
+    choice, summed."""
     encoding = _encoder(model, table)[0]
     encode = encoding.encode_ordinary
     total = 0
@@ -331,6 +332,9 @@ def estimate_completion(
         for call in calls:
             total += _count(encoding, getattr(call, "name", None))
             total += _count(encoding, getattr(call, "arguments", None))
+        legacy = choice.function_call
+        if legacy is not None:
+            total += _count(encoding, legacy.name) + _count(encoding, legacy.arguments)
     return total
 
 

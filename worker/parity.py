@@ -75,7 +75,8 @@ def fingerprint(
 
 
 def output_hash(choices: Iterable[Choice], salt: str) -> str:
-    """A salted hash of what the model said (content, refusal, reasoning, tool calls by index).
+    """A salted hash of what the model said (content, refusal, reasoning, tool calls by index, a
+    legacy function call).
 
     Ids, roles, logprobs and finish reasons are left out: they differ between a stream and a body
     that carry the same words, and the words are what the completion tokens count.
@@ -88,6 +89,13 @@ def output_hash(choices: Iterable[Choice], salt: str) -> str:
             choice.reasoning_content,
             [[call.index, call.name, call.arguments] for call in choice.tool_calls],
         ]
+        # A legacy function call is appended only when there is one, so every other output hashes
+        # as it always did.
+        + (
+            []
+            if choice.function_call is None
+            else [[choice.function_call.name, choice.function_call.arguments]]
+        )
         for choice in sorted(choices, key=lambda choice: choice.index)
     ]
     return _digest(salt, _OUTPUT_TAG, document)

@@ -13,13 +13,24 @@ from typing import Any
 import orjson
 
 from worker.assembly import Assembled, assemble_response, assemble_stream
-from worker.errors import InputError
+from worker.errors import BillingError, InputError
 from worker.estimate import estimate
 from worker.money import Micros
-from worker.outcome import Decision, decide_response, decide_stream
+from worker.outcome import (
+    IMPLAUSIBLE_USAGE,
+    Decision,
+    decide_response,
+    decide_stream,
+    finishes,
+)
 from worker.prices import PriceBook
 from worker.request import RequestMeta
-from worker.result import Outcome, Result, UsageSource, usage_from_block
+from worker.result import Outcome, Reason, Result, Usage, UsageSource
+from worker.usage import Reading, bound_for, cost_drifted, read_usage
+
+# No single call is charged more than this (one million USD): a larger charge comes from counts no
+# call can have, and would only push money columns toward their limits.
+MAX_CALL_MICROS = 10**12
 
 
 def _anomalies(meta: RequestMeta, assembled: Assembled) -> list[str]:
@@ -32,6 +43,11 @@ def _anomalies(meta: RequestMeta, assembled: Assembled) -> list[str]:
         found.append("bad_frames")
     if meta.stream and meta.idempotency_key:
         found.append("idempotency_key_on_stream")
+    if assembled.frames_after_done:
+        found.append("frames_after_done")
+    done = finishes(assembled)
+    if done.complete and done.count < meta.n:
+        found.append("n_ignored")
     return found
 
 
@@ -44,21 +60,72 @@ def _error_text(error: dict[str, Any] | None) -> str | None:
     return text[:200]
 
 
+def read_reported(meta: RequestMeta, assembled: Assembled, prices: PriceBook) -> Reading:
+    """The call's usage blocks read by the rules of its provider and model, bounded by what the
+    model can hold (its context window, when the price book knows it, times the choices)."""
+    window = None
+    context_window = getattr(prices, "context_window", None)
+    if context_window is not None:
+        window = context_window(meta.model, meta.created_at)
+    choices = max(meta.n, len(assembled.choices), 1)
+    return read_usage(
+        assembled.usage_raw,
+        assembled.groq_usage,
+        provider=meta.provider,
+        model=meta.model,
+        bound=bound_for(window, choices),
+    )
+
+
 def build_result(
-    meta: RequestMeta, assembled: Assembled, decision: Decision, prices: PriceBook
+    meta: RequestMeta,
+    assembled: Assembled,
+    decision: Decision,
+    prices: PriceBook,
+    reading: Reading | None = None,
 ) -> Result:
-    """Attach the estimate, the charge and the exposure to a decided assembly."""
+    """Attach the estimate, the charge and the exposure to a decided assembly.
+
+    The charge is the reported usage's price (or the estimate's), at the response's service tier
+    and for the call's provider; the exposure is the estimate's price, or for
+    ``inconsistent_usage`` the price of the larger reading; an exposure is capped at
+    ``MAX_CALL_MICROS`` so that no failure row can hold an amount no call can cost.
+    """
+    if reading is None:
+        reading = read_reported(meta, assembled, prices)
     guess = estimate(meta.model, meta.messages, meta.tools, assembled.choices)
-    reported = usage_from_block(assembled.usage_raw)
     anomalies = _anomalies(meta, assembled)
-    exposure = prices.charge(meta.model, guess.as_usage(), meta.created_at)
+    tier = assembled.service_tier
+
+    def price(usage: Usage) -> Micros | None:
+        return prices.charge(meta.model, usage, meta.created_at, tier=tier, provider=meta.provider)
+
+    problem = reading.problem
+    exposure = price(guess.as_usage())
     if exposure is None:
         anomalies.append("unpriced")
+    elif decision.reason is Reason.INCONSISTENT_USAGE and reading.larger is not None:
+        exposure = price(reading.larger)
     charge: Micros | None = None
     if decision.outcome is Outcome.SETTLED:
-        billed = reported if decision.usage_source is UsageSource.REPORTED else guess.as_usage()
-        assert billed is not None
-        charge = prices.charge(meta.model, billed, meta.created_at)
+        reported = decision.usage_source is UsageSource.REPORTED
+        billed = reading.usage if reported else guess.as_usage()
+        if billed is None:
+            raise BillingError(f"{meta.request_id}: settled as reported without billable usage")
+        charge = price(billed)
+        if charge is not None and charge > MAX_CALL_MICROS:
+            problem = f"a charge of {int(charge)} micros is beyond any call"
+            decision, charge = IMPLAUSIBLE_USAGE, None
+        elif (
+            charge is not None
+            and reported
+            and reading.provider_cost_micros is not None
+            and cost_drifted(charge, reading.provider_cost_micros)
+        ):
+            anomalies.append("provider_cost_drift")
+    if exposure is not None and exposure > MAX_CALL_MICROS:
+        exposure = Micros(MAX_CALL_MICROS)
+    block = assembled.usage_raw if assembled.usage_raw is not None else assembled.groq_usage
     return Result(
         request_id=meta.request_id,
         account_id=meta.account_id,
@@ -69,8 +136,8 @@ def build_result(
         outcome=decision.outcome,
         reason=decision.reason,
         usage_source=decision.usage_source,
-        usage=reported,
-        usage_raw=assembled.usage_raw if reported is not None else None,
+        usage=reading.usage,
+        usage_raw=block,
         estimate=guess,
         charge_micros=charge,
         exposure_micros=exposure,
@@ -80,6 +147,14 @@ def build_result(
         anomalies=tuple(anomalies),
         error=_error_text(assembled.error),
         mixed_id_count=assembled.mixed_id_count,
+        provider=meta.provider,
+        service_tier=tier,
+        usage_shape=None if reading.shape is None else str(reading.shape),
+        usage_problem=problem if decision.outcome is Outcome.UNSETTLED else None,
+        provider_cost_micros=reading.provider_cost_micros,
+        frames_after_done=assembled.frames_after_done,
+        usage_after_done=assembled.usage_after_done,
+        n_requested=meta.n,
     )
 
 
@@ -88,8 +163,9 @@ def reconcile_stream(
 ) -> Result:
     """Reconcile a streamed call from its recorded SSE body (never raises on the body's content)."""
     assembled = assemble_stream(records)
-    decision = decide_stream(assembled, n=meta.n, include_usage=meta.include_usage)
-    return build_result(meta, assembled, decision, prices)
+    reading = read_reported(meta, assembled, prices)
+    decision = decide_stream(assembled, include_usage=meta.include_usage, reading=reading)
+    return build_result(meta, assembled, decision, prices, reading)
 
 
 def reconcile_response(
@@ -114,5 +190,6 @@ def reconcile_response(
             raise InputError("response body is not a JSON object")
         data = {}
     assembled = assemble_response(data)
-    decision = decide_response(assembled, status=status)
-    return build_result(meta, assembled, decision, prices)
+    reading = read_reported(meta, assembled, prices)
+    decision = decide_response(assembled, status=status, reading=reading)
+    return build_result(meta, assembled, decision, prices, reading)

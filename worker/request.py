@@ -32,6 +32,7 @@ class RequestMeta:
     temperature: float | None = None
     seed: int | None = None
     idempotency_key: str | None = None
+    provider: str | None = None  # where the gateway routed the call (``worker.usage`` rules)
 
 
 def parse_rfc3339(value: object, field: str = "created_at") -> datetime:
@@ -106,6 +107,9 @@ def request_from_dict(data: object) -> RequestMeta:
     key = data.get("idempotency_key")
     if key is not None and not isinstance(key, str):
         raise RequestMetaError("idempotency_key: expected a string")
+    provider = data.get("provider")
+    if provider is not None and (not isinstance(provider, str) or not 0 < len(provider) <= 64):
+        raise RequestMetaError("provider: expected a string of 1 to 64 characters")
     return RequestMeta(
         request_id=request_id,
         account_id=_require(data, "account_id", str),
@@ -121,6 +125,7 @@ def request_from_dict(data: object) -> RequestMeta:
         temperature=temperature,
         seed=_optional_int(data, "seed"),
         idempotency_key=key,
+        provider=provider,
     )
 
 

@@ -28,6 +28,13 @@ class Reason(StrEnum):
     INCOMPLETE = "incomplete"
     MISSING_USAGE = "missing_usage"
     UNPRICED = "unpriced"
+    INCONSISTENT_USAGE = "inconsistent_usage"  # total_tokens disagrees with its parts
+    IMPLAUSIBLE_USAGE = "implausible_usage"  # counts no call can have (``Result.usage_problem``)
+
+
+# Finish reasons that mean the generation broke off: DeepSeek's ``insufficient_system_resource``
+# is an interrupted generation, not a clean end.
+ERROR_FINISHES = frozenset({"error", "insufficient_system_resource"})
 
 
 class UsageSource(StrEnum):
@@ -88,6 +95,17 @@ class ToolCall:
 
 
 @dataclass(slots=True)
+class FunctionCall:
+    """A legacy ``function_call`` (before ``tool_calls``): one per choice, name and arguments."""
+
+    name: str | None = None
+    arguments: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments}
+
+
+@dataclass(slots=True)
 class Choice:
     """One assembled choice of a completion."""
 
@@ -100,9 +118,10 @@ class Choice:
     finish_reason: str | None = None
     logprobs_content: list[Any] | None = None
     logprobs_refusal: list[Any] | None = None
+    function_call: FunctionCall | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        document = {
             "index": self.index,
             "role": self.role,
             "content": self.content,
@@ -111,6 +130,9 @@ class Choice:
             "tool_calls": [call.to_dict() for call in self.tool_calls],
             "finish_reason": self.finish_reason,
         }
+        if self.function_call is not None:
+            document["function_call"] = self.function_call.to_dict()
+        return document
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +140,11 @@ class Result:
     """Everything the worker decided about one call.
 
     ``charge_micros`` is set for settled results with a price; ``exposure_micros`` is the estimate's
-    price for every priced result (null when the model is unpriced). ``usage`` is the reported block,
-    ``billed_usage`` the counts the charge was computed from (reported, or the estimate).
+    price for every priced result (null when the model is unpriced), or the larger reading's price for
+    ``inconsistent_usage``. ``usage`` is the reported block read into canonical counts (``usage_shape``
+    names the shape it came in), ``billed_usage`` the counts the charge was computed from (reported,
+    or the estimate). ``usage_problem`` says why a block could not be billed (implausible or
+    inconsistent); ``provider_cost_micros`` is the provider's own charge when it sent one.
     """
 
     request_id: str
@@ -142,6 +167,14 @@ class Result:
     anomalies: tuple[str, ...]
     error: str | None = None
     mixed_id_count: int = 0
+    provider: str | None = None
+    service_tier: str | None = None
+    usage_shape: str | None = None
+    usage_problem: str | None = None
+    provider_cost_micros: Micros | None = None
+    frames_after_done: int = 0
+    usage_after_done: bool = False
+    n_requested: int = 1
 
     @property
     def finish_reasons(self) -> tuple[str | None, ...]:
@@ -159,16 +192,39 @@ class Result:
     def unpriced(self) -> bool:
         return "unpriced" in self.anomalies
 
+    @property
+    def recorded(self) -> tuple[Outcome, Reason | None]:
+        """The outcome and reason the ledger records for this result: a settled result without a
+        charge (its model is unpriced) is kept unsettled ``unpriced``."""
+        if self.outcome is Outcome.SETTLED and self.charge_micros is None:
+            return Outcome.UNSETTLED, Reason.UNPRICED
+        return self.outcome, self.reason
+
     def to_json(self) -> dict[str, Any]:
-        """The ``billing replay`` document (holds completion text: never log it)."""
+        """The ``billing replay`` document (holds completion text: never log it): the outcome and
+        reason are the ones the ledger records."""
+        outcome, reason = self.recorded
+        usage = self.usage
         return {
             "request_id": self.request_id,
             "model": self.model,
+            "provider": self.provider,
             "stream": self.stream,
-            "outcome": str(self.outcome),
-            "reason": None if self.reason is None else str(self.reason),
-            "usage_source": None if self.usage_source is None else str(self.usage_source),
+            "outcome": str(outcome),
+            "reason": None if reason is None else str(reason),
+            "usage_source": (
+                None
+                if self.usage_source is None or outcome is not Outcome.SETTLED
+                else str(self.usage_source)
+            ),
             "usage": self.usage_raw,
+            "usage_shape": self.usage_shape,
+            "usage_counts": None if usage is None else _counts(usage),
+            "usage_problem": self.usage_problem,
+            "service_tier": self.service_tier,
+            "provider_cost_micros": (
+                None if self.provider_cost_micros is None else int(self.provider_cost_micros)
+            ),
             "estimate": {
                 "prompt_tokens": self.estimate.prompt_tokens,
                 "completion_tokens": self.estimate.completion_tokens,
@@ -184,31 +240,13 @@ class Result:
         }
 
 
-def _count(block: dict[str, Any], key: str) -> int:
-    value = block.get(key)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return 0
-
-
-def usage_from_block(block: object) -> Usage | None:
-    """Read an OpenAI ``usage`` object; None when it is not one (no integer token counts)."""
-    if not isinstance(block, dict):
-        return None
-    prompt = block.get("prompt_tokens")
-    completion = block.get("completion_tokens")
-    if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt < 0:
-        return None
-    if completion is None:
-        completion = 0
-    if not isinstance(completion, int) or isinstance(completion, bool) or completion < 0:
-        return None
-    prompt_details = block.get("prompt_tokens_details")
-    completion_details = block.get("completion_tokens_details")
-    cached = _count(prompt_details, "cached_tokens") if isinstance(prompt_details, dict) else 0
-    reasoning = (
-        _count(completion_details, "reasoning_tokens")
-        if isinstance(completion_details, dict)
-        else 0
-    )
-    return Usage(prompt, completion, min(cached, prompt), min(reasoning, completion))
+def _counts(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cached_tokens": usage.cached_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "audio_prompt_tokens": usage.audio_prompt_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+        "audio_completion_tokens": usage.audio_completion_tokens,
+    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
@@ -13,9 +14,12 @@ from sqlalchemy.orm import Session
 
 from models import Reservation, UsageRecord
 from worker.ledger.operations import apply_result
+from worker.reconcile import reconcile_response, reconcile_stream
+from worker.request import request_from_dict
 from worker.result import Outcome
+from worker.usage import usage_from_block
 
-from .calls import BOOK, T0, meta_dict, reconcile
+from .calls import BOOK, T0, meta_dict, reconcile, response_body, sse_body
 
 MODELS = sorted({price.pattern.rstrip("*") for price in BOOK.prices if price.pattern})
 
@@ -71,3 +75,110 @@ def test_streamed_and_plain_charge_the_same(
         )
     assert charges[0] == charges[1]
     assert charges[0] is None or isinstance(charges[0], int)
+
+
+def _shaped(shape: str, prompt: int, completion: int, cached: int, reasoning: int) -> dict:
+    """One call's usage as each provider family writes it (tests/fixtures/providers for sources)."""
+    if shape == "deepseek":
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_cache_hit_tokens": cached,
+            "prompt_cache_miss_tokens": prompt - cached,
+        }
+    if shape == "anthropic":
+        return {
+            "input_tokens": prompt - cached,
+            "cache_read_input_tokens": cached,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": completion,
+        }
+    if shape == "reasoning_apart":  # xAI: reasoning beside completion, counted in the total
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion + reasoning,
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": reasoning},
+        }
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion + reasoning,
+        "total_tokens": prompt + completion + reasoning,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    model=st.sampled_from(MODELS),
+    shape=st.sampled_from(["openai", "deepseek", "anthropic", "reasoning_apart", "groq"]),
+    prompt=st.integers(0, 200_000),
+    completion=st.integers(0, 50_000),
+    reasoning=st.integers(0, 50_000),
+    cached_share=st.integers(0, 100),
+)
+def test_provider_shapes_charge_the_same_streamed_and_plain(
+    session: Session,
+    model: str,
+    shape: str,
+    prompt: int,
+    completion: int,
+    reasoning: int,
+    cached_share: int,
+) -> None:
+    """Each provider family's usage shape, streamed (Groq: in ``x_groq.usage`` on the finish chunk)
+    and not, settles at the same charge as the same counts in OpenAI's shape."""
+
+    cached = prompt * cached_share // 100
+    if shape in ("deepseek", "anthropic"):
+        reasoning = 0
+    block = _shaped(shape, prompt, completion, cached, reasoning)
+    provider = "xai" if shape == "reasoning_apart" else shape
+    tag = uuid.uuid4().hex[:10]
+    charges = []
+    for stream in (True, False):
+        data = meta_dict(stream=stream, model=model, created_at=T0, provider=provider)
+        data["request_id"] = f"shape-{tag}-{stream}"
+        meta = request_from_dict(data)
+        if stream:
+            frames = sse_body("Same words.", None if shape == "groq" else block, model=model)
+            if shape == "groq":
+                finish = orjson.loads(frames[-2][6:])
+                finish["x_groq"] = {"id": "req_x", "usage": block}
+                frames[-2] = b"data: " + orjson.dumps(finish) + b"\n\n"
+            result = reconcile_stream(meta, frames, BOOK)
+        else:
+            result = reconcile_response(
+                meta, 200, response_body("Same words.", block, model=model), BOOK
+            )
+        assert result.outcome is Outcome.SETTLED, (shape, result.reason, result.usage_problem)
+        usage = result.usage
+        assert usage is not None
+        assert (usage.prompt_tokens, usage.cached_tokens) == (prompt, cached)
+        assert usage.completion_tokens == completion + reasoning
+        effect = apply_result(session, result, now=T0, grace=timedelta(hours=1))
+        if result.charge_micros is None:
+            assert effect == "unsettled"
+            charges.append(None)
+            continue
+        assert effect == "settled"
+        charges.append(
+            session.scalar(
+                select(UsageRecord.charge_micros)
+                .join(Reservation, Reservation.id == UsageRecord.reservation_id)
+                .where(Reservation.request_id == data["request_id"])
+            )
+        )
+    plain = {"prompt_tokens": prompt, "completion_tokens": completion + reasoning}
+    plain["prompt_tokens_details"] = {"cached_tokens": cached}
+    assert charges[0] == charges[1]
+    canonical = usage_from_block(plain)
+    assert canonical is not None
+    assert charges[0] == BOOK.charge(model, canonical, T0, provider=provider)

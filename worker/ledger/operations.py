@@ -131,6 +131,15 @@ def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str
         # same request metadata): the report reads usage records without joining reservations.
         "model": result.model,
         "requested_at": result.created_at,
+        "cache_write_tokens": billed.cache_write_tokens,
+        "audio_prompt_tokens": billed.audio_prompt_tokens,
+        "audio_completion_tokens": billed.audio_completion_tokens,
+        "provider": result.provider,
+        "usage_shape": result.usage_shape,
+        "service_tier": result.service_tier,
+        "provider_cost_micros": (
+            None if result.provider_cost_micros is None else int(result.provider_cost_micros)
+        ),
     }
 
 

@@ -1,0 +1,57 @@
+"""The usage record keeps what the provider reported: the parts, the shape, the provider, its cost."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from models import Anomaly, Reservation, UsageRecord
+from worker.ledger.findings import record_findings
+from worker.ledger.operations import apply_result, hold
+
+from .shapes import AT, load, meta_of, reconcile
+
+
+def _apply(session: Session, name: str) -> UsageRecord:
+    result = reconcile(name)
+    meta = meta_of(load(name), name)
+    hold(session, meta, now=AT)
+    effect = apply_result(session, result, now=AT, grace=timedelta(hours=1))
+    record_findings(session, result, effect, salt="s", now=AT, meta=meta)
+    record = session.scalar(
+        select(UsageRecord)
+        .join(Reservation, Reservation.id == UsageRecord.reservation_id)
+        .where(Reservation.request_id == meta.request_id)
+    )
+    assert record is not None
+    return record
+
+
+def test_xai_usage_record(session: Session) -> None:
+    record = _apply(session, "xai/reasoning_apart_with_cost.json")
+    assert (record.charge_micros, record.provider_cost_micros) == (23286, 23286)
+    assert (record.provider, record.usage_shape) == ("xai", "reasoning_apart")
+    assert (record.completion_tokens, record.reasoning_tokens) == (4308, 2809)
+
+
+def test_openrouter_usage_record_and_drift_anomaly(session: Session) -> None:
+    record = _apply(session, "openrouter/usage_accounting.json")
+    assert (record.cache_write_tokens, record.provider_cost_micros) == (100, 950_000)
+    detail = session.scalar(
+        select(Anomaly.detail).where(
+            Anomaly.reservation_id == record.reservation_id, Anomaly.kind == "provider_cost_drift"
+        )
+    )
+    assert detail == "charged 612 micros, the provider reported 950000 (-99.94 %)"
+
+
+def test_anthropic_and_tier_columns(session: Session) -> None:
+    record = _apply(session, "anthropic/native_usage_passthrough.json")
+    assert (record.prompt_tokens, record.cached_tokens, record.cache_write_tokens) == (
+        10821,
+        9000,
+        1800,
+    )
+    assert _apply(session, "openai/chat_object_details.json").service_tier == "default"

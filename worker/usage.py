@@ -1,0 +1,364 @@
+"""Usage blocks: every shape a provider reports token counts in, read into one canonical ``Usage``.
+
+Pure; no IO. ``read_usage`` is the one place a usage block is read (the assembler only keeps the raw
+blocks). It decides which rule applies from the block's shape and the provider, never by guessing:
+
+* **openai** — ``prompt_tokens``, ``completion_tokens``, ``total_tokens`` and the ``*_details``
+  objects (cache reads, audio in; reasoning, audio out, predicted-output tokens). OpenAI, Azure,
+  Mistral, Together, Fireworks, vLLM (a cumulative block on every chunk: the last one is read),
+  Ollama, OpenRouter (``prompt_tokens_details.cache_write_tokens``, ``cost`` in USD) and Anthropic's
+  OpenAI-compatible endpoint all send it. Every detail is a part of its parent count.
+* **deepseek** — the openai shape plus ``prompt_cache_hit_tokens`` / ``prompt_cache_miss_tokens``
+  (hit + miss = prompt; hit is the cache read).
+* **groq** — the openai fields inside ``x_groq.usage`` on the final chunk, with or without a
+  top-level ``usage`` (both present: they must agree).
+* **anthropic** — ``input_tokens`` (the uncached part only), ``cache_creation_input_tokens``,
+  ``cache_read_input_tokens``, ``output_tokens``, as gateways pass Anthropic's block through.
+* **reasoning_apart** — the openai fields from a provider that counts reasoning *outside*
+  ``completion_tokens`` (Gemini's and xAI's OpenAI-compatible endpoints): ``total_tokens`` =
+  prompt + completion + reasoning, the reasoning stated in ``reasoning_tokens`` (xAI) or only in
+  the total (Gemini). Normalised into the canonical convention: reasoning is part of completion.
+
+A block is *implausible* (never billed) when a count is missing, negative, fractional, not a number,
+a part larger than its whole, or the counts pass the call's bound (the model's context window times
+its choices). It is *inconsistent* when ``total_tokens`` disagrees with its parts and no rule above
+explains it; the larger reading is kept so the exposure can be priced at it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from typing import Any
+
+from worker.money import Micros, round_half_up
+from worker.result import Usage
+
+# The usage record's token columns are INTEGER: no count beyond this is ever billed.
+TOKEN_COLUMN_MAX = 2**31 - 1
+# The bound per choice when the price book does not know the model's context window.
+DEFAULT_TOKENS_PER_CHOICE = 10**8
+# The provider's own cost is kept only within this (one million USD): anything larger is not a cost.
+MAX_PROVIDER_COST_MICROS = 10**12
+XAI_TICKS_PER_MICRO = 10_000  # xAI: 1 USD = 10^10 ticks (docs.x.ai, "Cost Tracking")
+# Where the gateway routed the call (request ``provider``), as the usage rules know it; LiteLLM's
+# provider names are accepted too.
+_FAMILIES = {
+    "gemini": "gemini",
+    "google": "gemini",
+    "vertex_ai": "gemini",
+    "xai": "xai",
+    "x-ai": "xai",
+    "grok": "xai",
+}
+# Without a provider, the vendor's own bare model names say where reasoning is counted.
+_MODEL_PREFIXES = (("gemini-", "gemini"), ("grok-", "xai"))
+
+
+class Shape(StrEnum):
+    OPENAI = "openai"
+    DEEPSEEK = "deepseek"
+    GROQ = "groq"
+    ANTHROPIC = "anthropic"
+    REASONING_APART = "reasoning_apart"
+
+
+class Verdict(StrEnum):
+    NONE = "none"  # no usage block came
+    BILLABLE = "billable"
+    IMPLAUSIBLE = "implausible"
+    INCONSISTENT = "inconsistent"
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What a call's usage blocks say. ``usage`` is set when billable; ``larger`` is the larger of
+    two disagreeing readings (inconsistent only); ``problem`` says why a block cannot be billed."""
+
+    verdict: Verdict
+    usage: Usage | None = None
+    shape: Shape | None = None
+    problem: str | None = None
+    larger: Usage | None = None
+    provider_cost_micros: Micros | None = None
+
+    @property
+    def came(self) -> bool:
+        return self.verdict is not Verdict.NONE
+
+
+NO_USAGE = Reading(Verdict.NONE)
+
+
+class _Problem(Exception):
+    """A block that cannot be billed; the message is the sentence ``billing show`` prints."""
+
+
+class _Disagreement(Exception):
+    def __init__(self, problem: str, parts: Usage, larger: Usage) -> None:
+        super().__init__(problem)
+        self.parts = parts
+        self.larger = larger
+
+
+def usage_family(provider: str | None, model: str | None) -> str | None:
+    """The usage rules' name for where a call ran: from the request's ``provider`` when given,
+    else from the vendor's bare model name; None for everything that follows OpenAI's counting."""
+    if provider:
+        return _FAMILIES.get(provider.strip().lower())
+    if model:
+        for prefix, family in _MODEL_PREFIXES:
+            if model.startswith(prefix):
+                return family
+    return None
+
+
+def bound_for(context_window: int | None, choices: int) -> int:
+    """The most tokens a call can have consumed and produced: its context window (or
+    ``DEFAULT_TOKENS_PER_CHOICE``) per choice, never more than a token column holds."""
+    per_choice = context_window if context_window and context_window > 0 else None
+    per_choice = per_choice or DEFAULT_TOKENS_PER_CHOICE
+    return min(per_choice * max(choices, 1), TOKEN_COLUMN_MAX)
+
+
+def read_usage(
+    block: object,
+    groq_block: object = None,
+    *,
+    provider: str | None = None,
+    model: str | None = None,
+    bound: int = TOKEN_COLUMN_MAX,
+) -> Reading:
+    """Read a call's usage: ``block`` is its last top-level ``usage`` object, ``groq_block`` its last
+    ``x_groq.usage``. Never raises."""
+    if block is None and groq_block is None:
+        return NO_USAGE
+    family = usage_family(provider, model)
+    try:
+        if block is None:
+            usage, shape = _read_block(groq_block, family, "x_groq.usage")
+            shape = Shape.GROQ
+        else:
+            usage, shape = _read_block(block, family, "usage")
+            if groq_block is not None:
+                groq, _ = _read_block(groq_block, family, "x_groq.usage")
+                if (groq.prompt_tokens, groq.completion_tokens) != (
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                ):
+                    raise _Disagreement(
+                        f"usage ({usage.prompt_tokens} + {usage.completion_tokens}) and x_groq.usage"
+                        f" ({groq.prompt_tokens} + {groq.completion_tokens}) disagree",
+                        usage,
+                        max(usage, groq, key=lambda u: (u.total_tokens, u.completion_tokens)),
+                    )
+                shape = Shape.GROQ
+        _check_bound(usage, bound)
+    except _Problem as problem:
+        return Reading(Verdict.IMPLAUSIBLE, problem=str(problem))
+    except _Disagreement as disagreement:
+        try:
+            _check_bound(disagreement.larger, bound)
+        except _Problem as problem:
+            return Reading(Verdict.IMPLAUSIBLE, problem=str(problem))
+        return Reading(
+            Verdict.INCONSISTENT,
+            problem=str(disagreement),
+            larger=disagreement.larger,
+            provider_cost_micros=_provider_cost(block),
+        )
+    return Reading(
+        Verdict.BILLABLE,
+        usage=usage,
+        shape=shape,
+        provider_cost_micros=_provider_cost(block if block is not None else groq_block),
+    )
+
+
+def _check_bound(usage: Usage, bound: int) -> None:
+    if usage.total_tokens > bound:
+        raise _Problem(
+            f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens exceed"
+            f" what the call can hold ({bound})"
+        )
+
+
+def _count(block: dict[str, Any], key: str, where: str, *, required: bool = False) -> int:
+    """A token count: a non-negative integer (an integral JSON number such as ``12.0`` too)."""
+    value = block.get(key)
+    if value is None:
+        if required:
+            raise _Problem(f"{where}.{key} is missing")
+        return 0
+    if type(value) is float and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    if type(value) is not int:
+        raise _Problem(f"{where}.{key} is not an integer count (got {value!r:.40})")
+    if value < 0:
+        raise _Problem(f"{where}.{key} is negative ({value})")
+    if value > TOKEN_COLUMN_MAX:
+        raise _Problem(f"{where}.{key} is beyond any call ({value})")
+    return value
+
+
+def _details(block: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    details = block.get(key)
+    if details is None:
+        return {}
+    if type(details) is not dict:
+        raise _Problem(f"{where}.{key} is not an object")
+    return details
+
+
+def _part(value: int, whole: int, name: str, whole_name: str) -> int:
+    if value > whole:
+        raise _Problem(f"{name} ({value}) exceed {whole_name} ({whole})")
+    return value
+
+
+def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, Shape]:
+    if type(block) is not dict:
+        raise _Problem(f"{where} is not an object")
+    if "prompt_tokens" not in block and ("input_tokens" in block or "output_tokens" in block):
+        return _read_anthropic(block, where), Shape.ANTHROPIC
+    prompt = _count(block, "prompt_tokens", where, required=True)
+    completion = _count(block, "completion_tokens", where, required=True)
+    total = block.get("total_tokens")
+    total = None if total is None else _count(block, "total_tokens", where)
+    prompt_details = _details(block, "prompt_tokens_details", where)
+    completion_details = _details(block, "completion_tokens_details", where)
+    pwhere, cwhere = where + ".prompt_tokens_details", where + ".completion_tokens_details"
+    cached = _count(prompt_details, "cached_tokens", pwhere)
+    cache_write = _count(prompt_details, "cache_write_tokens", pwhere)
+    if not cache_write:
+        # Gateways that pass Anthropic's cache write beside OpenAI's fields (LiteLLM).
+        cache_write = _count(block, "cache_creation_input_tokens", where)
+    audio_in = _part(_count(prompt_details, "audio_tokens", pwhere), prompt, "audio", "prompt")
+    shape = Shape.OPENAI
+    if "prompt_cache_hit_tokens" in block or "prompt_cache_miss_tokens" in block:
+        shape = Shape.DEEPSEEK
+        hit = _count(block, "prompt_cache_hit_tokens", where)
+        miss = _count(block, "prompt_cache_miss_tokens", where)
+        if "prompt_cache_miss_tokens" in block and hit + miss != prompt:
+            parts = Usage(hit + miss, completion, hit)
+            raise _Disagreement(
+                f"cache hit {hit} + miss {miss} != prompt_tokens {prompt}",
+                parts,
+                max(parts, Usage(prompt, completion, min(hit, prompt)), key=_size),
+            )
+        if cached and cached != hit:
+            raise _Problem(f"cached_tokens {cached} and prompt_cache_hit_tokens {hit} differ")
+        cached = hit
+    _part(cached + cache_write, prompt, "cache read + write tokens", "prompt_tokens")
+    reasoning = _count(completion_details, "reasoning_tokens", cwhere)
+    audio_out = _count(completion_details, "audio_tokens", cwhere)
+    for key in ("accepted_prediction_tokens", "rejected_prediction_tokens"):
+        _part(_count(completion_details, key, cwhere), completion, key, "completion_tokens")
+    apart = family in ("gemini", "xai") and (
+        (total is None and reasoning > 0)
+        or (total is not None and total != prompt + completion and total >= prompt + completion)
+    )
+    if apart:
+        shape = Shape.REASONING_APART
+        if total is not None and total == prompt + completion + reasoning:
+            pass  # reasoning stated and counted apart (xAI)
+        elif total is not None and reasoning == 0:
+            reasoning = total - prompt - completion  # reasoning only in the total (Gemini)
+        elif total is not None:
+            parts = Usage(prompt, completion + reasoning, cached, reasoning)
+            raise _Disagreement(
+                f"total_tokens {total} != prompt {prompt} + completion {completion}"
+                f" + reasoning {reasoning}",
+                parts,
+                _widened(parts, total),
+            )
+        completion += reasoning
+    else:
+        _part(reasoning, completion, "reasoning_tokens", "completion_tokens")
+        if total is not None and total != prompt + completion:
+            parts = Usage(prompt, completion, cached, reasoning)
+            raise _Disagreement(
+                f"total_tokens {total} != prompt {prompt} + completion {completion}",
+                parts,
+                _widened(parts, total),
+            )
+    _part(audio_out, completion, "audio", "completion")
+    usage = Usage(
+        prompt,
+        completion,
+        cached_tokens=cached,
+        reasoning_tokens=reasoning,
+        cache_write_tokens=cache_write,
+        audio_prompt_tokens=audio_in,
+        audio_completion_tokens=audio_out,
+    )
+    if usage.total_tokens > TOKEN_COLUMN_MAX:
+        raise _Problem(f"{usage.total_tokens} tokens are beyond any call")
+    return usage, shape
+
+
+def _read_anthropic(block: dict[str, Any], where: str) -> Usage:
+    uncached = _count(block, "input_tokens", where, required=True)
+    output = _count(block, "output_tokens", where, required=True)
+    write = _count(block, "cache_creation_input_tokens", where)
+    read = _count(block, "cache_read_input_tokens", where)
+    return Usage(uncached + write + read, output, cached_tokens=read, cache_write_tokens=write)
+
+
+def _size(usage: Usage) -> tuple[int, int]:
+    return (usage.total_tokens, usage.completion_tokens)
+
+
+def _widened(parts: Usage, total: int) -> Usage:
+    """The larger of the parts and the total: an excess in the total is read as completion, the
+    dearer kind, so the exposure is never priced below either reading."""
+    if total <= parts.total_tokens:
+        return parts
+    return replace(parts, completion_tokens=total - parts.prompt_tokens)
+
+
+def _provider_cost(block: object) -> Micros | None:
+    """The provider's own charge for the call, in micro-USD: OpenRouter's ``cost`` (USD; with a
+    bring-your-own key, ``cost_details.upstream_inference_cost``) or xAI's ``cost_in_usd_ticks``."""
+    if type(block) is not dict:
+        return None
+    ticks = block.get("cost_in_usd_ticks")
+    if type(ticks) is int and ticks >= 0:
+        amount = Decimal(ticks) / XAI_TICKS_PER_MICRO
+    else:
+        usd = block.get("cost")
+        details = block.get("cost_details")
+        if block.get("is_byok") is True and type(details) is dict:
+            usd = details.get("upstream_inference_cost")
+        if type(usd) not in (int, float) or isinstance(usd, bool):
+            return None
+        try:
+            amount = Decimal(repr(usd)) * 1_000_000
+        except InvalidOperation:
+            return None
+    if not amount.is_finite() or amount < 0 or amount > MAX_PROVIDER_COST_MICROS:
+        return None
+    return round_half_up(amount)
+
+
+def cost_drift_ppm(charge: int, provider_cost: int) -> int | None:
+    """(our charge - the provider's cost) / the provider's cost in parts per million, truncated
+    toward zero; None when the provider reported a cost of 0."""
+    if provider_cost <= 0:
+        return None
+    difference = (charge - provider_cost) * 1_000_000
+    magnitude = abs(difference) // provider_cost
+    return magnitude if difference >= 0 else -magnitude
+
+
+def cost_drifted(charge: int, provider_cost: int) -> bool:
+    """Past 1 % of the provider's cost, and more than the one micro-USD rounding can explain."""
+    gap = abs(charge - provider_cost)
+    return gap > 1 and gap * 100 > provider_cost
+
+
+def usage_from_block(block: object) -> Usage | None:
+    """One usage block's canonical counts, read by the rules that need no provider; None when it
+    is not a billable block."""
+    return read_usage(block).usage

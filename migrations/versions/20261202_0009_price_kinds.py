@@ -1,8 +1,9 @@
 """Prices per kind of token, per service tier and per provider; aliases, context limits, provenance.
 
-``pattern`` becomes ``model``: an exact name (rows written before this revision whose pattern ends in
-``*`` keep that text and so match no model: re-import them as names or aliases). Every existing row
-is an ``override`` row for any provider ('') and the default tier. The new price columns are NULL
+``pattern`` becomes ``model``: an exact name. Every existing row is an ``override`` row for any
+provider ('') and the default tier, except the prefix rows (a pattern ending in ``*``), which no
+longer price anything: they stay, as history, in layer ``retired``, which the book does not read
+(re-import their prices as exact names or aliases). The new price columns are NULL
 (a kind the row does not price); ``until``, the context limits and ``reason`` are NULL; ``source``
 is ''. The unique key becomes (layer, model, provider, tier, effective_from).
 
@@ -50,6 +51,7 @@ def upgrade() -> None:
             batch.add_column(sa.Column(limit, sa.BigInteger(), nullable=True))
         batch.add_column(sa.Column("source", sa.Text(), server_default="", nullable=False))
         batch.add_column(sa.Column("reason", sa.Text(), nullable=True))
+    op.execute("UPDATE prices SET layer = 'retired' WHERE model LIKE '%*'")
     with op.batch_alter_table("prices") as batch:
         batch.create_unique_constraint(
             NEW_KEY, ["layer", "model", "provider", "tier", "effective_from"]
@@ -59,6 +61,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     # Rows that differ only in what this revision added cannot share the old key: keep the
     # default-tier override row for any provider, which is what the old book could express.
+    op.execute("UPDATE prices SET layer = 'override' WHERE layer = 'retired'")
     op.execute(
         "DELETE FROM prices WHERE layer <> 'override' OR provider <> '' OR tier <> 'default'"
     )

@@ -50,9 +50,12 @@ def _price(row: PriceRow) -> Price:
 
 
 def stored_prices(session: Session) -> list[Price]:
-    """Every row of the ``prices`` table, as book rows."""
+    """Every row of the ``prices`` table, as book rows (not the ``retired`` prefix rows that
+    revision 0009 kept as history)."""
     rows = session.scalars(
-        select(PriceRow).order_by(
+        select(PriceRow)
+        .where(PriceRow.layer.in_([layer.value for layer in Layer]))
+        .order_by(
             PriceRow.model,
             PriceRow.layer,
             PriceRow.provider,

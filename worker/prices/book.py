@@ -3,8 +3,9 @@
 The rule, in the order it is applied (docs/operations.md, "Prices", says the same):
 
 1. **Name.** A call's model is priced only by rows that name it: a row's ``model`` or one of its
-   ``aliases``, exactly. A dated snapshot (``NAME-YYYY-MM-DD`` or ``NAME-MMDD``) that no row names is
-   priced by NAME's rows only when one of them says ``snapshots = true``. Nothing else matches: no
+   ``aliases``, exactly. A dated snapshot (``NAME-YYYY-MM-DD`` or ``NAME-MMDD``, a valid date) that
+   no row names is priced by the rows of model NAME (not an alias) only when one of them says
+   ``snapshots = true``. Nothing else matches: no
    prefixes, no case folding, so ``o3-mini`` is never priced as ``o3`` nor ``gpt-4o-audio-preview`` as
    ``gpt-4o``.
 2. **Layer.** ``override`` rows are looked at first; the ``list`` rows only when no override row
@@ -139,18 +140,16 @@ class PriceBook:
                 return name, f"{name} is the exact name of its rows"
             return canonical, f"{name} is an alias listed by the rows of {canonical}"
         base = snapshot_base(name)
-        if base is not None:
-            canonical = self._names.get(base)
-            if canonical is not None and canonical in self._snapshots:
-                return canonical, (
-                    f"{name} is a dated snapshot of {base}, and {canonical}'s rows say "
-                    "snapshots = true"
+        if base is not None and base in self._by_model:
+            if base in self._snapshots:
+                return (
+                    base,
+                    f"{name} is a dated snapshot of {base}, whose rows say snapshots = true",
                 )
-            if canonical is not None:
-                return None, (
-                    f"no row names {name}; it looks like a dated snapshot of {base}, but "
-                    f"{canonical}'s rows do not say snapshots = true"
-                )
+            return None, (
+                f"no row names {name}; it looks like a dated snapshot of {base}, but {base}'s "
+                "rows do not say snapshots = true"
+            )
         return None, f"no row names {name} (exact names and aliases only)"
 
     def _candidates(self, name: str, tier: str, provider: str | None) -> _Candidates:

@@ -178,12 +178,11 @@ def prices_from_litellm(
 ) -> LitellmFile:
     """Every row of a LiteLLM price file, in force from ``effective_from``.
 
-    ``providers`` keeps only entries of those ``litellm_provider`` values (None: all). Two entries
-    that give one model, provider and tier different prices are an error.
+    ``providers`` keeps only entries of those ``litellm_provider`` values (None: all). Distinct keys
+    give distinct rows: a key's provider prefix and the key itself cannot both name one row.
     """
     data = load_json(text, source)
     result = LitellmFile([])
-    seen: dict[tuple[object, ...], Price] = {}
     for key, entry in data.items():
         reason = skip_reason(key, entry)
         if (
@@ -195,16 +194,5 @@ def prices_from_litellm(
         if reason is not None:
             result.skipped[key] = reason
             continue
-        for price in entry_prices(key, entry, effective_from, source):
-            known = seen.get(price.key)
-            if known is not None:
-                if known.values() != price.values():
-                    raise PriceBookError(
-                        f"{source}: {key} and {known.source.removeprefix(source + ' ')} both price "
-                        f"{price.model} (provider {price.provider or 'any'}, tier {price.tier}), "
-                        "differently"
-                    )
-                continue
-            seen[price.key] = price
-            result.prices.append(price)
+        result.prices.extend(entry_prices(key, entry, effective_from, source))
     return result

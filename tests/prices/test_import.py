@@ -7,9 +7,13 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from freezegun import freeze_time
+from ledger.factories import make_meta, settled
 from sqlalchemy.orm import Session
 
 from worker.errors import PriceBookError
+from worker.ledger.balances import balance
+from worker.ledger.operations import apply_result, hold
 from worker.pipeline.pricing import PriceSource, effective_book, import_prices, stored_prices
 from worker.prices import Layer, Price
 from worker.prices.litellm import prices_from_litellm
@@ -107,3 +111,24 @@ def test_every_field_round_trips_exactly(session: Session) -> None:
 def test_a_price_above_the_bound_never_reaches_the_table() -> None:
     with pytest.raises(PriceBookError, match="above the bound of 10000"):
         prices_from_litellm(ONE_ROW.replace("2e-06", "1E+30"), "big.json", LATER)
+
+
+def test_a_price_change_at_midnight_bills_each_request_by_its_created_at(session: Session) -> None:
+    midnight = datetime(2025, 6, 2, tzinfo=UTC)
+    old = Price("m-large", datetime(2025, 1, 1, tzinfo=UTC), Decimal(1), Decimal("0.5"), Decimal(2))
+    new = Price("m-large", midnight, Decimal(3), Decimal("1.5"), Decimal(6))
+    import_prices(session, [old, new], now=NOW, backdate_reason="test history")
+    book = effective_book(session)
+    usage = Usage(prompt_tokens=1_000, completion_tokens=500, cached_tokens=200)
+    before, after = midnight - timedelta(microseconds=1), midnight
+    # Both results arrive after midnight: the price is the one in force when each request was made.
+    with freeze_time(midnight + timedelta(minutes=5)):
+        now = datetime.now(UTC)
+        for request_id, created_at in (("late-night", before), ("midnight", after)):
+            charge = book.charge("m-large", usage, created_at)
+            assert charge is not None
+            hold(session, make_meta(request_id, created_at=created_at), now=now)
+            result = settled(request_id, charge=int(charge), usage=usage, created_at=created_at)
+            assert apply_result(session, result, now=now, grace=timedelta(hours=1)) == "settled"
+    # 800 x 1 + 200 x 0.5 + 500 x 2 = 1900; 800 x 3 + 200 x 1.5 + 500 x 6 = 5700
+    assert balance(session, "acct-1").charged == 1900 + 5700

@@ -112,3 +112,20 @@ def test_import_refuses_the_past_without_a_reason_and_absurd_prices(
     assert "prefix patterns" in runner.invoke(main, ["prices", "import", str(prefix)]).stderr
     missing = runner.invoke(main, ["prices", "import", str(tmp_path / "nope.toml")])
     assert missing.exit_code == 2 and missing.stderr.count("\n") == 1
+
+
+def test_which_reads_the_override_file_the_worker_reads(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    book = tmp_path / "negotiated.toml"
+    book.write_text(
+        '[[price]]\nmodel = "gpt-4o"\neffective_from = 2026-01-01T00:00:00Z\n'
+        'input = "2.00"\noutput = "8.00"\n'
+    )
+    monkeypatch.setenv("BILLING_PRICE_BOOK", str(book))
+    found = _which(runner, "gpt-4o", "--at", "2026-06-01T00:00:00Z")
+    assert (found["row"]["layer"], found["row"]["input"]) == ("override", "2.00")
+    assert _which(runner, "gpt-4o-mini")["row"]["layer"] == "list"  # the list still applies
+    book.write_text('[[price]]\nmodel = "x"\ninput = "oops"\noutput = "1"\n')
+    broken = runner.invoke(main, ["prices", "which", "gpt-4o"])
+    assert broken.exit_code == 2 and "not a decimal" in broken.stderr

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from worker.cli import main
-from worker.cli.db import echo_json, fail, ledger_session
+from worker.cli.db import echo_json, fail, ledger_session, settings
 from worker.errors import BillingError
 from worker.pipeline.pricing import effective_book, import_prices, stored_prices
 from worker.prices import Price
@@ -30,6 +30,14 @@ def _time(value: str | None, option: str) -> datetime | None:
         return timestamp(value, option)
     except BillingError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _file_prices(command: str) -> list[Price]:
+    """The file rows the worker merges with (``BILLING_PRICE_BOOK`` or the bundled overrides)."""
+    try:
+        return file_prices(settings(command).price_book)
+    except BillingError as exc:
+        fail(command, str(exc))
 
 
 @main.group("prices")
@@ -87,8 +95,9 @@ def import_command(
         fail("prices import", f"{file}: not UTF-8 text")
     except BillingError as exc:
         fail("prices import", str(exc))
+    files = _file_prices("prices import")
     with ledger_session("prices import") as session:
-        plan = import_prices(session, prices, now=now, backdate_reason=reason)
+        plan = import_prices(session, prices, files=files, now=now, backdate_reason=reason)
     click.echo(
         f"imported {len(plan.new)} new prices ({plan.present} already present"
         + (f", {plan.backdated} backdated" if plan.backdated else "")
@@ -131,7 +140,7 @@ def list_command(with_files: bool, model: str | None, as_json: bool) -> None:
         prices = stored_prices(session)
     if with_files:
         stored = {p.key for p in prices}
-        prices = [p for p in file_prices() if p.key not in stored] + prices
+        prices = [p for p in _file_prices("prices list") if p.key not in stored] + prices
     prices.sort(key=lambda p: (p.model, p.layer, p.provider or "", p.tier, p.effective_from))
     rows = [_row(p) for p in prices if model is None or p.model == model]
     if as_json:
@@ -159,7 +168,7 @@ def which_command(
     """Which row prices MODEL, and why (or why it is unpriced), in the effective book."""
     when = _time(at, "--at") or datetime.now(UTC)
     with ledger_session("prices which") as session:
-        book = effective_book(session)
+        book = effective_book(session, settings("prices which").price_book)
     found = book.resolve(model, when, tier=tier, provider=provider)
     document = {
         "model": model,

@@ -124,7 +124,8 @@ class PriceBook:
         return list(self._prices)
 
     def name_conflicts(self) -> list[str]:
-        """Aliases claimed by two models, or naming another model's row: each one is unpriced."""
+        """Aliases claimed by two models (such a name is unpriced) or naming another model (that
+        model's own rows price the name); an import that adds one is refused."""
         return [
             f"{alias!r} is claimed by {', '.join(sorted(models))}"
             for alias, models in sorted(self._alias_conflicts.items())

@@ -1,16 +1,43 @@
-"""``billing prices``: import the TOML price book into the database, and list it."""
+"""``billing prices``: import rows into the effective-dated book, list them, say which row prices a call."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 
 from worker.cli import main
-from worker.cli.db import echo_json, fail, ledger_session
+from worker.cli.db import echo_json, fail, ledger_session, settings
 from worker.errors import BillingError
-from worker.ledger.pricebook import import_prices, list_prices
-from worker.prices import prices_from_toml
+from worker.pipeline.pricing import effective_book, import_prices, stored_prices
+from worker.prices import Price
+from worker.prices.bundled import file_prices, snapshot_info
+from worker.prices.litellm import prices_from_litellm
+from worker.prices.price import KINDS
+from worker.prices.toml_book import prices_from_toml, timestamp
+
+IMPORT_LEAD = timedelta(minutes=5)
+"""How far ahead an import's rows start by default: longer than a worker's price refresh (60 s), so
+no call is priced by a worker that has not read the new rows yet."""
+
+
+def _time(value: str | None, option: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return timestamp(value, option)
+    except BillingError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _file_prices(command: str) -> list[Price]:
+    """The file rows the worker merges with (``BILLING_PRICE_BOOK`` or the bundled overrides)."""
+    try:
+        return file_prices(settings(command).price_book)
+    except BillingError as exc:
+        fail(command, str(exc))
 
 
 @main.group("prices")
@@ -19,38 +46,103 @@ def prices_group() -> None:
 
 
 @prices_group.command("import")
+@click.option(
+    "--format",
+    "file_format",
+    type=click.Choice(["toml", "litellm"]),
+    default="toml",
+    show_default=True,
+    help="toml: the project's override rows; litellm: LiteLLM's model_prices_and_context_window.json.",
+)
+@click.option(
+    "--effective-from",
+    "effective_from",
+    metavar="TIME",
+    help="When the rows start (rows of a TOML file may give their own). Default: now + 5 minutes.",
+)
+@click.option(
+    "--backdate", is_flag=True, help="Allow rows that start in the past (needs --reason)."
+)
+@click.option("--reason", metavar="TEXT", help="Why rows are backdated; stored with each of them.")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-def import_command(file: Path) -> None:
-    """Add the prices of a TOML FILE; existing rows must be identical (prices are history)."""
+def import_command(
+    file_format: str,
+    effective_from: str | None,
+    backdate: bool,
+    reason: str | None,
+    file: Path,
+) -> None:
+    """Add the prices of FILE to the book. Prices are history: a stored row never changes, rows
+    dated in the past are refused unless --backdate --reason, and models FILE does not mention keep
+    their prices."""
+    if backdate != (reason is not None):
+        fail("prices import", "--backdate and --reason go together")
+    now = datetime.now(UTC)
+    start = _time(effective_from, "--effective-from") or now + IMPORT_LEAD
     try:
-        prices = prices_from_toml(file.read_text("utf-8"), str(file))
+        raw = file.read_bytes()
+        if file_format == "litellm":
+            parsed = prices_from_litellm(raw, file.name, start)
+            prices, skipped = parsed.prices, len(parsed.skipped)
+        else:
+            prices, skipped = (
+                prices_from_toml(raw.decode("utf-8"), str(file), default_from=start),
+                0,
+            )
     except OSError as exc:
         fail("prices import", f"{file}: {exc.strerror}")
     except UnicodeDecodeError:
         fail("prices import", f"{file}: not UTF-8 text")
     except BillingError as exc:
         fail("prices import", str(exc))
+    files = _file_prices("prices import")
     with ledger_session("prices import") as session:
-        added = import_prices(session, prices)
-    click.echo(f"imported {added} new prices ({len(prices) - added} already present)")
+        plan = import_prices(session, prices, files=files, now=now, backdate_reason=reason)
+    click.echo(
+        f"imported {len(plan.new)} new prices ({plan.present} already present"
+        + (f", {plan.backdated} backdated" if plan.backdated else "")
+        + (f", {skipped} entries of FILE not chat models with token prices" if skipped else "")
+        + ")"
+    )
+
+
+def _row(price: Price) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "model": price.model,
+        "aliases": list(price.aliases),
+        "snapshots": price.snapshots,
+        "layer": price.layer.value,
+        "provider": price.provider,
+        "tier": price.tier,
+        "effective_from": price.effective_from.isoformat(),
+        "until": None if price.until is None else price.until.isoformat(),
+    }
+    for kind in KINDS:
+        value = getattr(price, kind)
+        row[kind] = None if value is None else str(value)
+    row.update(
+        max_input_tokens=price.max_input_tokens,
+        max_output_tokens=price.max_output_tokens,
+        prompt_limit=price.prompt_limit,
+        source=price.source,
+        reason=price.reason,
+    )
+    return row
 
 
 @prices_group.command("list")
+@click.option("--all", "with_files", is_flag=True, help="The file rows too (list snapshot, TOML).")
+@click.option("--model", "model", metavar="NAME", help="Only rows of this model.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array.")
-def list_command(as_json: bool) -> None:
-    """Every price row, by model pattern and date."""
+def list_command(with_files: bool, model: str | None, as_json: bool) -> None:
+    """The imported rows (with --all, the effective book), by model, tier and date."""
     with ledger_session("prices list") as session:
-        prices = list_prices(session)
-    rows = [
-        {
-            "model": p.pattern,
-            "effective_from": p.effective_from.isoformat(),
-            "input": str(p.input),
-            "cached_input": str(p.cached_input),
-            "output": str(p.output),
-        }
-        for p in prices
-    ]
+        prices = stored_prices(session)
+    if with_files:
+        stored = {p.key for p in prices}
+        prices = [p for p in _file_prices("prices list") if p.key not in stored] + prices
+    prices.sort(key=lambda p: (p.model, p.layer, p.provider or "", p.tier, p.effective_from))
+    rows = [_row(p) for p in prices if model is None or p.model == model]
     if as_json:
         echo_json(rows)
         return
@@ -58,6 +150,50 @@ def list_command(as_json: bool) -> None:
         click.echo("no prices (billing prices import FILE)")
     for row in rows:
         click.echo(
-            f"{row['model']:<32} {row['effective_from']:<26} input {row['input']:>8}"
+            f"{row['model']:<32} {row['layer']:<8} {row['provider'] or 'any':<10} "
+            f"{row['tier']:<8} {row['effective_from']:<25}  input {row['input']:>8}"
             f"  cached {row['cached_input']:>8}  output {row['output']:>8}"
         )
+
+
+@prices_group.command("which")
+@click.argument("model")
+@click.option("--tier", metavar="TIER", help="The service tier the response reported.")
+@click.option("--provider", metavar="NAME", help="Where the gateway routed the call.")
+@click.option("--at", "at", metavar="TIME", help="The call's created_at (default: now).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def which_command(
+    model: str, tier: str | None, provider: str | None, at: str | None, as_json: bool
+) -> None:
+    """Which row prices MODEL, and why (or why it is unpriced), in the effective book."""
+    when = _time(at, "--at") or datetime.now(UTC)
+    with ledger_session("prices which") as session:
+        book = effective_book(session, settings("prices which").price_book)
+    found = book.resolve(model, when, tier=tier, provider=provider)
+    document = {
+        "model": model,
+        "tier": tier,
+        "provider": provider,
+        "at": when.isoformat(),
+        "priced": found.price is not None,
+        "why": found.why,
+        "row": None if found.price is None else _row(found.price),
+        "context_window": book.context_window(model, when),
+        "list_snapshot": snapshot_info().get("version"),
+    }
+    if as_json:
+        echo_json(document)
+        return
+    click.echo(f"{model}: {'priced' if found.price else 'UNPRICED'}")
+    click.echo(f"  why: {found.why}")
+    if found.price is not None:
+        row = document["row"]
+        kinds = "  ".join(f"{k} {row[k]}" for k in KINDS if row[k] is not None)
+        click.echo(f"  USD per 1M tokens: {kinds}")
+        missing = [k for k in ("cache_write", "audio_input", "audio_output") if row[k] is None]
+        if missing:
+            click.echo(f"  not priced (a call with these tokens is unpriced): {', '.join(missing)}")
+        if found.price.prompt_limit:
+            click.echo(f"  prompts over {found.price.prompt_limit} tokens are unpriced")
+    if document["context_window"]:
+        click.echo(f"  context window: {document['context_window']} tokens")

@@ -1,0 +1,24 @@
+"""The price book: rows, the rule that picks one, the one charge function, and the file formats.
+
+``price`` holds a row and its charge, ``book`` the rule that picks a row for a call, ``toml_book`` and
+``litellm`` the two file formats, ``bundled`` the default book, ``merge`` how imports join it and
+``snapshot`` the generator of the bundled list. All pure: the database side is
+``worker.pipeline.pricing``.
+"""
+
+from worker.prices.book import PriceBook, Resolution, normalize_provider, normalize_tier
+from worker.prices.bundled import load_price_book
+from worker.prices.price import MAX_PRICE, Layer, Price
+from worker.prices.toml_book import prices_from_toml
+
+__all__ = [
+    "MAX_PRICE",
+    "Layer",
+    "Price",
+    "PriceBook",
+    "Resolution",
+    "load_price_book",
+    "normalize_provider",
+    "normalize_tier",
+    "prices_from_toml",
+]

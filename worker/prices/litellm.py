@@ -1,0 +1,198 @@
+"""LiteLLM's ``model_prices_and_context_window.json``, read exactly, as ``list`` rows.
+
+Every number is parsed as a Decimal straight from the JSON text (``parse_float=Decimal``), never
+through a float, and converted from USD per token to USD per 1M tokens by moving the decimal point:
+``1.5e-07`` is exactly ``0.15``.
+
+Which entries become rows: ``mode`` ``chat`` or ``responses`` with both ``input_cost_per_token`` and
+``output_cost_per_token``; the others (embeddings, images, audio endpoints, per-second prices) are
+skipped and counted. A key ``PROVIDER/NAME`` whose first segment is its ``litellm_provider`` prices
+NAME for that provider only; any other key prices the model under its whole key for any provider
+(``gpt-4o`` is OpenAI's row, ``azure/gpt-4o`` Azure's).
+
+What one entry gives, per tier (default; ``_flex``, ``_priority``, ``_batches`` → flex, priority,
+batch when the entry states that tier's input and output prices):
+
+| LiteLLM key                                     | row field    |
+|-------------------------------------------------|--------------|
+| ``input_cost_per_token``                        | input        |
+| ``cache_read_input_token_cost`` (``input_cost_per_token_cache_hit``) | cached_input (else input) |
+| ``cache_creation_input_token_cost``             | cache_write  |
+| ``output_cost_per_token``                       | output       |
+| ``output_cost_per_reasoning_token``             | reasoning (else output) |
+| ``input_cost_per_audio_token``                  | audio_input  |
+| ``output_cost_per_audio_token``                 | audio_output |
+| ``max_input_tokens`` / ``max_output_tokens``    | context limits |
+| any ``*_above_NNNk_tokens`` key, ``tiered_pricing`` | prompt_limit: the lowest threshold |
+
+Prices LiteLLM keeps that the canonical usage cannot tell apart (1-hour cache writes, cached audio,
+image tokens) are not read: such calls are charged at the rates above.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from worker.errors import PriceBookError
+from worker.prices.book import normalize_provider
+from worker.prices.price import Layer, Price, check_price, plain
+
+MODES = frozenset({"chat", "responses"})
+TIERS = {"": "default", "_flex": "flex", "_priority": "priority", "_batches": "batch"}
+NOT_MODELS = frozenset({"sample_spec", "_snapshot"})
+_THRESHOLD = re.compile(r"_above_(\d+)k_tokens")
+_MILLION = 6
+
+
+@dataclass
+class LitellmFile:
+    """The rows of one file, and what was skipped (entry key → why)."""
+
+    prices: list[Price]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def _reject_constant(name: str) -> Any:
+    raise PriceBookError(f"not a number the book accepts: {name}")
+
+
+def load_json(text: str | bytes, source: str) -> dict[str, Any]:
+    """The file as a dict, numbers as Decimal or int (never float); NaN and Infinity refused."""
+    try:
+        data = json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise PriceBookError(f"{source}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise PriceBookError(f"{source}: expected a JSON object of models")
+    return data
+
+
+def _per_million(entry: dict[str, Any], key: str, where: str) -> Decimal | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Decimal | int):
+        raise PriceBookError(f"{where}: {key} must be a number, got {value!r}")
+    return plain(check_price(Decimal(value).scaleb(_MILLION), f"{where}: {key} (per 1M tokens)"))
+
+
+def _count(entry: dict[str, Any], key: str) -> int | None:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
+
+
+def _prompt_limit(entry: dict[str, Any]) -> int | None:
+    limits = [int(m[1]) * 1000 for key in entry if (m := _THRESHOLD.search(key))]
+    tiers = entry.get("tiered_pricing")
+    if isinstance(tiers, list):
+        for band in tiers:
+            bounds = band.get("range") if isinstance(band, dict) else None
+            if isinstance(bounds, list) and bounds:
+                for bound in bounds:
+                    if (
+                        isinstance(bound, Decimal | int)
+                        and not isinstance(bound, bool)
+                        and bound > 0
+                    ):
+                        limits.append(int(bound))
+    return min(limits) if limits else None
+
+
+def model_and_provider(key: str, provider: str) -> tuple[str, str | None]:
+    """``azure/gpt-4o`` (provider azure) → (``gpt-4o``, ``azure``); ``gpt-4o`` → (``gpt-4o``, None)."""
+    head, _, rest = key.partition("/")
+    if rest and head == provider:
+        return rest, normalize_provider(provider)
+    return key, None
+
+
+def entry_prices(
+    key: str, entry: dict[str, Any], effective_from: datetime, source: str
+) -> list[Price]:
+    """The rows of one LiteLLM entry (one per tier it prices); raises ``PriceBookError`` on a value
+    the book refuses (a negative or absurd price), naming the entry and the key."""
+    where = f"{source}: {key}"
+    provider = entry.get("litellm_provider")
+    if not isinstance(provider, str) or not provider:
+        raise PriceBookError(f"{where}: litellm_provider must be a name")
+    model, row_provider = model_and_provider(key, provider)
+    common = {
+        "model": model,
+        "effective_from": effective_from,
+        "provider": row_provider,
+        "layer": Layer.LIST,
+        "max_input_tokens": _count(entry, "max_input_tokens"),
+        "max_output_tokens": _count(entry, "max_output_tokens"),
+        "prompt_limit": _prompt_limit(entry),
+        "source": f"{source} {key}",
+    }
+    rows = []
+    for suffix, tier in TIERS.items():
+        inp = _per_million(entry, f"input_cost_per_token{suffix}", where)
+        out = _per_million(entry, f"output_cost_per_token{suffix}", where)
+        if inp is None or out is None:
+            continue
+        cached = _per_million(entry, f"cache_read_input_token_cost{suffix}", where)
+        if cached is None and not suffix:
+            cached = _per_million(entry, "input_cost_per_token_cache_hit", where)
+        rows.append(
+            Price(
+                input=inp,
+                cached_input=inp if cached is None else cached,
+                output=out,
+                cache_write=_per_million(entry, f"cache_creation_input_token_cost{suffix}", where),
+                reasoning=_per_million(entry, f"output_cost_per_reasoning_token{suffix}", where),
+                audio_input=_per_million(entry, f"input_cost_per_audio_token{suffix}", where),
+                audio_output=_per_million(entry, f"output_cost_per_audio_token{suffix}", where),
+                tier=tier,
+                **common,  # type: ignore[arg-type]
+            )
+        )
+    return rows
+
+
+def skip_reason(key: str, entry: Any) -> str | None:
+    """Why an entry gives no rows (None: it gives some)."""
+    if key in NOT_MODELS or not isinstance(entry, dict):
+        return "not a model"
+    if entry.get("mode") not in MODES:
+        return f"mode {entry.get('mode')!r}"
+    if entry.get("input_cost_per_token") is None or entry.get("output_cost_per_token") is None:
+        return "no per-token input and output price"
+    return None
+
+
+def prices_from_litellm(
+    text: str | bytes,
+    source: str,
+    effective_from: datetime,
+    *,
+    providers: frozenset[str] | None = None,
+) -> LitellmFile:
+    """Every row of a LiteLLM price file, in force from ``effective_from``.
+
+    ``providers`` keeps only entries of those ``litellm_provider`` values (None: all). Distinct keys
+    give distinct rows: a key's provider prefix and the key itself cannot both name one row.
+    """
+    data = load_json(text, source)
+    result = LitellmFile([])
+    for key, entry in data.items():
+        reason = skip_reason(key, entry)
+        if (
+            reason is None
+            and providers is not None
+            and entry.get("litellm_provider") not in providers
+        ):
+            reason = f"provider {entry.get('litellm_provider')!r} not selected"
+        if reason is not None:
+            result.skipped[key] = reason
+            continue
+        result.prices.extend(entry_prices(key, entry, effective_from, source))
+    return result

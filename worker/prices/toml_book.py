@@ -1,0 +1,165 @@
+"""The project's own price book format: ``[[price]]`` tables in TOML, for overrides and negotiated prices.
+
+Every row of a TOML book is an ``override`` row. Keys (USD per 1M tokens as decimal strings):
+
+    model = "gpt-4o"                 # exact name (required)
+    aliases = ["gpt-4o-latest"]      # other exact names priced the same
+    snapshots = false                # true: NAME-YYYY-MM-DD / NAME-MMDD cost the same as NAME
+    provider = "azure"               # only calls routed there (default: any provider)
+    tier = "flex"                    # service tier (default: "default")
+    effective_from = 2025-06-10T00:00:00Z
+    until = 2026-01-01T00:00:00Z     # exclusive end (default: none)
+    input = "2.50"                   # required
+    cached_input = "1.25"            # default: input
+    cache_write = "3.125"            # default: none (calls with cache writes are unpriced)
+    output = "10.00"                 # required
+    reasoning = "10.00"              # default: output
+    audio_input = "40.00"            # default: none (calls with audio input are unpriced)
+    audio_output = "80.00"           # default: none
+    max_input_tokens = 128000        # context limits, when known
+    max_output_tokens = 16384
+    prompt_limit = 200000            # longest prompt these prices hold for
+
+An unknown key is an error (a misspelt ``cached_inputs`` must not silently bill at ``input``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from worker.errors import PriceBookError
+from worker.prices.book import normalize_provider, normalize_tier
+from worker.prices.price import Layer, Price, check_price, plain
+
+_PRICES = (
+    "input",
+    "cached_input",
+    "cache_write",
+    "output",
+    "reasoning",
+    "audio_input",
+    "audio_output",
+)
+_COUNTS = ("max_input_tokens", "max_output_tokens", "prompt_limit")
+KEYS = frozenset(
+    {"model", "aliases", "snapshots", "provider", "tier", "effective_from", "until"}
+    | set(_PRICES)
+    | set(_COUNTS)
+)
+
+
+def _decimal(entry: dict[str, Any], key: str, where: str) -> Decimal:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise PriceBookError(f'{where}: {key} must be a decimal string such as "2.50"')
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise PriceBookError(f"{where}: {key} is not a decimal: {value!r}") from None
+    return plain(check_price(amount, f"{where}: {key}"))
+
+
+def timestamp(value: Any, where: str) -> datetime:
+    """An aware UTC datetime from a TOML datetime or an RFC 3339 string (naive means UTC)."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise PriceBookError(f"{where}: not a timestamp: {value!r}") from None
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+    raise PriceBookError(f"{where}: must be an RFC 3339 timestamp")
+
+
+def _price(entry: Any, where: str, source: str, default_from: datetime) -> Price:
+    if not isinstance(entry, dict):
+        raise PriceBookError(f"{where}: expected a table")
+    unknown = sorted(set(entry) - KEYS)
+    if unknown:
+        raise PriceBookError(f"{where}: unknown key {unknown[0]!r}")
+    model = entry.get("model")
+    if not isinstance(model, str) or not model:
+        raise PriceBookError(f"{where}: model must be an exact model name")
+    aliases = entry.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise PriceBookError(f"{where}: aliases must be a list of names")
+    snapshots = entry.get("snapshots", False)
+    if not isinstance(snapshots, bool):
+        raise PriceBookError(f"{where}: snapshots must be true or false")
+    provider = entry.get("provider")
+    tier = entry.get("tier")
+    for name, value in (("provider", provider), ("tier", tier)):
+        if value is not None and not isinstance(value, str):
+            raise PriceBookError(f"{where}: {name} must be a name")
+    prices = {key: _decimal(entry, key, where) for key in _PRICES if key in entry}
+    for required in ("input", "output"):
+        if required not in prices:
+            raise PriceBookError(f'{where}: {required} must be a decimal string such as "2.50"')
+    counts = {}
+    for key in _COUNTS:
+        if key in entry:
+            value = entry[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PriceBookError(f"{where}: {key} must be an integer")
+            counts[key] = value
+    effective = entry.get("effective_from")
+    return Price(
+        model=model,
+        effective_from=default_from if effective is None else timestamp(effective, where),
+        input=prices["input"],
+        cached_input=prices.get("cached_input", prices["input"]),
+        output=prices["output"],
+        cache_write=prices.get("cache_write"),
+        reasoning=prices.get("reasoning"),
+        audio_input=prices.get("audio_input"),
+        audio_output=prices.get("audio_output"),
+        tier=normalize_tier(tier),
+        provider=normalize_provider(provider),
+        layer=Layer.OVERRIDE,
+        aliases=tuple(sorted(set(aliases))),
+        snapshots=snapshots,
+        until=None if entry.get("until") is None else timestamp(entry["until"], where),
+        source=source,
+        **counts,
+    )
+
+
+def prices_from_toml(
+    text: str, source: str = "price book", *, default_from: datetime | None = None
+) -> list[Price]:
+    """Parse a TOML price book; errors name the entry and the field.
+
+    A row without ``effective_from`` takes ``default_from`` (1970-01-01 when None: a file is a base
+    that applies to every call; ``billing prices import`` passes its own time).
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PriceBookError(f"{source}: not valid TOML: {exc}") from None
+    entries = data.get("price")
+    if not isinstance(entries, list) or not entries:
+        raise PriceBookError(f"{source}: expected one or more [[price]] tables")
+    start = default_from or datetime(1970, 1, 1, tzinfo=UTC)
+    prices: list[Price] = []
+    seen: set[tuple[object, ...]] = set()
+    for number, entry in enumerate(entries, start=1):
+        where = f"{source}: price #{number}"
+        try:
+            price = _price(entry, where, source, start)
+        except PriceBookError as exc:
+            message = str(exc)
+            raise PriceBookError(
+                message if message.startswith(where) else f"{where}: {message}"
+            ) from None
+        if price.key in seen:
+            raise PriceBookError(
+                f"{where}: duplicate {price.model} (tier {price.tier}, provider "
+                f"{price.provider or 'any'}) at {price.effective_from.isoformat()}"
+            )
+        seen.add(price.key)
+        prices.append(price)
+    return prices

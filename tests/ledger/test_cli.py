@@ -41,32 +41,6 @@ def _seed(tmp_path: Path) -> None:
     engine.dispose()
 
 
-def test_prices_import_and_list(runner: CliRunner, tmp_path: Path) -> None:
-    book = tmp_path / "prices.toml"
-    book.write_text(
-        '[[price]]\nmodel = "m*"\neffective_from = 2025-01-01T00:00:00Z\n'
-        'input = "1.25"\noutput = "10.00"\n'
-    )
-    result = runner.invoke(main, ["prices", "import", str(book)])
-    assert result.exit_code == 0, result.output
-    assert "imported 1 new" in result.output
-    assert "imported 0 new" in runner.invoke(main, ["prices", "import", str(book)]).output
-    listed = json.loads(runner.invoke(main, ["prices", "list", "--json"]).output)
-    assert listed == [
-        {
-            "model": "m*",
-            "effective_from": "2025-01-01T00:00:00+00:00",
-            "input": "1.25",
-            "cached_input": "1.25",
-            "output": "10.00",
-        }
-    ]
-    book.write_text(book.read_text().replace("10.00", "11.00"))
-    changed = runner.invoke(main, ["prices", "import", str(book)])
-    assert changed.exit_code == 2
-    assert changed.stderr.count("\n") == 1 and "history" in changed.stderr
-
-
 def test_prices_import_errors_are_one_line(runner: CliRunner, tmp_path: Path) -> None:
     missing = runner.invoke(main, ["prices", "import", str(tmp_path / "nope.toml")])
     assert missing.exit_code == 2 and missing.stderr.count("\n") == 1

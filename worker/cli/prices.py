@@ -39,7 +39,7 @@ def import_command(file: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON array.")
 def list_command(as_json: bool) -> None:
     """Every price row, by model pattern and date."""
-    with ledger_session("prices list") as session:
+    with ledger_session("prices list", readonly=True) as session:
         prices = list_prices(session)
     rows = [
         {

@@ -2,7 +2,8 @@
 
 Order: the database table (``billing prices import``) when it has rows, else the file named by
 ``BILLING_PRICE_BOOK``, else the bundled default. Re-read every ``refresh_seconds`` so an imported
-price takes effect without a restart.
+price takes effect without a restart, each time in a transaction of its own: give it read-only
+sessions (``session_factory(engine, readonly=True)``) so the read never waits for a writer on SQLite.
 """
 
 from __future__ import annotations

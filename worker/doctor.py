@@ -215,7 +215,7 @@ def check_database(ctx: Context) -> Iterator[Check]:
         )
         return
     try:
-        ctx.engine = make_engine(url)
+        ctx.engine = make_engine(url, readonly=True)
         with ctx.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except (SQLAlchemyError, ImportError) as exc:

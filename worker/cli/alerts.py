@@ -30,7 +30,7 @@ def alerts_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON array.")
 def list_command(status: str | None, limit: int, as_json: bool) -> None:
     """Outbox rows, newest first."""
-    with ledger_session("alerts list") as session:
+    with ledger_session("alerts list", readonly=True) as session:
         rows = listing(session, status=status, limit=limit)
     if as_json:
         echo_json(rows)
@@ -53,8 +53,9 @@ def deliver_command(no_send: bool) -> None:
     config = AlertConfig.from_settings(current)
     engine = database.make_engine(current.database_url)
     sessions = database.session_factory(engine)
+    prices = PriceSource(database.session_factory(engine, readonly=True), current.price_book)
     try:
-        book = PriceSource(sessions, current.price_book).current()
+        book = prices.current()
         pairs = run_pairing(sessions, current, book=book)
         run = run_alerts(sessions, config, send=not no_send)
     except SQLAlchemyError as exc:

@@ -14,7 +14,7 @@ from worker.ledger.balances import balance
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def balance_command(account: str, as_json: bool) -> None:
     """Available, held and charged for ACCOUNT, in micros and USD."""
-    with ledger_session("balance") as session:
+    with ledger_session("balance", readonly=True) as session:
         found = balance(session, account)
     amounts = {"available": found.available, "held": found.held, "charged": found.charged}
     if as_json:

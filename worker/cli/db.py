@@ -43,9 +43,11 @@ def settings(command: str) -> Settings:
 
 
 @contextmanager
-def ledger_session(command: str) -> Iterator[Session]:
-    """A session in one transaction for one command; errors end the command with status 2."""
-    engine = database.make_engine(settings(command).database_url)
+def ledger_session(command: str, *, readonly: bool = False) -> Iterator[Session]:
+    """A session in one transaction for one command; errors end the command with status 2.
+    ``readonly`` for a command that only reads: its transaction never holds a writer out
+    (``database.read_only``)."""
+    engine = database.make_engine(settings(command).database_url, readonly=readonly)
     try:
         with database.session_factory(engine)() as session, session.begin():
             yield session

@@ -136,7 +136,7 @@ def _row(price: Price) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON array.")
 def list_command(with_files: bool, model: str | None, as_json: bool) -> None:
     """The imported rows (with --all, the effective book), by model, tier and date."""
-    with ledger_session("prices list") as session:
+    with ledger_session("prices list", readonly=True) as session:
         prices = stored_prices(session)
     if with_files:
         stored = {p.key for p in prices}
@@ -167,7 +167,7 @@ def which_command(
 ) -> None:
     """Which row prices MODEL, and why (or why it is unpriced), in the effective book."""
     when = _time(at, "--at") or datetime.now(UTC)
-    with ledger_session("prices which") as session:
+    with ledger_session("prices which", readonly=True) as session:
         book = effective_book(session, settings("prices which").price_book)
     found = book.resolve(model, when, tier=tier, provider=provider)
     document = {

@@ -68,7 +68,7 @@ def _text(answer: dict[str, Any]) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def show_command(request_id: str, as_json: bool) -> None:
     """Everything the ledger knows about REQUEST_ID: status, usage, charge, entries, failure."""
-    with ledger_session("show") as session:
+    with ledger_session("show", readonly=True) as session:
         answer = show(session, request_id)
     if answer is None:
         fail("show", f"{request_id}: no such request")

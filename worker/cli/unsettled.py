@@ -31,7 +31,7 @@ def unsettled_group() -> None:
 @click.option("--all", "include_resolved", is_flag=True, help="Include resolved failures.")
 def list_command(as_json: bool, include_resolved: bool) -> None:
     """Open failures, oldest first."""
-    with ledger_session("unsettled list") as session:
+    with ledger_session("unsettled list", readonly=True) as session:
         rows = unsettled(session, include_resolved=include_resolved)
     if as_json:
         echo_json(rows)

@@ -1,11 +1,18 @@
 """Engines, sessions and schema migrations for PostgreSQL (production) and SQLite (embedded default).
 
 SQLite connections are set up on connect: WAL journal (readers never block the writer), a busy timeout
-(a second writer waits instead of failing at once) and foreign keys on. Every SQLite transaction starts
-with ``BEGIN IMMEDIATE``: the ledger reads a reservation and then writes, and a deferred transaction
-that tries to upgrade its read lock after another writer committed fails with SQLITE_BUSY at once,
-without waiting out the busy timeout. Taking the write lock at BEGIN turns that race into a wait.
-(It is also the documented way to get working SAVEPOINTs out of the ``sqlite3`` driver.)
+(a second writer waits instead of failing at once) and foreign keys on. Every SQLite transaction that
+may write starts with ``BEGIN IMMEDIATE``: the ledger reads a reservation and then writes, and a
+deferred transaction that tries to upgrade its read lock after another writer committed fails with
+SQLITE_BUSY at once, without waiting out the busy timeout. Taking the write lock at BEGIN turns that
+race into a wait. (It is also the documented way to get working SAVEPOINTs out of the ``sqlite3``
+driver.)
+
+Work that only reads (reports, the read-only commands, the worker's price book) goes through a
+*read-only* engine (``read_only``, or ``readonly=True`` on ``make_engine`` / ``session_factory``):
+the same pool, whose transactions never take the write lock, so a long report never holds a writer
+out. SQLite begins them ``DEFERRED`` with ``PRAGMA query_only`` on (WAL gives the reader its snapshot
+beside the writer; a write is refused); PostgreSQL begins them ``READ ONLY``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from worker.config import ensure_sqlite_dir
 from worker.ledger import rollup
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Execution option of a read-only engine; the SQLite begin listener reads it.
+READ_ONLY = "billing_read_only"
 
 
 def normalize_url(url: str) -> str:
@@ -47,12 +56,29 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(connection: Any) -> None:
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    reading = bool(connection.get_execution_options().get(READ_ONLY))
+    # query_only belongs to the driver connection, which the pool hands to readers and writers in
+    # turn: set it whenever this transaction needs the other state than the connection last had.
+    info = connection.connection.info
+    if info.get(READ_ONLY, False) != reading:
+        connection.exec_driver_sql(f"PRAGMA query_only = {int(reading)}")
+        info[READ_ONLY] = reading
+    connection.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
+def read_only(engine: Engine) -> Engine:
+    """``engine`` for transactions that only read: the same pool and listeners, every transaction
+    begun ``DEFERRED`` with ``query_only`` (SQLite) or ``READ ONLY`` (PostgreSQL). It never waits
+    for the SQLite write lock nor holds a writer out; a write through it is refused."""
+    options: dict[str, Any] = {READ_ONLY: True}
+    if engine.dialect.name == "postgresql":
+        options["postgresql_readonly"] = True
+    return engine.execution_options(**options)
+
+
+def make_engine(url: str, *, readonly: bool = False, **kwargs: Any) -> Engine:
     """An engine for ``url`` with the per-engine settings above and the money rollup's queue
-    (``rollup.install``); creates a SQLite file's directory."""
+    (``rollup.install``); creates a SQLite file's directory. ``readonly``: ``read_only`` of it."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
         ensure_sqlite_dir(url)
@@ -63,12 +89,13 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         kwargs.setdefault("pool_pre_ping", True)
         engine = create_engine(url, **kwargs)
     rollup.install(engine)  # money_daily is written at COMMIT, in key order
-    return engine
+    return read_only(engine) if readonly else engine
 
 
-def session_factory(engine: Engine) -> sessionmaker[Session]:
-    """Sessions that do not expire objects on commit (the ledger returns plain values anyway)."""
-    return sessionmaker(engine, expire_on_commit=False)
+def session_factory(engine: Engine, *, readonly: bool = False) -> sessionmaker[Session]:
+    """Sessions that do not expire objects on commit (the ledger returns plain values anyway);
+    ``readonly``: on ``read_only(engine)``."""
+    return sessionmaker(read_only(engine) if readonly else engine, expire_on_commit=False)
 
 
 def script_location() -> Path:

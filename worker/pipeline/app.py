@@ -18,6 +18,7 @@ from worker.config import Settings
 settings = Settings.from_env()
 
 PARITY_INTERVAL_SECONDS = 60.0
+RETIRED_INTERVAL_SECONDS = 1.0
 ALERTS_INTERVAL_SECONDS = 30.0
 
 app = Celery("billing", broker=settings.broker_url, include=["worker.pipeline.tasks"])
@@ -35,6 +36,12 @@ app.conf.update(
                 "options": {"expires": 2.0},
             }
             for partition in range(settings.partitions)
+        },
+        # Streams a change of BILLING_PARTITIONS left behind: drained, then deleted (partitions.py).
+        "drain-retired": {
+            "task": "billing.drain_retired",
+            "schedule": RETIRED_INTERVAL_SECONDS,
+            "options": {"expires": 2 * RETIRED_INTERVAL_SECONDS},
         },
         "sweep": {
             "task": "billing.sweep",

@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from worker.pipeline import partitions
 from worker.pipeline.keys import Keys
 
 
@@ -35,6 +36,13 @@ class StreamBacklog:
     oldest_pending_deliveries: int | None
     """How often that entry was delivered; grows when every attempt is deferred."""
     consumers: int
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a drain has anything to do here: entries not yet delivered (or, when Redis
+        cannot tell the lag, any entries at all), or entries pending."""
+        undelivered = self.length > 0 if self.lag is None else self.lag > 0
+        return undelivered or self.pending > 0
 
 
 def _text(value: Any) -> str:
@@ -85,8 +93,11 @@ def stream_backlog(client: Any, stream: str, group: str) -> StreamBacklog:
 
 
 def read_backlog(client: Any, keys: Keys) -> list[StreamBacklog]:
-    """The backlog of every notification stream, in partition order."""
-    return [stream_backlog(client, stream, keys.group) for stream in keys.all_events()]
+    """The backlog of every notification stream: the configured partitions in order, then the
+    retired streams still there (``partitions``)."""
+    return [
+        stream_backlog(client, stream, keys.group) for stream in partitions.streams(client, keys)
+    ]
 
 
 def dead_letter_count(client: Any, keys: Keys) -> int:

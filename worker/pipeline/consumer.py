@@ -261,9 +261,11 @@ class Consumer:
         block_ms: int | None = 200,
         *,
         until_idle: bool = False,
+        stream: str | None = None,
     ) -> BatchStats:
         """Poll repeatedly for about ``seconds`` (``until_idle``: or until a read finds nothing);
-        what a Celery task runs each time it is called.
+        what a Celery task runs each time it is called. ``stream``: a notification stream by name
+        instead of the ``partition``'s (a retired one, ``worker.pipeline.partitions``).
 
         Pipelined: while one batch is applied (the database transaction, mostly a wait for
         PostgreSQL), the next is read and reconciled in a helper thread (Redis round trips and
@@ -272,7 +274,7 @@ class Consumer:
         commit; ``drain`` returns only once every batch it read has been applied. The helper
         thread touches Redis only: prices are read here, between transactions.
         """
-        stream = self.keys.events(partition)
+        stream = stream or self.keys.events(partition)
         total = BatchStats()
         deadline = time.monotonic() + seconds
         reader = self._reader()

@@ -9,6 +9,10 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
+# Notification streams of every partition count up to this one are found again by name after the
+# count changed (``worker.pipeline.partitions``); a larger configured count is probed in full.
+MAX_PARTITIONS = 256
+
 
 @dataclass(frozen=True, slots=True)
 class Keys:
@@ -32,7 +36,14 @@ class Keys:
         return self.events(self.partition(request_id))
 
     def all_events(self) -> list[str]:
+        """The notification streams of the configured partition count."""
         return [self.events(p) for p in range(self.partitions)]
+
+    def possible_events(self) -> list[str]:
+        """Every name a notification stream has under some partition count up to
+        ``MAX_PARTITIONS`` (or this one): ``<prefix>:events`` and ``<prefix>:events:<p>``."""
+        count = max(self.partitions, MAX_PARTITIONS)
+        return [f"{self.prefix}:events", *(f"{self.prefix}:events:{p}" for p in range(count))]
 
     @property
     def dead(self) -> str:

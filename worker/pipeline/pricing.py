@@ -5,6 +5,8 @@ bundled ``prices.toml``) and every row imported into the ``prices`` table (``bil
 import``), merged by ``worker.prices.merge``: an import adds to the book, it never hides the file rows
 of models it does not mention. Re-read every ``refresh_seconds``, so an imported price takes effect
 without a restart.
+Each read is a transaction of its own: give it read-only sessions (``session_factory(engine,
+readonly=True)``) so the read never waits for a writer on SQLite.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from worker.config import Settings
 from worker.ledger.database import make_engine, session_factory
 from worker.pipeline.consumer import Consumer
+from worker.pipeline.pricing import PriceSource
 from worker.pipeline.sweeper import Sweeper
 
 # CPython collects cyclic garbage every 700 net allocations by default. A batch allocates a few
@@ -74,6 +75,7 @@ class Runtime:
             session_factory(engine),
             settings,
             name=name,
+            prices=PriceSource(session_factory(engine, readonly=True), settings.price_book),
             recheck_seconds=settings.recheck_seconds,
         )
         return cls(os.getpid(), settings, client, engine, consumer, Sweeper(consumer))

@@ -29,6 +29,7 @@ from models.reservations import Reservation, Status
 from worker.errors import InputError
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, resolve_expired
+from worker.pipeline import partitions
 from worker.pipeline.consumer import Consumer, reconcile_call, reconcile_record
 from worker.pipeline.entries import MAX_ENTRIES, dead_letter_fields
 from worker.reconcile import reconcile_stream
@@ -84,9 +85,9 @@ class Sweeper:
         Safe point: below the oldest entry still pending in our group (delivered, not yet
         acknowledged: it may be claimed and redone), and never past the group's last delivered
         entry (what comes after has not been read). Other groups on the stream, if any, are
-        respected the same way.
+        respected the same way. Retired streams (``partitions``) are trimmed like partitions.
         """
-        for stream in self.keys.all_events():
+        for stream in partitions.streams(self.client, self.keys):
             try:
                 groups = self.client.xinfo_groups(stream)
             except redis.ResponseError:

@@ -14,8 +14,9 @@ from sqlalchemy.exc import OperationalError
 from worker import metrics
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
-from worker.pipeline import runtime
-from worker.pipeline.app import app
+from worker.pipeline import partitions, runtime
+from worker.pipeline.app import RETIRED_INTERVAL_SECONDS, app
+from worker.pipeline.backlog import stream_backlog
 
 log = logging.getLogger("worker.pipeline")
 
@@ -25,26 +26,56 @@ TRANSIENT = (
     redis.exceptions.ClusterError,
     OperationalError,
 )
+# A retired stream's drain is sent again at the next look if it expired unstarted.
+RETIRED_DRAIN_EXPIRES = 2 * RETIRED_INTERVAL_SECONDS
 
 
 @app.task(name="billing.drain")
-def drain(partition: int = 0) -> None:
+def drain(partition: int = 0, stream: str | None = None) -> None:
+    """Drain a partition for ``BILLING_DRAIN_MS``. Given ``stream`` (a retired one, sent by
+    ``drain_retired``): that stream, for as long at most, ending at the first read that finds
+    nothing."""
     rt = runtime.current()
+    name = stream or rt.consumer.keys.events(partition)
     try:
         stats = rt.consumer.drain(
-            partition, seconds=rt.settings.drain_ms / 1000, block_ms=rt.settings.block_ms
+            partition,
+            seconds=rt.settings.drain_ms / 1000,
+            block_ms=rt.settings.block_ms,
+            until_idle=stream is not None,
+            stream=stream,
         )
     except TRANSIENT as exc:
-        log.warning("drain of partition %s interrupted: %s", partition, type(exc).__name__)
+        log.warning("drain of %s interrupted: %s", name, type(exc).__name__)
         metrics.interrupted("drain")
         return
-    metrics.record_batch(rt.consumer.keys.events(partition), stats)
+    metrics.record_batch(name, stats)
     if stats.read:
         log.info(
-            "partition %s: read=%d held=%d settled=%d unsettled=%d void=%d dup=%d dead=%d deferred=%d",
-            partition, stats.read, stats.held, stats.settled, stats.unsettled, stats.voided,
+            "%s: read=%d held=%d settled=%d unsettled=%d void=%d dup=%d dead=%d deferred=%d",
+            name, stats.read, stats.held, stats.settled, stats.unsettled, stats.voided,
             stats.duplicates, stats.dead, stats.deferred,
         )  # fmt: skip
+
+
+@app.task(name="billing.drain_retired")
+def drain_retired() -> None:
+    """Find the notification streams the configured partitions do not name (``partitions``): send
+    a drain for each with work waiting, delete each that is drained and quiet."""
+    rt = runtime.current()
+    client, keys = rt.client, rt.consumer.keys
+    try:
+        for stream in partitions.retired(client, keys):
+            found = stream_backlog(client, stream, keys.group)
+            if found.waiting:
+                if not found.group:
+                    partitions.adopt(client, keys, stream)
+                drain.apply_async(kwargs={"stream": stream}, expires=RETIRED_DRAIN_EXPIRES)
+            elif partitions.retire(client, stream):
+                log.info("%s: drained and quiet, deleted", stream)
+    except TRANSIENT as exc:
+        log.warning("retired streams interrupted: %s", type(exc).__name__)
+        metrics.interrupted("drain")
 
 
 @app.task(name="billing.sweep")

@@ -101,7 +101,7 @@ def connect_args(url: str) -> dict[str, Any]:
 
 
 def run_report(url: str, spec: ReportSpec, *, progress: Progress | None = None) -> Report:
-    engine = make_engine(url, **connect_args(url))
+    engine = make_engine(url, readonly=True, **connect_args(url))
     try:
         with snapshot(engine) as conn:
             # PostgreSQL: drift runs on a second connection of the same snapshot, beside calls.
@@ -113,7 +113,7 @@ def run_report(url: str, spec: ReportSpec, *, progress: Progress | None = None) 
 
 def run_verify(url: str, spec: ReportSpec | None = None) -> tuple[int, list[MoneyDifference]]:
     """``verify_money`` in one snapshot: (keys compared, differences); read-only."""
-    engine = make_engine(url, **connect_args(url))
+    engine = make_engine(url, readonly=True, **connect_args(url))
     try:
         with snapshot(engine) as conn:
             return verify_money(conn, spec)

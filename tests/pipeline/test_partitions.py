@@ -1,0 +1,167 @@
+"""A change of ``BILLING_PARTITIONS`` strands nothing: retired streams are found, drained, deleted.
+
+Real Redis, both databases, the real Celery tasks run in this process (``task_always_eager``: the
+drain ``drain_retired`` sends runs at once). ``test_partitions_e2e.py`` does the same with real
+worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from models.reservations import Status
+from worker.config import Settings
+from worker.ledger.balances import balance
+from worker.pipeline import partitions, runtime, tasks
+from worker.pipeline.app import app
+from worker.pipeline.backlog import read_backlog
+from worker.pipeline.consumer import Consumer
+from worker.pipeline.keys import Keys
+from worker.pipeline.publisher import Publisher
+from worker.pipeline.sweeper import Sweeper
+
+from .test_consumer import frames, meta, play, status
+
+
+def publish(client: redis.Redis, prefix: str, partitions_: int, count: int) -> tuple[str, list]:
+    """``count`` complete calls (open, frames, close) as a gateway with ``partitions_`` writes them."""
+    publisher = Publisher(client, Keys(prefix, partitions_))
+    account = f"acct-{uuid.uuid4().hex[:8]}"
+    ids = []
+    for _ in range(count):
+        m = meta(account)
+        play(publisher, m, frames())
+        ids.append(m["request_id"])
+    return account, ids
+
+
+@pytest.fixture
+def worker_of(
+    redis_client: redis.Redis,
+    engine: Engine,
+    sessions: sessionmaker[Session],
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator:
+    """Install a worker runtime with ``partitions`` as this process's, with Celery eager."""
+    app.conf.update(task_always_eager=True)
+
+    def install(count: int) -> runtime.Runtime:
+        # sweep_idle_ms long: the sweeper must not rescue a held call whose close was stranded.
+        settings = Settings(
+            prefix=prefix, partitions=count, batch_size=20, drain_ms=100, block_ms=10,
+            sweep_idle_ms=3_600_000, claim_idle_ms=60_000,
+        )  # fmt: skip
+        consumer = Consumer(redis_client, sessions, settings, name="w1", recheck_seconds=0)
+        rt = runtime.Runtime(
+            os.getpid(), settings, redis_client, engine, consumer, Sweeper(consumer)
+        )
+        monkeypatch.setattr(runtime, "_current", rt)
+        return rt
+
+    try:
+        yield install
+    finally:
+        app.conf.update(task_always_eager=False)
+
+
+def run_worker(rt: runtime.Runtime, ticks: int = 3) -> None:
+    """What beat sends each second: a drain per configured partition, and ``drain_retired``."""
+    for _ in range(ticks):
+        for partition in range(rt.settings.partitions):
+            tasks.drain(partition)
+        tasks.drain_retired()
+
+
+def settled(sessions: sessionmaker[Session], ids: list[str]) -> set:
+    return {status(sessions, rid) for rid in ids}
+
+
+@pytest.mark.parametrize(("published", "configured"), [(4, 2), (1, 4), (4, 1), (2, 4)])
+def test_calls_published_under_another_partition_count_all_settle(
+    worker_of, redis_client, sessions, prefix, published: int, configured: int
+) -> None:
+    account, ids = publish(redis_client, prefix, published, 40)
+    rt = worker_of(configured)
+    run_worker(rt)
+    assert settled(sessions, ids) == {Status.SETTLED}
+    with sessions() as session:
+        assert balance(session, account).held == 0
+    for item in read_backlog(redis_client, rt.consumer.keys):
+        assert (item.lag, item.pending) in ((0, 0), (None, 0)), item
+    # Drained and acknowledged: the retired streams go once quiet (here: at once).
+    left = partitions.retired(redis_client, rt.consumer.keys)
+    assert all(partitions.retire(redis_client, stream, quiet_ms=0) for stream in left)
+    assert partitions.retired(redis_client, rt.consumer.keys) == []
+
+
+def test_retired_streams_are_found_by_name(redis_client, prefix) -> None:
+    for p in ("", ":1", ":3", ":255", ":256", "x"):  # 256: past MAX_PARTITIONS; x: no such name
+        redis_client.xadd(f"{prefix}:events{p}", {"kind": "open", "request_id": "r", "ts": 1})
+    keys = Keys(prefix, 2)
+    assert partitions.retired(redis_client, keys) == [
+        f"{prefix}:events",
+        f"{prefix}:events:3",
+        f"{prefix}:events:255",
+    ]
+    assert partitions.streams(redis_client, keys) == [
+        f"{prefix}:events:0",
+        f"{prefix}:events:1",
+        f"{prefix}:events",
+        f"{prefix}:events:3",
+        f"{prefix}:events:255",
+    ]
+    assert [item.stream for item in read_backlog(redis_client, keys)] == partitions.streams(
+        redis_client, keys
+    )
+
+
+def test_a_retired_stream_is_deleted_only_when_drained_and_quiet(redis_client, prefix) -> None:
+    keys = Keys(prefix, 1)
+    stream = f"{prefix}:events:2"
+    redis_client.xadd(stream, {"kind": "open", "request_id": "r1", "ts": 1})
+    assert not partitions.retire(redis_client, stream, quiet_ms=0)  # nobody read it yet
+    partitions.adopt(redis_client, keys, stream)
+    partitions.adopt(redis_client, keys, stream)  # a second sighting changes nothing
+    assert not partitions.retire(redis_client, stream, quiet_ms=0)  # not delivered yet
+    [(_, [(entry_id, _)])] = redis_client.xreadgroup(keys.group, "c", {stream: ">"})
+    assert not partitions.retire(redis_client, stream, quiet_ms=0)  # delivered, pending
+    redis_client.xack(stream, keys.group, entry_id)
+    assert not partitions.retire(redis_client, stream, quiet_ms=60_000)  # just written
+    assert partitions.retire(redis_client, stream, quiet_ms=0)
+    assert not redis_client.exists(stream)
+    assert not partitions.retire(redis_client, stream, quiet_ms=0)  # already gone
+
+
+def test_a_retired_stream_written_again_after_deletion_is_drained_again(
+    worker_of, redis_client, sessions, prefix
+) -> None:
+    """The process that drained it remembers its group; the group went with the stream."""
+    _, first = publish(redis_client, prefix, 4, 10)
+    rt = worker_of(2)
+    run_worker(rt, ticks=1)
+    for stream in partitions.retired(redis_client, rt.consumer.keys):
+        assert partitions.retire(redis_client, stream, quiet_ms=0)
+    _, again = publish(redis_client, prefix, 4, 10)  # a gateway still on the old count
+    run_worker(rt, ticks=2)
+    assert settled(sessions, first + again) == {Status.SETTLED}
+
+
+def test_the_sweeper_trims_retired_streams(worker_of, redis_client, sessions, prefix) -> None:
+    _, ids = publish(redis_client, prefix, 4, 20)
+    rt = worker_of(1)
+    run_worker(rt)
+    assert settled(sessions, ids) == {Status.SETTLED}
+    retired = partitions.retired(redis_client, rt.consumer.keys)
+    assert len(retired) == 4
+    assert sum(redis_client.xlen(stream) for stream in retired) == 40
+    rt.sweeper.run()
+    # Like a partition's: up to the last delivered entry, which stays.
+    assert [redis_client.xlen(stream) for stream in retired] == [1, 1, 1, 1]

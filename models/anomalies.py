@@ -23,6 +23,8 @@ class AnomalyKind(StrEnum):
     FOREIGN_CHUNKS = "foreign_chunks"  # objects other than chat.completion.chunk in the stream
     MIXED_IDS = "mixed_ids"  # chunks of more than one completion id in one stream
     CHARGE_ABOVE_HOLD = "charge_above_hold"  # the ledger posted a flagged true_up
+    # a second call was published under the request id of this one; it was dead-lettered, unbilled
+    REQUEST_ID_REUSED = "request_id_reused"
 
 
 ANOMALY_KINDS = tuple(str(kind) for kind in AnomalyKind)

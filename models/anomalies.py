@@ -28,6 +28,8 @@ class AnomalyKind(StrEnum):
     PROVIDER_COST_DRIFT = "provider_cost_drift"  # our charge and the provider's cost differ > 1 %
     IMPLAUSIBLE_USAGE = "implausible_usage"  # the usage block's problem, for ``billing show``
     INCONSISTENT_USAGE = "inconsistent_usage"  # the usage block's disagreement, likewise
+    # a second call was published under the request id of this one; it was dead-lettered, unbilled
+    REQUEST_ID_REUSED = "request_id_reused"
 
 
 ANOMALY_KINDS = tuple(str(kind) for kind in AnomalyKind)

@@ -30,6 +30,15 @@ class RequestMetaError(InputError):
     """The request metadata is missing a field or holds a wrong type."""
 
 
+class RequestIdReused(InputError):
+    """A call's request entry is not the one its reservation was recorded from: the gateway
+    published a second call under a request id already used (``request.request_digest``)."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__("request_id reused by a different call")
+        self.request_id = request_id
+
+
 class PriceBookError(InputError):
     """A price book file is malformed."""
 

@@ -2,10 +2,18 @@
 
 The same JSON object arrives as a ``billing replay --request`` file and as the ``kind=request`` entry of
 a call's Redis stream. Unknown keys are ignored so the gateway can add fields without a worker release.
+
+This is the boundary: every field that reaches a database column is checked here, once, against
+limits both engines hold (SQLite would store what PostgreSQL refuses), so a bad value is a
+``RequestMetaError`` naming the field, never a database error on a later retry. The limits are the
+constants below; docs/events.md states them for gateway authors.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +22,26 @@ import orjson
 
 from worker.errors import RequestMetaError
 from worker.money import Micros
+
+# request_id, account_id and model are VARCHAR(200) columns (reservations, accounts, money_daily).
+MAX_ID_CHARS = 200
+# Control characters (C0, DEL, C1) and unpaired surrogates: PostgreSQL refuses NUL in text and
+# psycopg cannot encode a surrogate; none belongs in an identifier, and an escape sequence in one
+# would reach operators' terminals through `billing show` and the reports.
+_NOT_IN_IDS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# The largest hold of one call: 10^12 micro-USD, one million USD. Holds are summed per account, day
+# and model (money_daily) and per ledger account; at this bound a BIGINT sum overflows only past
+# 9.2 million maximal holds in one of them, where 2^63 - 1 in a single hold overflowed at once.
+MAX_RESERVED_MICROS = 10**12
+# Calls of this century: a gateway clock outside it is broken, and every time the ledger derives
+# from created_at (its UTC day, a price's effective date, a day either side) stays far inside what
+# Python's datetime and both engines hold. The reports' "every call" window is the same.
+EARLIEST_CREATED_AT = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_CREATED_AT = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive
+# The most choices one request may ask for (OpenAI's own limit on n).
+MAX_CHOICES = 128
+# Optional integer fields travel on into the parity fingerprint: a signed 64-bit value each.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,22 +61,54 @@ class RequestMeta:
     seed: int | None = None
     idempotency_key: str | None = None
     provider: str | None = None  # where the gateway routed the call (``worker.usage`` rules)
+    # Which request entry this metadata came from (``request_digest``); None when it did not come
+    # from a call's stream (a replay file, a test). Stored on the reservation, never the prompt.
+    digest: str | None = None
+
+
+def request_digest(entry_id: bytes, meta: RequestMeta) -> str:
+    """The identity of one call's request entry: SHA-256 of its stream entry id and the fields its
+    reservation records. A redelivered notification reads the same entry and gets the same digest;
+    a second call published under the same request id is a new entry with another id (and usually
+    other fields). The prompt is left out: the digest is stored, and must reveal nothing of it."""
+    return _digest(
+        entry_id, meta.request_id, meta.account_id, meta.model, meta.stream,
+        meta.reserved_micros, meta.created_at,
+    )  # fmt: skip
+
+
+def _digest(
+    entry_id: bytes,
+    request_id: str,
+    account_id: str,
+    model: str,
+    stream: bool,
+    reserved: int,
+    created_at: datetime,
+) -> str:
+    # Identifiers hold no NUL (``_identifier``), so NUL separates the fields unambiguously.
+    text = f"{request_id}\x00{account_id}\x00{model}\x00{stream:d}\x00{reserved:d}\x00"
+    stamp = int(created_at.timestamp() * 1_000_000)
+    return hashlib.sha256(b"%b\x00%b%d" % (entry_id, text.encode(), stamp)).hexdigest()
 
 
 def parse_rfc3339(value: object, field: str = "created_at") -> datetime:
     """Parse an RFC 3339 timestamp into an aware UTC datetime; a naive one is taken as UTC."""
     if not isinstance(value, str) or not value:
-        raise RequestMetaError(f"{field}: expected an RFC 3339 string, got {value!r}")
+        raise RequestMetaError(f"{field}: expected an RFC 3339 string, got {value!r:.60}")
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        raise RequestMetaError(f"{field}: not an RFC 3339 timestamp: {value!r}") from None
+        raise RequestMetaError(f"{field}: not an RFC 3339 timestamp: {value!r:.60}") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 shifted past the calendar's ends
+        raise RequestMetaError(f"{field}: out of range: {value!r:.60}") from None
 
 
 def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -60,22 +120,71 @@ def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> A
     return value
 
 
-def _optional_int(data: dict[str, Any], key: str) -> int | None:
+def _optional_int(
+    data: dict[str, Any], key: str, low: int = INT64_MIN, high: int = INT64_MAX
+) -> int | None:
     value = data.get(key)
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
         raise RequestMetaError(f"{key}: expected an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise RequestMetaError(f"{key}: must be between {low} and {high}")
     return value
 
 
-def request_from_dict(data: object) -> RequestMeta:
-    """Validate a decoded metadata object; raises ``RequestMetaError`` naming the bad field."""
+MAX_PROVIDER_CHARS = 64  # usage_records.provider is VARCHAR(64)
+
+
+def _identifier(data: dict[str, Any], key: str) -> str:
+    """A non-empty string of at most ``MAX_ID_CHARS`` characters with no control character."""
+    value = _require(data, key, str)
+    if not value:
+        raise RequestMetaError(f"{key}: empty")
+    if len(value) > MAX_ID_CHARS:
+        raise RequestMetaError(f"{key}: longer than {MAX_ID_CHARS} characters")
+    if _NOT_IN_IDS.search(value):
+        raise RequestMetaError(f"{key}: holds a control character or an unpaired surrogate")
+    return value
+
+
+def check_identifier(value: str, key: str) -> str:
+    """``value`` if it is a usable identifier (as ``request_id`` in the metadata), else raise
+    ``RequestMetaError``: the notifications' request ids follow the same rule."""
+    return _identifier({key: value}, key)
+
+
+def _created_at(data: dict[str, Any]) -> datetime:
+    created_at = parse_rfc3339(data.get("created_at"))
+    if not EARLIEST_CREATED_AT <= created_at < LATEST_CREATED_AT:
+        raise RequestMetaError(
+            f"created_at: outside {EARLIEST_CREATED_AT.year} to {LATEST_CREATED_AT.year - 1}"
+        )
+    return created_at
+
+
+def _temperature(data: dict[str, Any]) -> float | None:
+    value = data.get("temperature")
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise RequestMetaError("temperature: expected a number")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        finite = False
+    if not finite:
+        raise RequestMetaError("temperature: must be finite")
+    return value
+
+
+def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMeta:
+    """Validate a decoded metadata object; raises ``RequestMetaError`` naming the bad field.
+
+    ``entry_id``: the id of the stream entry it was read from, which sets ``digest``."""
     if not isinstance(data, dict):
         raise RequestMetaError(f"request metadata must be a JSON object, not {type(data).__name__}")
-    request_id = _require(data, "request_id", str)
-    if not request_id:
-        raise RequestMetaError("request_id: empty")
+    request_id = _identifier(data, "request_id")
     stream = _require(data, "stream", bool)
     include_usage = data.get("include_usage")
     if include_usage is None:
@@ -89,50 +198,52 @@ def request_from_dict(data: object) -> RequestMeta:
     reserved = _require(data, "reserved_micros", int)
     if reserved < 0:
         raise RequestMetaError("reserved_micros: must not be negative")
+    if reserved > MAX_RESERVED_MICROS:
+        raise RequestMetaError(f"reserved_micros: more than {MAX_RESERVED_MICROS}")
     messages = data.get("messages") or []
     tools = data.get("tools") or []
     if not isinstance(messages, list):
         raise RequestMetaError("messages: expected a list")
     if not isinstance(tools, list):
         raise RequestMetaError("tools: expected a list")
-    n = _optional_int(data, "n")
-    n = 1 if n is None else n
-    if n < 1:
-        raise RequestMetaError("n: must be at least 1")
-    temperature = data.get("temperature")
-    if temperature is not None and (
-        not isinstance(temperature, int | float) or isinstance(temperature, bool)
-    ):
-        raise RequestMetaError("temperature: expected a number")
+    n = _optional_int(data, "n", 1, MAX_CHOICES)
     key = data.get("idempotency_key")
     if key is not None and not isinstance(key, str):
         raise RequestMetaError("idempotency_key: expected a string")
     provider = data.get("provider")
-    if provider is not None and (not isinstance(provider, str) or not 0 < len(provider) <= 64):
-        raise RequestMetaError("provider: expected a string of 1 to 64 characters")
+    if provider is not None:
+        provider = _identifier(data, "provider")
+        if len(provider) > MAX_PROVIDER_CHARS:
+            raise RequestMetaError(f"provider: longer than {MAX_PROVIDER_CHARS} characters")
+    account_id = _identifier(data, "account_id")
+    model = _identifier(data, "model")
+    created_at = _created_at(data)
     return RequestMeta(
         request_id=request_id,
-        account_id=_require(data, "account_id", str),
-        model=_require(data, "model", str),
+        account_id=account_id,
+        model=model,
         stream=stream,
         include_usage=include_usage,
         reserved_micros=Micros(reserved),
-        created_at=parse_rfc3339(data.get("created_at")),
+        created_at=created_at,
         messages=tuple(messages),
         tools=tuple(tools),
-        n=n,
-        max_tokens=_optional_int(data, "max_tokens"),
-        temperature=temperature,
+        n=1 if n is None else n,
+        max_tokens=_optional_int(data, "max_tokens", 0),
+        temperature=_temperature(data),
         seed=_optional_int(data, "seed"),
         idempotency_key=key,
         provider=provider,
+        digest=None
+        if entry_id is None
+        else _digest(entry_id, request_id, account_id, model, stream, reserved, created_at),
     )
 
 
-def parse_request(raw: bytes | str) -> RequestMeta:
-    """Decode and validate request metadata JSON."""
+def parse_request(raw: bytes | str, entry_id: bytes | None = None) -> RequestMeta:
+    """Decode and validate request metadata JSON (``entry_id``: see ``request_from_dict``)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise RequestMetaError(f"request metadata is not JSON: {exc}") from None
-    return request_from_dict(data)
+    return request_from_dict(data, entry_id)

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0008"
-down_revision: str | None = "0005"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -36,6 +36,7 @@ OLD_KINDS = (
     "foreign_chunks",
     "mixed_ids",
     "charge_above_hold",
+    "request_id_reused",  # 0006
 )
 NEW_KINDS = (
     *OLD_KINDS,

@@ -31,7 +31,12 @@ from sqlalchemy.orm import Session
 from models import Kind, LedgerKind, Status
 from worker.errors import LedgerError
 from worker.ledger import bulk, postings
-from worker.ledger.operations import failure_values, reservation_values, usage_values
+from worker.ledger.operations import (
+    failure_values,
+    other_call,
+    reservation_values,
+    usage_values,
+)
 from worker.request import RequestMeta
 from worker.result import Outcome, Reason, Result
 
@@ -67,6 +72,7 @@ LOCK_MANY = {
         reservations.c.created_at,
         reservations.c.status,
         reservations.c.reserved_micros,
+        reservations.c.request_digest,
     )
     .where(where)
     # Locks in request-id order, the order the consumer applies a batch in, so two consumers
@@ -217,9 +223,11 @@ def _results(
     applied: Applied,
     deltas: postings.Deltas,
     columns: Columns,
+    digests: Mapping[str, str | None],
 ) -> None:
     """Lock the reservations of the batch's settled, priced results and of its unsettled ones in
-    one statement (request-id order), then settle, or mark unsettled, those that are ``held``."""
+    one statement (request-id order), then settle, or mark unsettled, those that are ``held`` by
+    the same call (``digests``: of the request entry each result was read with)."""
     candidates = {
         r.request_id: r
         for r in results
@@ -239,6 +247,7 @@ def _results(
             row.status == Status.HELD
             and row.reserved_micros == result.reserved_micros
             and row.account_id == result.account_id
+            and not other_call(row.request_digest, digests.get(row.request_id))
         ):
             continue
         if result.outcome is Outcome.UNSETTLED:
@@ -338,13 +347,17 @@ def apply_common(
     """Apply the common-path holds, then the common-path results; see the module docstring.
 
     A request id may appear in both (its open and close in one batch): it is held, then settled.
-    Every request id must appear at most once in each sequence. ``columns``: what the findings
-    add to the rows written here, written with them (see ``Columns``).
+    Every request id must appear at most once in each sequence. A result whose request's metadata
+    is among ``holds`` is applied only to a reservation recorded from the same request entry
+    (``operations.other_call``); one of another call is left to the per-call path, which refuses
+    it. ``columns``: what the findings add to the rows written here, written with them (see
+    ``Columns``).
     """
     applied = Applied()
     deltas: postings.Deltas = {}
     columns = columns or Columns()
     _holds(session, holds, now, applied, deltas)
-    _results(session, results, now, applied, deltas, columns)
+    digests = {meta.request_id: meta.digest for meta in holds}
+    _results(session, results, now, applied, deltas, columns, digests)
     postings.add_money(session, deltas)
     return applied

@@ -33,12 +33,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, bindparam, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from models import Action, Failure, Kind, Status
-from worker.errors import LedgerError
+from worker.errors import LedgerError, RequestIdReused
 from worker.ledger import postings
 from worker.money import Micros
 from worker.request import RequestMeta
@@ -103,7 +103,29 @@ def reservation_values(meta: RequestMeta, now: datetime) -> dict[str, Any]:
         "status": str(Status.HELD),
         "created_at": _aware(meta.created_at),
         "updated_at": now,
+        "request_digest": meta.digest,
     }
+
+
+RECORDED = select(reservations.c.id, reservations.c.request_digest).where(
+    reservations.c.request_id == bindparam("b_request_id")
+)
+EXISTING_HOLD = select(
+    reservations.c.reserved_micros, reservations.c.account_id, reservations.c.request_digest
+).where(reservations.c.request_id == bindparam("b_request_id"))
+
+
+def other_call(recorded: str | None, seen: str | None) -> bool:
+    """True when a reservation recorded from the request entry of digest ``recorded`` is met with
+    another call's entry (digest ``seen``): the gateway reused the request id. A digest unknown on
+    either side (a reservation older than migration 0006, metadata not read from a stream) proves
+    nothing, and is taken as the same call."""
+    return recorded is not None and seen is not None and recorded != seen
+
+
+def recorded_from(session: Session, request_id: str) -> Row[Any] | None:
+    """(id, request_digest) of the reservation of ``request_id``, or None when there is none."""
+    return session.execute(RECORDED, {"b_request_id": request_id}).first()
 
 
 def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str, Any]:
@@ -146,8 +168,9 @@ def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str
 def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
     """Record a request's reservation and hold its amount. Idempotent on ``request_id``.
 
-    The same hold again is a no-op (``DUPLICATE``); the same request with another amount or account
-    raises ``LedgerError``. A reservation of 0 micros is recorded with no hold transaction.
+    The same hold again is a no-op (``DUPLICATE``); another call under the same request id (its
+    digest differs: ``other_call``) raises ``RequestIdReused``, the same request with another amount
+    or account ``LedgerError``. A reservation of 0 micros is recorded with no hold transaction.
     """
     now = _aware(now)
     amount = _micros(meta.reserved_micros)
@@ -156,7 +179,9 @@ def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
     available_id, held_id = postings.customer_ids(session, meta.account_id, now)
     reservation_id = postings.insert_reservation(session, reservation_values(meta, now))
     if reservation_id is None:
-        existing = session.execute(postings.EXISTING_HOLD, {"b_request_id": meta.request_id}).one()
+        existing = session.execute(EXISTING_HOLD, {"b_request_id": meta.request_id}).one()
+        if other_call(existing.request_digest, meta.digest):
+            raise RequestIdReused(meta.request_id)
         if existing.reserved_micros != amount or existing.account_id != meta.account_id:
             raise LedgerError(
                 f"{meta.request_id}: already held {existing.reserved_micros} micros for "

@@ -32,16 +32,24 @@ from sqlalchemy.orm import Session
 from models.anomalies import AnomalyKind
 from models.reservations import Reservation, Status
 from worker.config import Settings
-from worker.errors import InputError, LedgerError
+from worker.errors import InputError, LedgerError, RequestIdReused
 from worker.ledger.batch import apply_common
 from worker.ledger.findings import (
     columns_of,
+    record_anomalies,
     record_findings,
     record_findings_many,
     reservation_of,
     withdraw,
 )
-from worker.ledger.operations import HoldOutcome, apply_result, hold, is_transient
+from worker.ledger.operations import (
+    HoldOutcome,
+    apply_result,
+    hold,
+    is_transient,
+    other_call,
+    recorded_from,
+)
 from worker.pipeline.entries import (
     MAX_ENTRIES,
     Entry,
@@ -499,7 +507,7 @@ class Consumer:
                 if call.closing:
                     call.meta, call.result = reconcile_call(entries, call.request_id, book)
                 else:
-                    call.meta = read_meta(entries)
+                    call.meta = read_meta(entries, call.request_id)
             except InputError as exc:
                 call.dead_reason = str(exc)
             except Exception as exc:  # a bug on one call's input: defer it like a database error
@@ -560,6 +568,13 @@ class Consumer:
     def _apply(
         self, session: Session, call: _Call, entries: list[Entry], now: datetime, book: PriceBook
     ) -> None:
+        recorded = None
+        if entries:
+            assert call.meta is not None
+            recorded = recorded_from(session, call.request_id)
+            if recorded is not None and other_call(recorded.request_digest, call.meta.digest):
+                self._refuse_reused(session, call, recorded.id, now)
+                return
         if not call.closing:
             if not entries:
                 if self._status(session, call.request_id) is not None:
@@ -580,6 +595,11 @@ class Consumer:
             raise InputError("close for a stream that does not exist")
         meta, result = call.meta, call.result
         assert meta is not None and result is not None
+        if recorded is None:
+            # The close came first: hold from the metadata itself, so the reservation records
+            # which request entry it came from (``apply_result`` alone would hold without it).
+            hold(session, meta, now=now)
+            call.held_here = True
         call.outcome = result.outcome
         opened = call.opened
         # A hold recorded by this very close means no open came before it.
@@ -614,6 +634,21 @@ class Consumer:
             call.outcome, call.reason = Outcome.UNSETTLED, str(Reason.UNPRICED)
         if call.effect in ("settled", "settled_late") and result.charge_micros is not None:
             call.charge_micros = int(result.charge_micros)
+
+    @staticmethod
+    def _refuse_reused(session: Session, call: _Call, reservation_id: int, now: datetime) -> None:
+        """A second call published under a request id whose reservation another call's request
+        entry recorded: it is not that call's redelivery, and must not pass for one (a duplicate's
+        stream is deleted unread). It becomes a dead letter, unbilled, with its stream kept for
+        whoever settles it by hand; the first call's reservation gets the anomaly, so the alert
+        names it. Nothing of the first call changes."""
+        assert call.meta is not None
+        detail = (
+            f"another call was published under this request id (account {call.meta.account_id}, "
+            f"{int(call.meta.reserved_micros)} micros held); it was dead-lettered unbilled"
+        )
+        record_anomalies(session, reservation_id, {AnomalyKind.REQUEST_ID_REUSED: detail}, now)
+        call.dead_reason = str(RequestIdReused(call.request_id))
 
     @staticmethod
     def _status(session: Session, request_id: str) -> str | None:

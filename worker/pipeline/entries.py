@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.errors import InputError
-from worker.request import RequestMeta, parse_request
+from worker.request import RequestMeta, check_identifier, parse_request
 
 NOTIFICATION_KINDS = ("open", "close")
 
@@ -19,6 +19,8 @@ NOTIFICATION_KINDS = ("open", "close")
 MAX_ENTRIES = 50_000
 MAX_ENTRY_BYTES = 1 << 20
 MAX_CALL_BYTES = 32 << 20
+# A notification's ts: unix milliseconds take 13 digits until the year 2286.
+MAX_TS_DIGITS = 15
 
 Fields = dict[bytes, bytes]
 # An entry as redis-py parses it, (id, {name: value}), or as Redis sends it, [id, [name, value, …]]
@@ -53,17 +55,26 @@ class Notification:
     reason: str | None
 
 
+def _decimal(value: str | None, max_digits: int) -> int | None:
+    """A plain ASCII decimal of at most ``max_digits`` digits, else None (``str.isdigit`` also
+    accepts "²" and other characters ``int`` refuses)."""
+    if value and len(value) <= max_digits and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
 def parse_notification(entry_id: bytes, fields: Fields) -> Notification:
+    """A notification's fields; its ``request_id`` follows the metadata's rule
+    (``check_identifier``). ``ts`` is informational: one that is not a plain decimal of unix
+    milliseconds is dropped, not refused."""
     kind = text(fields.get(b"kind"))
     if kind not in NOTIFICATION_KINDS:
-        raise InputError(f"unknown notification kind {kind!r}")
+        raise InputError(f"unknown notification kind {kind!r:.40}")
     request_id = text(fields.get(b"request_id"))
     if not request_id:
         raise InputError("notification without request_id")
-    if len(request_id) > 200:
-        raise InputError("request_id longer than 200 characters")
-    raw_ts = text(fields.get(b"ts"))
-    ts = int(raw_ts) if raw_ts and raw_ts.isdigit() else None
+    check_identifier(request_id, "request_id")
+    ts = _decimal(text(fields.get(b"ts")), MAX_TS_DIGITS)
     return Notification(entry_id, kind, request_id, ts, text(fields.get(b"reason")))
 
 
@@ -82,8 +93,11 @@ class CallRecord:
         return self.response_status is None
 
 
-def read_meta(entries: list[Entry]) -> RequestMeta:
-    """The metadata from a stream's first entry, which must be ``kind=request``."""
+def read_meta(entries: list[Entry], expected_request_id: str | None = None) -> RequestMeta:
+    """The metadata from a stream's first entry, which must be ``kind=request``, with the digest of
+    that entry (``request.request_digest``). ``expected_request_id``: the id of the notification
+    that led here; metadata naming another id is refused (an ``open`` for stream A whose metadata
+    says B must not hold B)."""
     if not entries:
         raise InputError("no request entry: the call's stream is empty or gone")
     fields = _pairs(entries[0][1])
@@ -95,20 +109,21 @@ def read_meta(entries: list[Entry]) -> RequestMeta:
     if len(body) > MAX_ENTRY_BYTES:
         raise InputError(f"request entry larger than {MAX_ENTRY_BYTES} bytes")
     try:
-        return parse_request(body)
+        meta = parse_request(body, entries[0][0])
     except InputError as exc:
         raise InputError(f"unparsable metadata: {exc}") from None
+    if expected_request_id is not None and meta.request_id != expected_request_id:
+        raise InputError(
+            f"request entry names {meta.request_id!r}, not the stream's {expected_request_id!r}"
+        )
+    return meta
 
 
 def decode_call(entries: list[Entry], expected_request_id: str | None = None) -> CallRecord:
     """Decode a whole call stream; raises ``InputError`` when it cannot be reconciled."""
     if len(entries) > MAX_ENTRIES:
         raise InputError(f"stream has more than {MAX_ENTRIES} entries")
-    meta = read_meta(entries)
-    if expected_request_id is not None and meta.request_id != expected_request_id:
-        raise InputError(
-            f"request entry names {meta.request_id!r}, not the stream's {expected_request_id!r}"
-        )
+    meta = read_meta(entries, expected_request_id)
     frames: list[bytes] = []
     status: int | None = None
     body: bytes | None = None
@@ -138,9 +153,10 @@ def decode_call(entries: list[Entry], expected_request_id: str | None = None) ->
             if status is not None:
                 raise InputError("more than one response entry")
             raw_status = text(_pairs(fields).get(b"status"))
-            if not raw_status or not raw_status.isdigit() or not 100 <= int(raw_status) <= 599:
-                raise InputError(f"response entry with bad status {raw_status!r}")
-            status, body = int(raw_status), payload
+            parsed = _decimal(raw_status, 3)
+            if parsed is None or not 100 <= parsed <= 599:
+                raise InputError(f"response entry with bad status {raw_status!r:.40}")
+            status, body = parsed, payload
         elif kind == b"request":
             raise InputError("second request entry in one stream")
         else:

@@ -39,6 +39,11 @@ USAGE_COLUMNS = (
     "cached_tokens",
     "completion_tokens",
     "reasoning_tokens",
+    "cache_write_tokens",
+    "audio_prompt_tokens",
+    "audio_completion_tokens",
+    "service_tier",
+    "provider",
     "charge_micros",
     "output_hash",
 )
@@ -107,8 +112,13 @@ def _side(row: Any, prefix: str, model: str, at: datetime, book: PriceBook | Non
             value("completion_tokens"),
             value("cached_tokens"),
             value("reasoning_tokens"),
+            value("cache_write_tokens"),
+            value("audio_prompt_tokens"),
+            value("audio_completion_tokens"),
         )
-        priced = book.charge(model, usage, at)
+        priced = book.charge(
+            model, usage, at, tier=value("service_tier"), provider=value("provider")
+        )
         book_charge = None if priced is None else int(priced)
     return Side(
         prompt_tokens=value("prompt_tokens"),

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from worker.money import Micros
+from worker.result import Reason
 
+# Every reason a call can be unsettled for: a column each, so no unsettled call is left uncounted.
+REASONS = tuple(str(reason) for reason in Reason)
 # (field, label): the order is the order of every renderer.
 COUNTS: tuple[tuple[str, str], ...] = (
     ("calls", "calls"),
@@ -20,10 +23,7 @@ COUNTS: tuple[tuple[str, str], ...] = (
     ("non_streamed", "non-streamed"),
     ("settled_reported", "settled, usage reported"),
     ("settled_estimated", "settled, usage estimated"),
-    ("unsettled_error_finish", "unsettled, error_finish"),
-    ("unsettled_incomplete", "unsettled, incomplete"),
-    ("unsettled_missing_usage", "unsettled, missing_usage"),
-    ("unsettled_unpriced", "unsettled, unpriced"),
+    *((f"unsettled_{reason}", f"unsettled, {reason}") for reason in REASONS),
     ("resolved_release", "resolved, released"),
     ("resolved_charge_estimate", "resolved, charged estimate"),
     ("resolved_settled_late", "resolved, settled late"),
@@ -40,7 +40,6 @@ MONEY: tuple[tuple[str, str], ...] = (
 )
 COUNT_FIELDS = tuple(name for name, _ in COUNTS)
 MONEY_FIELDS = tuple(name for name, _ in MONEY)
-REASONS = ("error_finish", "incomplete", "missing_usage", "unpriced")
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 PARITY_FIELDS = ("prompt_tokens", "completion_tokens", "charge_per_token", "charge")
 

@@ -292,8 +292,9 @@ def _calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str
         # Every failure's call is in the calls pass (same window, same snapshot).
         values = found.setdefault(_key(row, keys), dict.fromkeys(CALL_FIGURES, 0))
         n = int(row["n"])
-        if row["reason"] in REASONS:
-            values[f"unsettled_{row['reason']}"] += n
+        if row["reason"] not in REASONS:  # a reason with no column would drop calls silently
+            raise ValueError(f"failure reason {row['reason']!r} has no report column")
+        values[f"unsettled_{row['reason']}"] += n
         if row["action"] in RESOLVE_ACTIONS:
             values[f"resolved_{row['action']}"] += n
         values["exposure"] += int(row["exposure"] or 0)

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_DATABASE_URL = "sqlite:///var/billing.db"
@@ -141,20 +141,49 @@ class Settings:
         )
 
 
+# Query parameters that carry a secret: libpq's ``password`` and ``sslpassword``, and what other drivers
+# and services call theirs (compared lower-case, without ``-`` and ``_``, as substrings).
+_SECRET_PARAMETERS = ("pass", "pwd", "token", "secret", "apikey", "accesskey", "credential", "auth")
+
+
+def _secret_parameter(name: str) -> bool:
+    folded = unquote_plus(name).lower().replace("_", "").replace("-", "")
+    return any(word in folded for word in _SECRET_PARAMETERS)
+
+
+def _redact_query(query: str) -> str:
+    """The query with the value of every secret parameter replaced by ``***``; the rest as written."""
+    if not query:
+        return query
+    parts = []
+    for item in query.split("&"):
+        name, sep, _value = item.partition("=")
+        parts.append(f"{name}=***" if sep and _secret_parameter(name) else item)
+    return "&".join(parts)
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (user names stay, they help debugging)."""
+    """The URL with every password replaced by ``***``: the one in ``user:password@`` and the values of
+    query parameters such as ``?password=`` or ``?sslpassword=`` (user names stay, they help
+    debugging)."""
     try:
         parts = urlsplit(url)
+        port = parts.port
     except ValueError:
         return "<unparsable url>"
-    if parts.password is None:
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 literal
+            host = f"[{host}]"
+        if port is not None:
+            host = f"{host}:{port}"
+        user = parts.username or ""
+        netloc = f"{user}:***@{host}" if user else f":***@{host}"
+    query = _redact_query(parts.query)
+    if netloc == parts.netloc and query == parts.query:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    netloc = f"{user}:***@{host}" if user else f":***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def ensure_sqlite_dir(database_url: str) -> None:

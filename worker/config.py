@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
@@ -69,6 +69,20 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     raise ValueError(f"{name} must be 1 or 0, got {raw!r}")
 
 
+# A configured key shorter than this is refused as guessable (the old public default had 14).
+MIN_SECRET_LENGTH = 16
+
+
+def _secret(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name) or None
+    if raw is not None and len(raw) < MIN_SECRET_LENGTH:
+        raise ValueError(
+            f"{name} must be a secret of at least {MIN_SECRET_LENGTH} characters, or unset "
+            "(then `billing db upgrade` generates one per deployment)"
+        )
+    return raw
+
+
 def _prefixes(raw: str | None) -> tuple[str, ...]:
     """A comma-separated list of model name prefixes; blanks dropped."""
     return tuple(part.strip() for part in (raw or "").split(",") if part.strip())
@@ -87,7 +101,9 @@ class Settings:
     grace_seconds: int = 3_600
     stream_ttl_seconds: int = 86_400
     price_book: str | None = None
-    hash_salt: str = "billing-worker"
+    # The fingerprint key when BILLING_HASH_SALT is set; None: the deployment's stored secret, which
+    # ``worker.fingerprint_key.with_key`` fills in. There is no default: a known key is no key.
+    hash_salt: str | None = field(default=None, repr=False)
     resolve_policy: str = "release"
     drain_ms: int = 2_000
     block_ms: int = 200
@@ -123,7 +139,7 @@ class Settings:
             grace_seconds=_int(env, "BILLING_GRACE_SECONDS", 3_600),
             stream_ttl_seconds=_int(env, "BILLING_STREAM_TTL_SECONDS", 86_400, minimum=1),
             price_book=env.get("BILLING_PRICE_BOOK") or None,
-            hash_salt=env.get("BILLING_HASH_SALT") or "billing-worker",
+            hash_salt=_secret(env, "BILLING_HASH_SALT"),
             resolve_policy=policy,
             drain_ms=_int(env, "BILLING_DRAIN_MS", 2_000, minimum=100),
             block_ms=_int(env, "BILLING_BLOCK_MS", 200, minimum=1),

@@ -21,10 +21,12 @@ from worker.cli import main
 from worker.config import Settings, redact_url
 from worker.errors import BillingError
 from worker.ledger import database
+from worker.terminal import printable
 
 
 def fail(command: str, message: str) -> NoReturn:
-    click.echo(f"billing {command}: {message}", err=True)
+    """One line on stderr (outside text in ``message`` made printable) and exit status 2."""
+    click.echo(printable(f"billing {command}: {message}"), err=True)
     sys.exit(2)
 
 

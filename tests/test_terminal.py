@@ -9,6 +9,10 @@ and Slack syntax.
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -33,6 +37,7 @@ from worker.terminal import printable
 MODEL = "gpt\x1b[2J\x07<!channel>"
 ACCOUNT = "acct\x1b]0;pwned\x07<http://x|click>"
 REQUEST = "req-\x9b31m\u202eevil"
+BILLING = str(Path(sys.executable).parent / "billing")
 GRACE = timedelta(hours=1)
 
 
@@ -141,3 +146,36 @@ def test_report_table_of_a_file_is_escaped_too(hostile_ledger: str, tmp_path: Pa
     code, output = run(hostile_ledger, *args, "--out", str(out))
     assert code == 0, output
     assert_terminal_safe(out.read_text())
+
+
+def test_report_csv_on_a_terminal_is_escaped_and_exact_in_a_pipe(hostile_ledger: str) -> None:
+    """A CSV keeps the exact names when piped or written to a file; on a terminal it is escaped."""
+    args = [BILLING, "report", "--since", "2025-03-01", "--until", "2025-03-02", "--by", "model"]
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS} | {
+        "DATABASE_URL": hostile_ledger
+    }
+    piped = subprocess.run(
+        [*args, "--format", "csv"], env=env, capture_output=True, timeout=120, check=True
+    )
+    assert MODEL.encode() in piped.stdout
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [*args, "--format", "csv"], env=env, stdout=terminal, stderr=subprocess.DEVNULL
+        )
+        os.close(terminal)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the other side closed: EIO on Linux
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=120) == 0
+    finally:
+        os.close(controller)
+    shown = seen.decode().replace("\r\n", "\n")  # the terminal's own line endings
+    assert "gpt\\x1b[2J\\x07<!channel>" in shown
+    assert "\x1b" not in shown and "\x07" not in shown

@@ -219,7 +219,7 @@ def check_database(ctx: Context) -> Iterator[Check]:
         ctx.engine = make_engine(url)
         with ctx.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-    except (SQLAlchemyError, ImportError) as exc:
+    except (SQLAlchemyError, ImportError, ValueError) as exc:  # ValueError: a bad port
         yield problem(
             "database",
             f"{where}: {first_line(exc)}",

@@ -92,3 +92,12 @@ def test_db_upgrade_and_doctor_mask_a_query_password(pg_url_with_query_password:
         assert SECRET not in seen, seen
         assert "password=***" in seen, seen
     assert "at head" in doctor.stdout, doctor.stdout
+
+
+def test_doctor_reports_an_unparsable_database_url_without_its_secrets() -> None:
+    url = f"postgresql://billing:pw-{SECRET}@db:notaport/billing?password={SECRET}"
+    result = run({"DATABASE_URL": url, "REDIS_URL": REDIS_URL}, "doctor", "--only", "database")
+    seen = result.stdout + result.stderr
+    assert result.returncode == 1, seen
+    assert "Traceback" not in seen and SECRET not in seen
+    assert "<unparsable url>" in result.stdout

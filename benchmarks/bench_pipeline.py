@@ -32,6 +32,7 @@ from sqlalchemy import Engine
 from benchmarks import history, services, workload
 from worker.config import Settings
 from worker.estimate import estimate
+from worker.fingerprint_key import with_key
 from worker.ledger.database import make_engine, session_factory
 from worker.pipeline.consumer import BatchStats, Consumer, raw_stream_pipeline
 from worker.pipeline.entries import MAX_ENTRIES
@@ -60,6 +61,7 @@ def make_consumer(
         redis_url=services.REDIS_URL, database_url=database_url, prefix=prefix, **settings
     )
     engine = make_engine(database_url)
+    config = with_key(config, engine)
     consumer = Consumer(client, session_factory(engine), config, name=name)
     return consumer, engine
 

@@ -10,6 +10,7 @@ from models.parity import ParityPair, Verdict
 from models.prices import PriceRow
 from models.reservations import OPEN_STATUSES, Reservation, Status
 from models.rollup import MONEY_COLUMNS, MoneyDaily
+from models.secrets import DeploymentSecret
 from models.usage import UsageRecord
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Anomaly",
     "AnomalyKind",
     "Base",
+    "DeploymentSecret",
     "Direction",
     "Entry",
     "Failure",

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_DATABASE_URL = "sqlite:///var/billing.db"
@@ -69,6 +69,20 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     raise ValueError(f"{name} must be 1 or 0, got {raw!r}")
 
 
+# A configured key shorter than this is refused as guessable (the old public default had 14).
+MIN_SECRET_LENGTH = 16
+
+
+def _secret(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name) or None
+    if raw is not None and len(raw) < MIN_SECRET_LENGTH:
+        raise ValueError(
+            f"{name} must be a secret of at least {MIN_SECRET_LENGTH} characters, or unset "
+            "(then `billing db upgrade` generates one per deployment)"
+        )
+    return raw
+
+
 def _prefixes(raw: str | None) -> tuple[str, ...]:
     """A comma-separated list of model name prefixes; blanks dropped."""
     return tuple(part.strip() for part in (raw or "").split(",") if part.strip())
@@ -87,7 +101,9 @@ class Settings:
     grace_seconds: int = 3_600
     stream_ttl_seconds: int = 86_400
     price_book: str | None = None
-    hash_salt: str = "billing-worker"
+    # The fingerprint key when BILLING_HASH_SALT is set; None: the deployment's stored secret, which
+    # ``worker.fingerprint_key.with_key`` fills in. There is no default: a known key is no key.
+    hash_salt: str | None = field(default=None, repr=False)
     resolve_policy: str = "release"
     drain_ms: int = 2_000
     block_ms: int = 200
@@ -123,7 +139,7 @@ class Settings:
             grace_seconds=_int(env, "BILLING_GRACE_SECONDS", 3_600),
             stream_ttl_seconds=_int(env, "BILLING_STREAM_TTL_SECONDS", 86_400, minimum=1),
             price_book=env.get("BILLING_PRICE_BOOK") or None,
-            hash_salt=env.get("BILLING_HASH_SALT") or "billing-worker",
+            hash_salt=_secret(env, "BILLING_HASH_SALT"),
             resolve_policy=policy,
             drain_ms=_int(env, "BILLING_DRAIN_MS", 2_000, minimum=100),
             block_ms=_int(env, "BILLING_BLOCK_MS", 200, minimum=1),
@@ -141,20 +157,49 @@ class Settings:
         )
 
 
+# Query parameters that carry a secret: libpq's ``password`` and ``sslpassword``, and what other drivers
+# and services call theirs (compared lower-case, without ``-`` and ``_``, as substrings).
+_SECRET_PARAMETERS = ("pass", "pwd", "token", "secret", "apikey", "accesskey", "credential", "auth")
+
+
+def _secret_parameter(name: str) -> bool:
+    folded = unquote_plus(name).lower().replace("_", "").replace("-", "")
+    return any(word in folded for word in _SECRET_PARAMETERS)
+
+
+def _redact_query(query: str) -> str:
+    """The query with the value of every secret parameter replaced by ``***``; the rest as written."""
+    if not query:
+        return query
+    parts = []
+    for item in query.split("&"):
+        name, sep, _value = item.partition("=")
+        parts.append(f"{name}=***" if sep and _secret_parameter(name) else item)
+    return "&".join(parts)
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (user names stay, they help debugging)."""
+    """The URL with every password replaced by ``***``: the one in ``user:password@`` and the values of
+    query parameters such as ``?password=`` or ``?sslpassword=`` (user names stay, they help
+    debugging)."""
     try:
         parts = urlsplit(url)
+        port = parts.port
     except ValueError:
         return "<unparsable url>"
-    if parts.password is None:
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 literal
+            host = f"[{host}]"
+        if port is not None:
+            host = f"{host}:{port}"
+        user = parts.username or ""
+        netloc = f"{user}:***@{host}" if user else f":***@{host}"
+    query = _redact_query(parts.query)
+    if netloc == parts.netloc and query == parts.query:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    netloc = f"{user}:***@{host}" if user else f":***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def ensure_sqlite_dir(database_url: str) -> None:

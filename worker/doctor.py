@@ -19,6 +19,7 @@ from redis.cluster import RedisCluster
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from worker import fingerprint_key
 from worker.config import Settings, redact_url
 from worker.pipeline.backlog import dead_letter_count, read_backlog
 from worker.pipeline.consumer import MAX_DELIVERIES
@@ -218,7 +219,7 @@ def check_database(ctx: Context) -> Iterator[Check]:
         ctx.engine = make_engine(url, readonly=True)
         with ctx.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-    except (SQLAlchemyError, ImportError) as exc:
+    except (SQLAlchemyError, ImportError, ValueError) as exc:  # ValueError: a bad port
         yield problem(
             "database",
             f"{where}: {first_line(exc)}",
@@ -259,6 +260,29 @@ def check_migrations(ctx: Context) -> Iterator[Check]:
         f"at {shown}, head is {', '.join(sorted(heads))}",
         "run `billing db upgrade` before starting workers of this release",
     )
+
+
+def check_fingerprint_key(ctx: Context) -> Iterator[Check]:
+    """Where the key of the fingerprints comes from; never its value."""
+    assert ctx.settings is not None and ctx.engine is not None
+    name = "fingerprint-key"
+    try:
+        with ctx.engine.connect() as conn:
+            has_stored = fingerprint_key.stored(conn) is not None
+    except SQLAlchemyError as exc:
+        yield problem(name, first_line(exc), "check the database user's read rights")
+        return
+    if ctx.settings.hash_salt:
+        also = ", which wins over the one stored in the database" if has_stored else ""
+        yield ok(name, f"configured (BILLING_HASH_SALT{also}): every process must see it")
+    elif has_stored:
+        yield ok(name, "stored in the database (deployment_secrets)")
+    else:
+        yield problem(
+            name,
+            "BILLING_HASH_SALT is unset and the database stores no key: workers refuse to start",
+            "run `billing db upgrade` (it generates one), or set BILLING_HASH_SALT to a secret",
+        )
 
 
 def check_vocabularies(ctx: Context) -> Iterator[Check]:
@@ -351,6 +375,7 @@ CHECKS: tuple[tuple[str, Callable[[Context], Iterator[Check]], tuple[str, ...]],
     ("broker", check_broker, ("config",)),
     ("database", check_database, ("config",)),
     ("migrations", check_migrations, ("config", "database")),
+    ("fingerprint-key", check_fingerprint_key, ("config", "database", "migrations")),
     ("vocabularies", check_vocabularies, ()),
     ("backlog", check_backlog, ("config", "redis")),
     ("dead-letters", check_dead_letters, ("config", "redis")),

@@ -1,14 +1,21 @@
 """atheris (libFuzzer) entry point for ``test_fuzz.test_atheris``; run as a script.
 
-Input bytes are split on NUL into frame entries (the first byte picks the request's n, usage flag
-and whether the call is non-streamed); the target is the consumer's path, as for the other fuzzers.
-Only ``InputError`` may escape ``reconcile_record``; libFuzzer's ``-timeout`` is the hang bound.
+Input bytes become a call's entries as ``fuzzing.atheris_entries`` says (the first byte picks the
+request's n, usage flag and whether the call is non-streamed; the rest, split on NUL, the frames); the
+target is the consumer's path, as for the other fuzzers. Only ``InputError`` may escape
+``reconcile_record``; libFuzzer's ``-timeout`` is the hang bound.
+
+Artifacts (crash-*, leak-*, timeout-*, oom-*, slow-unit-*) never land in the working tree: without an
+``-artifact_prefix=`` argument the script adds one naming a fresh temporary directory and says so on
+stderr. A crash worth keeping becomes a named file in ``tests/fixtures/fuzz/`` with a test in
+``test_fuzz.py`` that states what the input must do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import tempfile
 from pathlib import Path
 
 import atheris
@@ -16,7 +23,7 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 with atheris.instrument_imports(include=["worker"]):
-    from tests.chaos.fuzzing import meta, response_entries, streamed_entries
+    from tests.chaos.fuzzing import atheris_entries
     from worker.errors import InputError
     from worker.pipeline.consumer import reconcile_record
     from worker.prices import load_price_book
@@ -25,17 +32,19 @@ BOOK = load_price_book()
 
 
 def one_input(data: bytes) -> None:
-    head = data[:1][0] if data else 0
-    parts = data[1:].split(b"\x00")
-    if head & 0x80:
-        entries = response_entries(str(200 + (head & 0x3) * 100).encode(), parts[0])
-    else:
-        request = meta(n=1 + (head & 0x3) % 3, include_usage=bool(head & 0x4))
-        entries = streamed_entries(parts, request)
     with contextlib.suppress(InputError):
-        reconcile_record(entries, "req_fuzz", BOOK)
+        reconcile_record(atheris_entries(data), "req_fuzz", BOOK)
+
+
+def with_artifact_prefix(argv: list[str]) -> list[str]:
+    """``argv`` with ``-artifact_prefix=`` pointing outside the tree unless the caller chose one."""
+    if any(arg.startswith("-artifact_prefix=") for arg in argv):
+        return argv
+    directory = tempfile.mkdtemp(prefix="billing-fuzz-artifacts-")
+    print(f"atheris_target: artifacts go to {directory}/", file=sys.stderr)
+    return [*argv, f"-artifact_prefix={directory}/"]
 
 
 if __name__ == "__main__":
-    atheris.Setup(sys.argv, one_input)
+    atheris.Setup(with_artifact_prefix(sys.argv), one_input)
     atheris.Fuzz()

@@ -82,6 +82,18 @@ def response_entries(status: bytes, body: bytes, request: bytes | None = None) -
     ]
 
 
+def atheris_entries(data: bytes) -> Entries:
+    """The entries one atheris input stands for: its first byte picks the request's n, usage flag and
+    whether the call is non-streamed (high bit: a response whose status is picked by the low bits);
+    the rest, split on NUL, is the frame entries (or the response body)."""
+    head = data[:1][0] if data else 0
+    parts = data[1:].split(b"\x00")
+    if head & 0x80:
+        return response_entries(str(200 + (head & 0x3) * 100).encode(), parts[0])
+    request = meta(n=1 + (head & 0x3) % 3, include_usage=bool(head & 0x4))
+    return streamed_entries(parts, request)
+
+
 def target(entries: Entries) -> str:
     """Run one input through the consumer's path; returns ``result:<outcome>`` or ``input_error``."""
     try:

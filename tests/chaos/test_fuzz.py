@@ -21,8 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from worker.pipeline.consumer import reconcile_record
+from worker.result import Outcome, UsageSource
+
 from .fuzzing import (
+    BOOK,
     BOUND_SECONDS,
+    atheris_entries,
     corpus,
     meta,
     mutate,
@@ -33,6 +38,12 @@ from .fuzzing import (
 )
 
 pytestmark = [pytest.mark.chaos]
+
+ROOT = Path(__file__).resolve().parents[2]
+ATHERIS_TARGET = Path(__file__).with_name("atheris_target.py")
+REGRESSIONS = ROOT / "tests" / "fixtures" / "fuzz"
+# What libFuzzer names the inputs it keeps (``-artifact_prefix`` + kind + sha1).
+ARTIFACTS = ("crash-*", "leak-*", "timeout-*", "oom-*", "slow-unit-*")
 
 
 @dataclass
@@ -233,10 +244,12 @@ def test_atheris(scale, record, tmp_path: Path) -> None:
     streams, _bodies = corpus(calls=40)
     for i, frames in enumerate(streams):
         (seeds / f"seed{i}").write_bytes(b"\x00".join(frames))
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
     argv = [
-        sys.executable, str(Path(__file__).with_name("atheris_target.py")),
+        sys.executable, str(ATHERIS_TARGET),
         f"-runs={runs}", f"-timeout={int(BOUND_SECONDS)}", "-rss_limit_mb=2048",
-        "-max_len=65536", "-seed=7", str(seeds),
+        "-max_len=65536", "-seed=7", f"-artifact_prefix={artifacts}/", str(seeds),
     ]  # fmt: skip
     started = time.monotonic()
     proc = subprocess.run(
@@ -244,11 +257,59 @@ def test_atheris(scale, record, tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=3600,
+        cwd=tmp_path,  # whatever libFuzzer writes stays out of the working tree
     )
     seconds = time.monotonic() - started
     tail = proc.stderr[-3000:]
-    assert proc.returncode == 0, f"atheris found a crash or a hang:\n{tail}"
+    found = sorted(path.name for path in artifacts.iterdir())
+    assert proc.returncode == 0, (
+        f"atheris found a crash or a hang (inputs in {artifacts}: {found}); keep one as a named "
+        f"fixture in {REGRESSIONS} with a test of what it must do:\n{tail}"
+    )
     done = [line for line in proc.stderr.splitlines() if line.startswith("Done ")]
     figures = FuzzFigures("atheris", inputs=runs, seconds=seconds)
     record.append(figures)
     assert done, tail
+
+
+def test_the_plain_chunk_path_survives_a_frame_that_is_not_utf8() -> None:
+    """``plain-chunk-not-utf8.bin`` (found by atheris while the msgspec path for plain chunks was
+    written): a streamed call whose third frame holds ``"caf\\xe9"``, Latin-1 inside a plain content
+    chunk. The frame reaches ``plain_chunk.decode_plain`` as surrogate-escaped text, which msgspec
+    refuses with a ``UnicodeEncodeError``; that escaped the reconciler and would crash the batch. It
+    must take the general path instead: one bad frame (an anomaly), the call settled from the rest.
+    """
+    entries = atheris_entries((REGRESSIONS / "plain-chunk-not-utf8.bin").read_bytes())
+    assert target(entries) == "result:settled"
+    result = reconcile_record(entries, "req_fuzz", BOOK)
+    assert result.outcome is Outcome.SETTLED and result.usage_source is UsageSource.REPORTED
+    assert result.usage is not None
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (11, 3)
+    assert [choice.content for choice in result.choices] == ["Hello there."]
+    assert "bad_frames" in result.anomalies
+
+
+def test_every_regression_input_has_its_test_and_passes_the_atheris_target(tmp_path: Path) -> None:
+    """The kept inputs, replayed by the atheris target itself (libFuzzer runs each file once); run
+    without ``-artifact_prefix`` it writes to a temporary directory, never to its working directory.
+    No fuzzer artifact lies at the repository root."""
+    kept = sorted(REGRESSIONS.glob("*.bin"))
+    source = Path(__file__).read_text()
+    for path in kept:
+        assert path.name in source, f"{path.name} has no test here"
+    proc = subprocess.run(
+        [sys.executable, str(ATHERIS_TARGET), *map(str, kept)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"Executed {kept[0]}" in proc.stderr, proc.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
+    [line] = [line for line in proc.stderr.splitlines() if "artifacts go to" in line]
+    directory = Path(line.split("artifacts go to ", 1)[1].rstrip("/"))
+    assert not directory.is_relative_to(ROOT) and directory.is_dir()
+    directory.rmdir()  # empty: nothing crashed
+    for pattern in ARTIFACTS:
+        assert not list(ROOT.glob(pattern)), f"a fuzzer artifact at the repository root: {pattern}"

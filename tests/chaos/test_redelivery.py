@@ -62,7 +62,9 @@ def test_redelivered_close_redoes_the_after_commit_step(shape, private_redis, pr
     client = private_redis.client()
     url = private_pg.create_database(f"chaos_redo_{uuid.uuid4().hex[:6]}")
     engine = make_engine(url)
-    settings = Settings(prefix=prefix, claim_idle_ms=0, database_url=url)
+    settings = Settings(
+        prefix=prefix, claim_idle_ms=0, database_url=url, hash_salt="test-fingerprint-key"
+    )
     flaky = LosePipelineOnce(client)
     consumer = Consumer(flaky, sessionmaker(engine), settings, name="c1", recheck_seconds=60)
     rid = f"req_{shape}"

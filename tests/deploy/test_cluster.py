@@ -69,7 +69,13 @@ def test_publisher_and_consumer_settle_every_call_on_a_cluster(
     engine = make_engine(url)
     sessions = session_factory(engine)
     prefix = f"t-{uuid.uuid4().hex[:10]}"
-    settings = Settings(prefix=prefix, partitions=partitions, batch_size=50, sweep_idle_ms=0)
+    settings = Settings(
+        prefix=prefix,
+        partitions=partitions,
+        batch_size=50,
+        sweep_idle_ms=0,
+        hash_salt="test-fingerprint-key",
+    )
     keys = Keys(prefix, partitions)
     publisher = Publisher(cluster_client, keys)
     account = f"acct-{uuid.uuid4().hex[:8]}"

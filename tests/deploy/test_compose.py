@@ -208,7 +208,7 @@ def test_env_vars_is_complete() -> None:
     another variable (so the check above is worth something)."""
     source = (ROOT / "worker" / "config.py").read_text()
     body = source[source.index("def from_env") :]
-    read = set(re.findall(r'(?:env\.get\(|_int\(env, |_flag\(env, )"([A-Z_][A-Z0-9_]*)"', body))
+    read = set(re.findall(r'(?:env\.get\(|_[a-z]+\(env, )"([A-Z_][A-Z0-9_]*)"', body))
     assert read == set(ENV_VARS)
     pattern = re.compile(
         r'(?:environ\.get\(|environ\[|getenv\(|setenv\(|environ\.pop\()\s*"([A-Z_][A-Z0-9_]*)"'

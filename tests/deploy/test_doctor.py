@@ -63,6 +63,7 @@ def test_healthy_deployment_exits_0(migrated: str, prefix: str) -> None:
         "broker": "ok",
         "database": "ok",
         "migrations": "ok",
+        "fingerprint-key": "ok",
         "vocabularies": "ok",
         f"{prefix}:events": "ok",
         "dead-letters": "ok",

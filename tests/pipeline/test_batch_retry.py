@@ -25,7 +25,7 @@ from worker.pipeline.consumer import BatchStats, Consumer
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 
-from .test_consumer import meta
+from .test_consumer import KEY, meta
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -45,7 +45,9 @@ def test_a_lock_timeout_reruns_the_batch_instead_of_deferring_a_call(
     prefix: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    settings = Settings(prefix=prefix, batch_size=50, claim_idle_ms=60_000, sweep_idle_ms=0)
+    settings = Settings(
+        prefix=prefix, batch_size=50, claim_idle_ms=60_000, sweep_idle_ms=0, hash_salt=KEY
+    )
     consumer = Consumer(redis_client, sessionmaker(impatient), settings, name="c1")
     publisher = Publisher(redis_client, Keys(prefix))
     blocked, fresh = meta("acct-retry", stream=False), meta("acct-retry")

@@ -21,6 +21,8 @@ from worker.pipeline.sweeper import Sweeper
 
 CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "gpt-4o"}
 USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
+# The fingerprint key (worker.fingerprint_key): every deployment has one.
+KEY = "test-fingerprint-key"
 
 
 def sse(obj: dict) -> str:
@@ -56,7 +58,12 @@ def meta(account: str, stream: bool = True, reserved: int = 1000) -> dict:
 @pytest.fixture
 def settings(prefix: str) -> Settings:
     return Settings(
-        prefix=prefix, batch_size=50, claim_idle_ms=60_000, sweep_idle_ms=0, grace_seconds=3600
+        prefix=prefix,
+        batch_size=50,
+        claim_idle_ms=60_000,
+        sweep_idle_ms=0,
+        grace_seconds=3600,
+        hash_salt=KEY,
     )
 
 
@@ -160,7 +167,7 @@ def test_pending_entries_of_a_dead_consumer_are_claimed(
     survivor = Consumer(
         redis_client,
         sessions,
-        Settings(prefix=settings.prefix, claim_idle_ms=0, sweep_idle_ms=0),
+        Settings(prefix=settings.prefix, claim_idle_ms=0, sweep_idle_ms=0, hash_salt=KEY),
         name="survivor",
     )
     drain(survivor)
@@ -314,7 +321,7 @@ def test_a_call_that_always_fails_is_dead_lettered_after_max_deliveries(
     eager = Consumer(
         redis_client,
         sessions,
-        Settings(prefix=settings.prefix, claim_idle_ms=0, sweep_idle_ms=0),
+        Settings(prefix=settings.prefix, claim_idle_ms=0, sweep_idle_ms=0, hash_salt=KEY),
         name="c2",
     )
     play(publisher, poison, frames())

@@ -24,7 +24,13 @@ from .test_consumer import frames, meta, play, status
 
 @pytest.fixture
 def settings(prefix: str) -> Settings:
-    return Settings(prefix=prefix, batch_size=5, claim_idle_ms=60_000, grace_seconds=3600)
+    return Settings(
+        prefix=prefix,
+        batch_size=5,
+        claim_idle_ms=60_000,
+        grace_seconds=3600,
+        hash_salt="test-fingerprint-key",
+    )
 
 
 @pytest.fixture

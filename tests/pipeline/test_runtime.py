@@ -22,7 +22,11 @@ print(json.dumps({"before": before, "after": gc.get_threshold(), "frozen": gc.ge
 
 
 def test_the_runtime_tunes_the_collector_once_per_process(tmp_path: Path) -> None:
-    env = {"DATABASE_URL": f"sqlite:///{tmp_path}/b.db", "PATH": "/usr/bin:/bin"}
+    env = {
+        "DATABASE_URL": f"sqlite:///{tmp_path}/b.db",
+        "BILLING_HASH_SALT": "a-secret-of-this-test-only",  # the database is not migrated
+        "PATH": "/usr/bin:/bin",
+    }
     out = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 from models.alerts import AlertKind
 from worker.money import Micros
+from worker.terminal import printable
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -45,6 +46,13 @@ def span(window: timedelta) -> str:
     if seconds % 60 == 0:
         return f"{seconds // 60} min"
     return f"{seconds} s"
+
+
+def webhook_text(text: str) -> str:
+    """``text`` for a chat webhook: controls escaped (``worker.terminal``), and ``&``, ``<``, ``>``
+    written as entities, Slack's rule, so an account or model name holding ``<!channel>`` or
+    ``<https://x|click>`` shows as typed instead of pinging everyone or hiding a link."""
+    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
@@ -79,9 +87,10 @@ class Alert:
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
     def payload(self) -> dict[str, Any]:
-        """The webhook body: ``text`` for Slack and friends, the same facts as fields for machines."""
+        """The webhook body: ``text`` for Slack and friends (``webhook_text``), the same facts as
+        fields for machines (raw: JSON carries them intact)."""
         return {
-            "text": self.text,
+            "text": webhook_text(self.text),
             "kind": str(self.kind),
             "account_id": self.account_id,
             "model": self.model,

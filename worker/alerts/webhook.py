@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from models import OutboxStatus
 from worker.alerts.config import AlertConfig, redact
 from worker.alerts.outbox import claim_one, finish
+from worker.terminal import printable
 
 
 def _metrics() -> ModuleType:
@@ -95,8 +96,9 @@ def deliver(
             claimed = claim_one(session, config, clock())
         if claimed is None:
             break
+        shown_text = printable(claimed.text)  # log lines end on terminals too
         if url is None:
-            log.warning("alert %s (no webhook configured): %s", claimed.kind, claimed.text)
+            log.warning("alert %s (no webhook configured): %s", claimed.kind, shown_text)
             with sessions() as session:
                 finish(session, claimed, config, clock(), status=OutboxStatus.LOGGED)
             stats.logged += 1
@@ -112,14 +114,14 @@ def deliver(
             assert next_at is not None
             log.warning(
                 "alert %s to %s failed (attempt %d, next at %s): %s | %s",
-                claimed.kind, shown, claimed.attempts, next_at.isoformat(), error, claimed.text,
+                claimed.kind, shown, claimed.attempts, next_at.isoformat(), error, shown_text,
             )  # fmt: skip
             _metrics().alert_delivery(False)
             stats.failed += 1
             continue
         with sessions() as session:
             finish(session, claimed, config, clock(), status=OutboxStatus.DELIVERED)
-        log.info("alert %s delivered to %s: %s", claimed.kind, shown, claimed.text)
+        log.info("alert %s delivered to %s: %s", claimed.kind, shown, shown_text)
         _metrics().alert_delivery(True)
         stats.delivered += 1
     return stats

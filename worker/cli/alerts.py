@@ -12,6 +12,7 @@ from worker.cli import main
 from worker.cli.db import database_error, echo_json, fail, ledger_session, settings
 from worker.ledger import database
 from worker.pipeline.pricing import PriceSource
+from worker.terminal import printable
 
 
 @main.group("alerts")
@@ -40,8 +41,10 @@ def list_command(status: str | None, limit: int, as_json: bool) -> None:
     for row in rows:
         tail = f"  last error: {row['last_error']}" if row["last_error"] else ""
         click.echo(
-            f"#{row['id']}  {row['status']:<9}  attempts {row['attempts']}  {row['kind']}"
-            f"  {row['text']}{tail}"
+            printable(
+                f"#{row['id']}  {row['status']:<9}  attempts {row['attempts']}  {row['kind']}"
+                f"  {row['text']}{tail}"
+            )
         )
 
 

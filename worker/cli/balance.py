@@ -7,6 +7,7 @@ import click
 from worker.cli import main
 from worker.cli.db import echo_json, ledger_session
 from worker.ledger.balances import balance
+from worker.terminal import printable
 
 
 @main.command("balance")
@@ -26,6 +27,6 @@ def balance_command(account: str, as_json: bool) -> None:
             }
         )
         return
-    click.echo(f"account {account}")
+    click.echo(f"account {printable(account)}")
     for name, amount in amounts.items():
         click.echo(f"  {name:<10} {int(amount):>16} micros  ${amount.usd():>16}")

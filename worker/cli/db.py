@@ -21,10 +21,12 @@ from worker.cli import main
 from worker.config import Settings, redact_url
 from worker.errors import BillingError
 from worker.ledger import database
+from worker.terminal import printable
 
 
 def fail(command: str, message: str) -> NoReturn:
-    click.echo(f"billing {command}: {message}", err=True)
+    """One line on stderr (outside text in ``message`` made printable) and exit status 2."""
+    click.echo(printable(f"billing {command}: {message}"), err=True)
     sys.exit(2)
 
 
@@ -82,8 +84,33 @@ def _migrate(command: str, action: Any, revision: str) -> None:
 @db_group.command("upgrade")
 @click.option("--revision", default="head", show_default=True)
 def upgrade_command(revision: str) -> None:
-    """Migrate up to REVISION (creates the SQLite file and its directory if needed)."""
+    """Migrate up to REVISION (creates the SQLite file and its directory if needed), and make sure
+    the deployment has its fingerprint key (generated and stored when BILLING_HASH_SALT is unset)."""
     _migrate("db upgrade", database.upgrade, revision)
+    _ensure_fingerprint_key()
+
+
+def _ensure_fingerprint_key() -> None:
+    """Store a fresh key if the schema has the table and holds none; say where the key comes from
+    (never its value)."""
+    from sqlalchemy import inspect
+
+    from models import DeploymentSecret
+    from worker import fingerprint_key
+
+    current = settings("db upgrade")
+    engine = database.make_engine(current.database_url)
+    try:
+        if not inspect(engine).has_table(DeploymentSecret.__tablename__):
+            return  # an older revision than the one that adds it
+        generated = fingerprint_key.ensure_stored(engine)
+        with engine.connect() as conn:
+            found = fingerprint_key.source(current, conn)
+    except SQLAlchemyError as exc:
+        fail("db upgrade", database_error(exc))
+    finally:
+        engine.dispose()
+    click.echo(f"fingerprint key: {found}{' (generated now)' if generated else ''}")
 
 
 @db_group.command("downgrade")

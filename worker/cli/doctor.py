@@ -9,6 +9,7 @@ import click
 
 from worker import doctor
 from worker.cli import main
+from worker.terminal import printable
 
 MARKS = {"ok": "ok", "problem": "PROBLEM", "skip": "skip"}
 
@@ -34,7 +35,7 @@ def doctor_command(only: tuple[str, ...], max_lag: int, max_dead: int) -> None:
     width = max(len(name) for name in doctor.CHECK_NAMES) + 8
     for check in doctor.run(os.environ, only, limits):
         healthy = healthy and check.ok
-        click.echo(f"{MARKS[check.status]:<8} {check.name:<{width}} {check.detail}")
+        click.echo(printable(f"{MARKS[check.status]:<8} {check.name:<{width}} {check.detail}"))
         if check.advice:
-            click.echo(f"{'':<8} {'':<{width}} advice: {check.advice}")
+            click.echo(printable(f"{'':<8} {'':<{width}} advice: {check.advice}"))
     sys.exit(0 if healthy else 1)

@@ -7,7 +7,7 @@ metric values live (see ``prepare_multiprocess_dir``).
 from __future__ import annotations
 
 import os
-import shutil
+import re
 import signal
 import threading
 from pathlib import Path
@@ -18,21 +18,53 @@ from worker.cli import main
 
 DEFAULT_WORKER_DIR = Path("var") / "prometheus"
 
+# The names prometheus_client gives its multiprocess files (``values.MultiProcessValue``):
+# ``<type>_<process>.db``, gauges ``gauge_<mode>_<process>.db``; the process identifier is
+# ``worker.metrics.process_identifier`` (a host name with ``_`` replaced, a dash, a pid) or a bare pid.
+# The modes are ``Gauge._MULTIPROC_MODES``, spelled out: importing prometheus_client here would fix
+# its value class before ``PROMETHEUS_MULTIPROC_DIR`` is settled (tests/deploy/test_metrics_dir.py
+# checks the pattern against every file the installed version writes).
+GAUGE_MODES = (
+    "all", "liveall", "min", "livemin", "max", "livemax", "sum", "livesum", "mostrecent",
+    "livemostrecent",
+)  # fmt: skip
+METRIC_FILE = re.compile(
+    rf"(?:counter|histogram|summary|gauge_(?:{'|'.join(GAUGE_MODES)}))_[A-Za-z0-9.-]+\.db"
+)
+
+
+def is_metric_file(path: Path) -> bool:
+    """A regular file named as prometheus_client names its multiprocess files."""
+    return METRIC_FILE.fullmatch(path.name) is not None and path.is_file() and not path.is_symlink()
+
 
 def prepare_multiprocess_dir(default: Path = DEFAULT_WORKER_DIR) -> Path:
-    """For ``billing worker``: use ``PROMETHEUS_MULTIPROC_DIR`` (default ``./var/prometheus``), emptied.
+    """For ``billing worker``: use ``PROMETHEUS_MULTIPROC_DIR`` (default ``./var/prometheus``), emptied
+    of the metric files an earlier run left.
 
     Must run before ``worker.metrics`` is imported. Emptying matters: files left by an earlier run
-    hold its counters, and the exporter would add them to the new ones. Do not call it while other
-    workers share the directory (several containers on one volume): their counters would restart.
+    hold its counters, and the exporter would add them to the new ones. Only prometheus_client's own
+    files are removed (``METRIC_FILE``); a directory holding anything else (a subdirectory, a ledger,
+    a file of another program) raises ``ValueError`` and nothing in it is touched. Do not call it
+    while other workers share the directory (several containers on one volume): their counters
+    would restart.
     """
     path = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or default)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"PROMETHEUS_MULTIPROC_DIR {path} is not a directory")
     if path.exists():
-        for child in path.iterdir():
-            if child.is_dir():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
+        children = sorted(path.iterdir())
+        foreign = [child.name for child in children if not is_metric_file(child)]
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (
+                f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            )
+            raise ValueError(
+                f"PROMETHEUS_MULTIPROC_DIR {path} holds {shown}, which are not metric files: "
+                "refusing to empty it; point the variable at a directory of its own"
+            )
+        for child in children:
+            child.unlink()
     path.mkdir(parents=True, exist_ok=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path.resolve())
     return path

@@ -16,6 +16,7 @@ from worker.prices import PriceBook, load_price_book
 from worker.reconcile import reconcile_response, reconcile_stream
 from worker.request import RequestMeta, parse_request, request_from_dict
 from worker.result import Result
+from worker.terminal import printable
 
 
 def sidecar_request(path: Path) -> Path:
@@ -135,7 +136,7 @@ def replay(
         sys.exit(2)
     except BillingError as exc:
         source = request_path if request_path and "price" not in type(exc).__name__.lower() else ""
-        click.echo(f"billing replay: {source}{': ' if source else ''}{exc}", err=True)
+        click.echo(printable(f"billing replay: {source}{': ' if source else ''}{exc}"), err=True)
         sys.exit(2)
     option = orjson.OPT_INDENT_2 if pretty else 0
     failed = False
@@ -143,7 +144,7 @@ def replay(
         try:
             result = replay_file(path, meta, prices, status)
         except BillingError as exc:
-            click.echo(f"billing replay: {path}: {exc}", err=True)
+            click.echo(printable(f"billing replay: {path}: {exc}"), err=True)
             failed = True
             continue
         sys.stdout.buffer.write(orjson.dumps(result.to_json(), option=option) + b"\n")

@@ -30,6 +30,7 @@ from worker.reports.render_html import render_html
 from worker.reports.render_json import render_json
 from worker.reports.render_table import render_table
 from worker.reports.spec import ReportSpec, parse_spec
+from worker.terminal import printable
 
 RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "html": render_html}
 
@@ -113,6 +114,8 @@ def report_command(
         fail("report", database_error(exc))
     text = RENDERERS[fmt](found)
     if out is None:
+        if sys.stdout.isatty():  # data formats keep exact names in files and pipes, not on a screen
+            text = "\n".join(printable(line) for line in text.split("\n"))
         sys.stdout.write(text)
         return
     try:
@@ -145,7 +148,8 @@ def _rollup(since: str | None, until: str | None, *, rebuild: bool) -> None:
         click.echo(f"money rollup equals the ledger: {compared} (day, account, model) rows")
         return
     for found in differences:
-        click.echo(f"differs: {' '.join(found.key)}: rollup {found.rollup}, ledger {found.ledger}")
+        key = printable(" ".join(found.key))
+        click.echo(f"differs: {key}: rollup {found.rollup}, ledger {found.ledger}")
     click.echo(
         f"money rollup differs from the ledger on {len(differences)} of {compared} rows "
         "(`billing report --rebuild-rollup` recomputes it)",

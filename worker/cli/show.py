@@ -10,6 +10,7 @@ from worker.cli import main
 from worker.cli.db import echo_json, fail, ledger_session
 from worker.ledger.queries import show
 from worker.money import Micros
+from worker.terminal import printable
 
 
 def _usd(micros: int | None) -> str:
@@ -75,4 +76,4 @@ def show_command(request_id: str, as_json: bool) -> None:
     if as_json:
         echo_json(answer)
         return
-    click.echo("\n".join(_text(answer)))
+    click.echo("\n".join(printable(line) for line in _text(answer)))

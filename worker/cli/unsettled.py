@@ -12,6 +12,7 @@ from worker.cli.db import echo_json, fail, ledger_session, settings
 from worker.ledger.operations import resolve, resolve_expired
 from worker.ledger.queries import unsettled
 from worker.money import Micros
+from worker.terminal import printable
 
 
 def _default_who() -> str:
@@ -44,9 +45,11 @@ def list_command(as_json: bool, include_resolved: bool) -> None:
         resolution = row["resolution"]
         tail = f"  {resolution['action']} by {resolution['resolved_by']}" if resolution else ""
         click.echo(
-            f"{row['request_id']}  {row['account_id']}  {row['model']}  {row['reason']}"
-            f"  held ${Micros(row['reserved_micros']).usd()}  exposure {shown}"
-            f"  since {row['detected_at']}{tail}"
+            printable(
+                f"{row['request_id']}  {row['account_id']}  {row['model']}  {row['reason']}"
+                f"  held ${Micros(row['reserved_micros']).usd()}  exposure {shown}"
+                f"  since {row['detected_at']}{tail}"
+            )
         )
 
 
@@ -71,7 +74,7 @@ def resolve_command(request_id: str, action: str | None, note: str, who: str | N
             note=note,
             now=datetime.now(UTC),
         )
-    click.echo(f"{request_id}: {status}")
+    click.echo(printable(f"{request_id}: {status}"))
 
 
 @unsettled_group.command("expire")

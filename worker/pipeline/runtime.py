@@ -16,6 +16,7 @@ from redis.cluster import RedisCluster
 from sqlalchemy import Engine
 
 from worker.config import Settings
+from worker.fingerprint_key import with_key
 from worker.ledger.database import make_engine, session_factory
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.pricing import PriceSource
@@ -67,8 +68,13 @@ class Runtime:
     def build(cls, settings: Settings | None = None) -> Runtime:
         settings = settings or Settings.from_env()
         tune_gc()
-        client = redis_client(settings.redis_url)
         engine = make_engine(settings.database_url)
+        try:
+            settings = with_key(settings, engine)  # no fingerprint without the deployment's key
+        except BaseException:
+            engine.dispose()
+            raise
+        client = redis_client(settings.redis_url)
         name = f"{socket.gethostname()}-{os.getpid()}"
         consumer = Consumer(
             client,

@@ -14,9 +14,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from worker.reports.model import COUNTS, MONEY, PARITY_FIELDS, Report, Tally, ratio
+from worker.terminal import printable
 
 CALL_COLUMNS = tuple(c for c in COUNTS if not c[0].startswith(("unsettled_", "resolved_")))
 UNSETTLED_COLUMNS = tuple(c for c in COUNTS if c[0].startswith(("unsettled_", "resolved_")))
+
+
+def _cell(text: str) -> str:
+    """Text from the ledger (account ids, model names, kinds) as a cell: terminal controls escaped
+    (``worker.terminal``), then rich markup escaped."""
+    return escape(printable(text))
 
 
 def _when(value: object) -> str:
@@ -33,7 +40,7 @@ def _table(report: Report, title: str, cells: list[tuple[str, object]]) -> Table
 
     def add(key: tuple[str, ...], tally: Tally, *, last: bool = False) -> None:
         values = [fn(tally) for _, fn in cells]  # type: ignore[operator]
-        table.add_row(*(escape(k) for k in key), *values, end_section=last)
+        table.add_row(*(_cell(k) for k in key), *values, end_section=last)
 
     for row in report.groups:
         add(row.key or ("all",), row.tally)
@@ -75,7 +82,7 @@ def render_table(report: Report, width: int = 1000) -> str:
     for header in ("model", "calls", "p50", "p90", "p99"):
         drift.add_column(header, justify="left" if header == "model" else "right", no_wrap=True)
     for d in report.drift:
-        drift.add_row(escape(d.model), str(d.calls), ratio(d.p50), ratio(d.p90), ratio(d.p99))
+        drift.add_row(_cell(d.model), str(d.calls), ratio(d.p50), ratio(d.p90), ratio(d.p99))
     console.print(
         drift if report.drift else "drift: no streamed calls with reported usage and an estimate"
     )
@@ -87,5 +94,5 @@ def render_table(report: Report, width: int = 1000) -> str:
         )
     if report.anomalies is not None:
         listed = ", ".join(f"{k} {v}" for k, v in report.anomalies.items()) or "none"
-        console.print(f"anomalies: {escape(listed)}")
+        console.print(f"anomalies: {_cell(listed)}")
     return out.getvalue()

@@ -44,6 +44,10 @@ ENV_VARS = (
     "BILLING_ALERT_WINDOW_SECONDS",
     "BILLING_UNSETTLED_RATE_PCT",
     "BILLING_ALERT_WEBHOOK_URL",
+    "BILLING_BATCH_BYTES",
+    "BILLING_DEAD_LETTER_MAXLEN",
+    "BILLING_ALERT_RETENTION_DAYS",
+    "BILLING_ANOMALY_RETENTION_DAYS",
 )
 
 
@@ -119,6 +123,12 @@ class Settings:
     unsettled_rate_pct: int = 5
     # May carry a token in its path (Slack): log it only through ``worker.alerts.config.redact``.
     alert_webhook_url: str | None = None
+    # Limits and retention (docs/operations.md "Limits and retention"). A retention of 0 days keeps
+    # the rows for ever.
+    batch_bytes: int = 64 << 20
+    dead_letter_maxlen: int = 100_000
+    alert_retention_days: int = 30
+    anomaly_retention_days: int = 90
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -154,6 +164,10 @@ class Settings:
             alert_window_seconds=_int(env, "BILLING_ALERT_WINDOW_SECONDS", 300, minimum=5),
             unsettled_rate_pct=_int(env, "BILLING_UNSETTLED_RATE_PCT", 5, minimum=1),
             alert_webhook_url=env.get("BILLING_ALERT_WEBHOOK_URL") or None,
+            batch_bytes=_int(env, "BILLING_BATCH_BYTES", 64 << 20, minimum=1),
+            dead_letter_maxlen=_int(env, "BILLING_DEAD_LETTER_MAXLEN", 100_000, minimum=1),
+            alert_retention_days=_int(env, "BILLING_ALERT_RETENTION_DAYS", 30),
+            anomaly_retention_days=_int(env, "BILLING_ANOMALY_RETENTION_DAYS", 90),
         )
 
 

@@ -57,7 +57,7 @@ def main() -> None:
     total = BatchStats()
     started = time.monotonic()
     while time.monotonic() - started < 300:
-        total.add(consumer.poll(block_ms=50))
+        total.add(consumer.drain(seconds=1.0, block_ms=50))
         info = stream_backlog(rt.client, consumer.keys.events(), consumer.keys.group)
         if info.lag == 0 and info.pending == 0:
             break

@@ -170,6 +170,10 @@ def _record(
         )
     if effect == "unsettled":
         record_unsettled_event(session, reservation_id)
+    if effect == "settled_late":
+        # Finalized as abandoned, then completed by its close or by late data: it was slow, not
+        # abandoned, so the sweeper's suspicion is withdrawn.
+        _withdraw(session, [reservation_id], AnomalyKind.NO_CLOSE)
 
 
 def columns_of(calls: Iterable[tuple[RequestMeta, Result]], salt: str) -> Columns:
@@ -231,12 +235,24 @@ def withdraw(session: Session, request_id: str, kind: AnomalyKind) -> int:
     call; so both anomalies are only suspicions when recorded, and the late notification withdraws
     them (before the alert window closes, in practice). Returns the rows withdrawn.
     """
+    return withdraw_many(session, [request_id], kind)
+
+
+def withdraw_many(session: Session, request_ids: list[str], kind: AnomalyKind) -> int:
+    """``withdraw`` for many requests in one statement (a close that was dead-lettered still came)."""
+    if not request_ids:
+        return 0
+    return _withdraw(
+        session,
+        select(reservations.c.id).where(reservations.c.request_id.in_(request_ids)),
+        kind,
+    )
+
+
+def _withdraw(session: Session, reservation_ids: Any, kind: AnomalyKind) -> int:
     result = session.execute(
         delete(anomalies).where(
-            anomalies.c.kind == str(kind),
-            anomalies.c.reservation_id.in_(
-                select(reservations.c.id).where(reservations.c.request_id == request_id)
-            ),
+            anomalies.c.kind == str(kind), anomalies.c.reservation_id.in_(reservation_ids)
         )
     )
     return max(result.rowcount or 0, 0)

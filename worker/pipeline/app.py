@@ -20,6 +20,7 @@ settings = Settings.from_env()
 PARITY_INTERVAL_SECONDS = 60.0
 RETIRED_INTERVAL_SECONDS = 1.0
 ALERTS_INTERVAL_SECONDS = 30.0
+PURGE_INTERVAL_SECONDS = 600.0
 
 app = Celery("billing", broker=settings.broker_url, include=["worker.pipeline.tasks"])
 app.conf.update(
@@ -58,6 +59,12 @@ app.conf.update(
             "task": "billing.alerts",
             "schedule": ALERTS_INTERVAL_SECONDS,
             "options": {"expires": ALERTS_INTERVAL_SECONDS},
+        },
+        # Retention (``worker.retention``): bounded batches each run, so a backlog takes a few runs.
+        "purge": {
+            "task": "billing.purge",
+            "schedule": PURGE_INTERVAL_SECONDS,
+            "options": {"expires": PURGE_INTERVAL_SECONDS},
         },
     },
 )

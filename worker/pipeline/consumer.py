@@ -5,7 +5,9 @@ at once, they share the work through the consumer group):
 
 1. Claim entries another consumer left pending longer than ``claim_idle_ms`` (it died), then read new
    ones, up to ``batch_size`` in all.
-2. Read every involved call's stream in one pipelined round trip.
+2. Size every involved call's stream, then read them in one pipelined round trip: a stream past the
+   size limits is refused unread, and the calls past the batch's byte budget (``batch_bytes``) are
+   left pending for the next batch of the same drain (``pipeline.reading``).
 3. Apply every call in ONE database transaction, each inside its own savepoint, so one bad call neither
    aborts the batch nor is lost: bad input becomes a dead letter; an unexpected database error leaves
    that call's entries unacknowledged, to be claimed and redone later.
@@ -41,6 +43,7 @@ from worker.ledger.findings import (
     record_findings_many,
     reservation_of,
     withdraw,
+    withdraw_many,
 )
 from worker.ledger.operations import (
     HoldOutcome,
@@ -50,8 +53,8 @@ from worker.ledger.operations import (
     other_call,
     recorded_from,
 )
+from worker.pipeline.dead_letters import write_dead_letters
 from worker.pipeline.entries import (
-    MAX_ENTRIES,
     Entry,
     Notification,
     dead_letter_fields,
@@ -61,10 +64,19 @@ from worker.pipeline.entries import (
 )
 from worker.pipeline.keys import Keys
 from worker.pipeline.pricing import PriceSource
+from worker.pipeline.reading import (
+    StreamSize,
+    raw_stream_pipeline,
+    read_streams,
+    size_streams,
+    within_budget,
+)
 from worker.prices import PriceBook
 from worker.reconcile import reconcile_response, reconcile_stream
 from worker.request import RequestMeta
 from worker.result import Outcome, Reason, Result
+
+__all__ = ["BatchStats", "Consumer", "raw_stream_pipeline", "reconcile_call", "reconcile_record"]
 
 log = logging.getLogger(__name__)
 
@@ -115,20 +127,6 @@ class BatchStats:
         self.latencies_ms.extend(other.latencies_ms)
 
 
-def _as_sent(response: Any, **_options: Any) -> Any:
-    return response
-
-
-def raw_stream_pipeline(client: redis.Redis) -> Any:
-    """A pipeline whose XRANGE replies stay as Redis sends them, ``[id, [name, value, …]]``
-    (``entries`` reads both shapes; a cluster pipeline, which parses per node, still gives dicts)."""
-    pipe = client.pipeline(transaction=False)
-    callbacks = getattr(pipe, "response_callbacks", None)
-    if callbacks is not None:
-        pipe.response_callbacks = {**callbacks, "XRANGE": _as_sent}
-    return pipe
-
-
 def reconcile_record(entries: list[Entry], request_id: str, book: PriceBook) -> Result:
     """Decode a call's stream and reconcile it (raises ``InputError`` for unusable streams)."""
     return reconcile_call(entries, request_id, book)[1]
@@ -157,7 +155,10 @@ class _Batch:
     ack: list[bytes] = field(default_factory=list)
     dead: list[dict[str, Any]] = field(default_factory=list)
     calls: list[_Call] = field(default_factory=list)
+    # Each call's stream, cut to its first entry once reconciled (``prepare``).
     streams: list[list[Entry]] = field(default_factory=list)
+    # Notification entries of the calls past the byte budget: the next batch, still pending.
+    rest: list[tuple[bytes, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -178,6 +179,7 @@ class _Call:
     held_here: bool = False  # this batch recorded the hold
     # A redelivered close whose result was committed before: the after-commit step to redo.
     redo: str | None = None
+    gave_up: bool = False  # dead-lettered as poison, not as bad input: its stream is kept
 
     def transaction_state(self) -> tuple[Any, ...]:
         """What a batch transaction may change on this call, to restore when it is rolled back."""
@@ -286,14 +288,17 @@ class Consumer:
         total = BatchStats()
         deadline = time.monotonic() + seconds
         reader = self._reader()
-        pending = reader.submit(self._read_batch, stream, block_ms, self.prices.current())
+        pending = reader.submit(self._read_batch, stream, block_ms, self.prices.current(), [])
         try:
             while True:
                 batch = pending.result()
-                more = time.monotonic() < deadline and not (until_idle and batch is None)
+                rest = [] if batch is None else batch.rest
+                more = bool(rest) or (
+                    time.monotonic() < deadline and not (until_idle and batch is None)
+                )
                 if more:
                     pending = reader.submit(
-                        self._read_batch, stream, block_ms, self.prices.current()
+                        self._read_batch, stream, block_ms, self.prices.current(), rest
                     )
                 if batch is not None:
                     total.add(self.apply(batch))
@@ -309,29 +314,49 @@ class Consumer:
             self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="billing-read")
         return self._prefetch
 
-    def _read_batch(self, stream: str, block_ms: int | None, book: PriceBook) -> _Batch | None:
-        entries = self.read(stream, block_ms)
+    def _read_batch(
+        self, stream: str, block_ms: int | None, book: PriceBook, rest: list[tuple[bytes, Any]]
+    ) -> _Batch | None:
+        """The next batch: what the last one left past its byte budget, else new entries."""
+        entries = self._keep(stream, rest) if rest else self.read(stream, block_ms)
         return self.prepare(stream, entries, book) if entries else None
+
+    def _keep(self, stream: str, rest: list[tuple[bytes, Any]]) -> list[tuple[bytes, Any]]:
+        """Entries left past a batch's budget, still pending here: reset their idle time, so no
+        other consumer claims them while this one works through the batches before them, and drop
+        any another consumer has claimed and acknowledged meanwhile."""
+        ids = [entry_id for entry_id, _fields in rest]
+        kept = set(self.client.xclaim(stream, self.keys.group, self.name, 0, ids, justid=True))
+        return [entry for entry in rest if entry[0] in kept]
 
     # -- processing ----------------------------------------------------------------------------
 
-    def _fetch_streams(self, calls: list[_Call]) -> list[list[Entry]]:
-        pipe = raw_stream_pipeline(self.client)
-        for call in calls:
-            key = self.keys.request(call.request_id)
-            pipe.xrange(key, "-", "+", count=MAX_ENTRIES + 1 if call.closing else 1)
-        return pipe.execute()
+    def _fetch_streams(self, calls: list[_Call], sizes: list[StreamSize]) -> list[list[Entry]]:
+        """Each call's stream as far as it was sized: whole for a close, the request entry for an
+        open; nothing for a refused call or a missing stream."""
+        reads = []
+        for call, size in zip(calls, sizes, strict=True):
+            count = 0 if call.dead_reason is not None else size.entries
+            reads.append((call.request_id, count if call.closing else min(count, 1)))
+        return read_streams(self.client, self.keys, reads)
 
     def process(self, stream: str, entries: list[tuple[bytes, Any]]) -> BatchStats:
-        """Apply one batch of notification entries: ``prepare`` then ``apply``."""
-        # Prices are read before the batch transaction: on SQLite a second connection inside it
-        # would wait for the write lock this one holds.
-        return self.apply(self.prepare(stream, entries, self.prices.current()))
+        """Apply notification entries: ``prepare`` then ``apply``, batch after batch until what
+        each left past its byte budget is done too."""
+        total = BatchStats()
+        while entries:
+            # Prices are read before the batch transaction: on SQLite a second connection inside
+            # it would wait for the write lock this one holds.
+            batch = self.prepare(stream, entries, self.prices.current())
+            total.add(self.apply(batch))
+            entries = self._keep(stream, batch.rest) if batch.rest else []
+        return total
 
     def prepare(self, stream: str, entries: list[tuple[bytes, Any]], book: PriceBook) -> _Batch:
-        """Group the entries by call, read the calls' streams and reconcile them: Redis reads and
-        pure work, nothing written anywhere (safe to run while another batch is applied)."""
-        batch = _Batch(stream, BatchStats(read=len(entries)), book)
+        """Group the entries by call, size the calls' streams, read and reconcile those within the
+        batch's byte budget: Redis reads and pure work, nothing written anywhere (safe to run while
+        another batch is applied). The entries of the calls past the budget are ``batch.rest``."""
+        batch = _Batch(stream, BatchStats(), book)
         now_ms = int(time.time() * 1000)
         calls: dict[str, _Call] = {}
         for entry_id, fields in entries:
@@ -355,9 +380,20 @@ class Consumer:
         # open read by one, its close by the other) take their reservation locks in the same order:
         # in arrival order, each batch-long transaction waited for the other's and PostgreSQL broke
         # the cycle with a deadlock error, deferring calls until claim_idle_ms had passed.
-        batch.calls = sorted(calls.values(), key=lambda call: call.request_id)
-        batch.streams = self._fetch_streams(batch.calls) if batch.calls else []
-        self._prepare(batch.calls, batch.streams, book)
+        ordered = sorted(calls.values(), key=lambda call: call.request_id)
+        sizes = size_streams(self.client, self.keys, [call.request_id for call in ordered])
+        for call, size in zip(ordered, sizes, strict=True):
+            call.dead_reason = size.refusal
+        taken = within_budget([size.cost for size in sizes], self.settings.batch_bytes)
+        later = {note.entry_id for call in ordered[taken:] for note in call.notes}
+        batch.rest = [entry for entry in entries if entry[0] in later]
+        batch.stats.read = len(entries) - len(batch.rest)
+        batch.calls = ordered[:taken]
+        streams = self._fetch_streams(batch.calls, sizes[:taken])
+        self._prepare(batch.calls, streams, book)
+        # Reconciled, a stream is needed no more than its first entry (``_apply`` asks whether
+        # the stream exists): the rest is let go now, not when the batch is committed.
+        batch.streams = [call_entries[:1] for call_entries in streams]
         return batch
 
     def apply(self, batch: _Batch) -> BatchStats:
@@ -393,6 +429,7 @@ class Consumer:
             time.sleep(random.uniform(0.01, 0.05) * attempt)
         now_ms = int(time.time() * 1000)
         self._give_up_on_poison(stream, ordered)
+        reserved = self._dead_letters_in_ledger(ordered)
 
         pipe = self.client.pipeline(transaction=False)
         done_ms = int(time.time() * 1000)
@@ -403,7 +440,12 @@ class Consumer:
             ack.extend(note.entry_id for note in call.notes)
             if call.dead_reason is not None:
                 stats.dead += 1
-                pipe.sadd(self.keys.quarantine, call.request_id)
+                if call.request_id in reserved:
+                    # The sweeper finalizes its hold without reading the refused stream.
+                    pipe.sadd(self.keys.quarantine, call.request_id)
+                elif not call.gave_up:
+                    # Refused input nothing in the ledger refers to: its prompt goes now.
+                    pipe.delete(self.keys.request(call.request_id))
                 for note in call.notes:
                     original = {"kind": note.kind, "request_id": note.request_id}
                     dead.append(
@@ -439,8 +481,7 @@ class Consumer:
                 pipe.delete(key)
             if call.close_ts is not None:
                 stats.latencies_ms.append(max(0, done_ms - call.close_ts))
-        for letter in dead:
-            pipe.xadd(self.keys.dead, letter)
+        write_dead_letters(pipe, self.keys, dead, self.settings.dead_letter_maxlen)
         if ack:
             pipe.xack(stream, self.keys.group, *ack)
         pipe.execute()
@@ -495,6 +536,23 @@ class Consumer:
             if delivered >= MAX_DELIVERIES:
                 call.effect = None
                 call.dead_reason = f"gave up after {delivered} deliveries: {call.error}"
+                call.gave_up = True
+
+    def _dead_letters_in_ledger(self, calls: list[_Call]) -> set[str]:
+        """After the batch's commit, for the calls it dead-letters: which have a reservation, and
+        each closing one's ``no_close`` suspicion withdrawn (its close did come; the sweeper may
+        have finalized it first). One short transaction, only when there are dead letters."""
+        dead = [call.request_id for call in calls if call.dead_reason is not None]
+        if not dead:
+            return set()
+        closing = [call.request_id for call in calls if call.dead_reason and call.closing]
+        with self.sessions() as session, session.begin():
+            withdraw_many(session, closing, AnomalyKind.NO_CLOSE)
+            return set(
+                session.scalars(
+                    select(Reservation.request_id).where(Reservation.request_id.in_(dead))
+                )
+            )
 
     @staticmethod
     def _prepare(calls: list[_Call], streams: list[list[Entry]], book: PriceBook) -> None:

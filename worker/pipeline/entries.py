@@ -21,6 +21,17 @@ MAX_ENTRY_BYTES = 1 << 20
 MAX_CALL_BYTES = 32 << 20
 # A notification's ts: unix milliseconds take 13 digits until the year 2286.
 MAX_TS_DIGITS = 15
+# What a stream within the limits above may take in Redis (``MEMORY USAGE``), checked with
+# ``MAX_ENTRIES`` before anything is read (``size_refusal``). Redis stores a body in listpack nodes
+# rounded up to the allocator's size classes: measured at 1.15-1.3 times the bodies, plus about 25
+# bytes an entry; 1.5 times and 64 bytes an entry leave room so no stream within the limits is
+# refused here, and bound what reading any stream costs.
+MAX_STREAM_BYTES = (MAX_CALL_BYTES + MAX_ENTRY_BYTES) * 3 // 2 + MAX_ENTRIES * 64
+# Each original field a dead letter copies: at most this many fields, names and values cut to
+# these lengths with a marker saying how much was left out.
+DEAD_LETTER_FIELDS = 32
+DEAD_LETTER_NAME_CHARS = 64
+DEAD_LETTER_VALUE_BYTES = 256
 
 Fields = dict[bytes, bytes]
 # An entry as redis-py parses it, (id, {name: value}), or as Redis sends it, [id, [name, value, …]]
@@ -170,14 +181,43 @@ def decode_call(entries: list[Entry], expected_request_id: str | None = None) ->
     return CallRecord(meta, frames, status, body, entries[-1][0])
 
 
+def size_refusal(entries: int, redis_bytes: int) -> str | None:
+    """Why a call's stream of ``entries`` entries taking ``redis_bytes`` in Redis (``XLEN`` and
+    ``MEMORY USAGE``) is refused before it is read, or None when it may be read."""
+    if entries > MAX_ENTRIES:
+        return f"stream has more than {MAX_ENTRIES} entries ({entries})"
+    if redis_bytes > MAX_STREAM_BYTES:
+        return (
+            f"call stream larger than the limits: {redis_bytes} bytes in Redis, "
+            f"more than {MAX_STREAM_BYTES}"
+        )
+    return None
+
+
+def _capped(value: Any, limit: int) -> Any:
+    """``value`` (bytes or str) cut to ``limit`` with a marker of what was cut; others unchanged."""
+    if isinstance(value, bytes | str) and len(value) > limit:
+        marker = f"…[{len(value) - limit} more]"
+        return value[:limit] + (marker.encode() if isinstance(value, bytes) else marker)
+    return value
+
+
 def dead_letter_fields(
     source: str, reason: str, original: dict[Any, Any], now_ms: int, entry_id: bytes | None = None
 ) -> dict[str, Any]:
-    """Fields of a dead letter: where it came from, why, when, and the original fields prefixed."""
+    """Fields of a dead letter: where it came from, why, when, and the original fields prefixed.
+
+    Bounded whatever the input: ``DEAD_LETTER_FIELDS`` original fields at most (``orig_dropped``
+    counts the rest), each name and value cut with a marker (``_capped``)."""
     fields: dict[str, Any] = {"source": source, "reason": reason[:500], "ts": now_ms}
     if entry_id is not None:
-        fields["entry_id"] = entry_id
-    for key, value in original.items():
+        fields["entry_id"] = _capped(entry_id, DEAD_LETTER_NAME_CHARS)
+    for number, (key, value) in enumerate(original.items()):
+        if number == DEAD_LETTER_FIELDS:
+            fields["orig_dropped"] = len(original) - DEAD_LETTER_FIELDS
+            break
         name = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
-        fields[f"orig.{name}"] = value
+        fields[f"orig.{_capped(name, DEAD_LETTER_NAME_CHARS)}"] = _capped(
+            value, DEAD_LETTER_VALUE_BYTES
+        )
     return fields

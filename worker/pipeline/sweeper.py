@@ -6,6 +6,10 @@
 * Late data: an unsettled call's stream is kept through the grace period and reconciled again on a
   schedule (the ``recheck`` sorted set), so a usage frame that arrived after ``close`` still settles it.
   At the end of grace the stream is deleted and the resolve policy decides the hold.
+* Streams are sized before they are read and read in groups within the byte budget, as the consumer
+  reads them (``pipeline.reading``); a stream refused (past the limits, undecodable, or quarantined
+  by the consumer) is dead-lettered once and never read again: its call is finalized or left to the
+  resolve policy from the reservation alone.
 
 Each pass works in bounded batches and commits per batch, so it is safe to run from any process at any
 time: every effect goes through the idempotent ledger operations.
@@ -31,7 +35,9 @@ from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, resolve_expired
 from worker.pipeline import partitions
 from worker.pipeline.consumer import Consumer, reconcile_call, reconcile_record
-from worker.pipeline.entries import MAX_ENTRIES, dead_letter_fields
+from worker.pipeline.dead_letters import write_dead_letters
+from worker.pipeline.entries import dead_letter_fields
+from worker.pipeline.reading import StreamSize, read_streams, size_streams, within_budget
 from worker.reconcile import reconcile_stream
 from worker.request import RequestMeta
 from worker.result import Outcome, Result
@@ -155,6 +161,8 @@ class Sweeper:
         return found[: self.limit]
 
     def finalize_abandoned(self, stats: SweepStats) -> None:
+        """Finalize the abandoned calls, in groups whose streams fit the byte budget
+        (``batch_bytes``), one transaction per group, each row in its own savepoint."""
         now = datetime.now(UTC)
         # Locks are taken in request-id order, as the consumer takes them (``Consumer.prepare``).
         rows = sorted(self.abandoned(now), key=lambda row: row.request_id)
@@ -162,29 +170,52 @@ class Sweeper:
             return
         pipe = self.client.pipeline(transaction=False)
         for row in rows:
-            pipe.xrange(self.keys.request(row.request_id), "-", "+", count=MAX_ENTRIES + 1)
             pipe.sismember(self.keys.quarantine, row.request_id)
-        fetched = pipe.execute()
+        quarantined = [bool(member) for member in pipe.execute()]
+        sizes = size_streams(self.client, self.keys, [row.request_id for row in rows])
+        # A quarantined stream was refused into the dead letters: it is not read again.
+        costs = [0 if q else size.cost for q, size in zip(quarantined, sizes, strict=True)]
+        start = 0
+        while start < len(rows):
+            end = start + within_budget(costs[start:], self.settings.batch_bytes)
+            self._finalize(rows[start:end], quarantined[start:end], sizes[start:end], now, stats)
+            start = end
+
+    def _finalize(
+        self,
+        rows: list[Row[Any]],
+        quarantined: list[bool],
+        sizes: list[StreamSize],
+        now: datetime,
+        stats: SweepStats,
+    ) -> None:
+        reads = [
+            (row.request_id, 0 if q or size.refusal else size.entries)
+            for row, q, size in zip(rows, quarantined, sizes, strict=True)
+        ]
+        fetched = read_streams(self.client, self.keys, reads)
         now_ms = int(time.time() * 1000)
         dead = []
-        finished: list[tuple[str, Outcome]] = []
+        # (request id, outcome, whether its stream may be read again for late data)
+        finished: list[tuple[str, Outcome, bool]] = []
         book = self.consumer.prices.current()
         with self.consumer.sessions() as session, session.begin():
-            for index, row in enumerate(rows):
-                entries, quarantined = fetched[2 * index], fetched[2 * index + 1]
-                if quarantined:
-                    # Its stream was refused into the dead letters: nothing in it can be used.
-                    # Finalize from the reservation alone (incomplete), so the hold becomes an
-                    # unsettled failure someone can resolve, instead of money held for ever.
-                    entries = []
-                elif entries and now_ms - _entry_ms(entries[-1][0]) < self.settings.sweep_idle_ms:
+            for row, q, size, entries in zip(rows, quarantined, sizes, fetched, strict=True):
+                refusal = None if q else size.refusal
+                if entries and now_ms - _entry_ms(entries[-1][0]) < self.settings.sweep_idle_ms:
                     continue  # still being written: not abandoned yet
                 try:
                     with session.begin_nested():
                         meta = None
                         if entries:
-                            meta, result = reconcile_call(entries, row.request_id, book)
-                        else:
+                            try:
+                                meta, result = reconcile_call(entries, row.request_id, book)
+                            except InputError as exc:
+                                refusal = str(exc)
+                        if not entries or refusal is not None:
+                            # Gone, refused now, or refused before (quarantined): finalized from
+                            # the reservation alone (incomplete), so the hold becomes an unsettled
+                            # failure someone can resolve, instead of money held for ever.
                             meta = RequestMeta(
                                 request_id=row.request_id,
                                 account_id=row.account_id,
@@ -196,27 +227,28 @@ class Sweeper:
                             )
                             result = reconcile_stream(meta, [], book)
                         effect = apply_result(session, result, now=now, grace=self.consumer.grace)
-                        self._findings(session, result, effect, now, meta=meta, closed=False)
-                        stats.finalized += 1
-                        finished.append((row.request_id, result.outcome))
-                except InputError as exc:
-                    stats.dead += 1
-                    original = {"request_id": row.request_id, "kind": "sweep"}
-                    dead.append(
-                        (row.request_id, dead_letter_fields("sweep", str(exc), original, now_ms))
-                    )
+                        # A quarantined call's close came, and was refused: not a ``no_close``.
+                        self._findings(session, result, effect, now, meta=meta, closed=q)
                 except Exception:
                     # One row's failure (a database error, a refusal of the ledger, a bug) is
                     # its own: the savepoint undid it, the rest of the pass goes on, and the next
                     # pass tries this row again.
                     log.exception("sweep of %s deferred", row.request_id)
+                    continue
+                stats.finalized += 1
+                readable = not q and refusal is None
+                finished.append((row.request_id, result.outcome, readable))
+                if refusal is not None:
+                    stats.dead += 1
+                    original = {"request_id": row.request_id, "kind": "sweep"}
+                    dead.append(dead_letter_fields("sweep", refusal, original, now_ms))
         pipe = self.client.pipeline(transaction=False)
-        for request_id, letter in dead:
-            pipe.xadd(self.keys.dead, letter)
-            pipe.sadd(self.keys.quarantine, request_id)
+        write_dead_letters(pipe, self.keys, dead, self.settings.dead_letter_maxlen)
         recheck_at = time.time() + self.consumer.recheck_seconds
-        for request_id, outcome in finished:
+        for request_id, outcome, readable in finished:
             pipe.srem(self.keys.quarantine, request_id)
+            if not readable:
+                continue  # a refused stream is never read again; it expires with its TTL
             if outcome is Outcome.UNSETTLED:
                 pipe.zadd(self.keys.recheck, {request_id: recheck_at})
             else:
@@ -245,19 +277,35 @@ class Sweeper:
         )
 
     def recheck_unsettled(self, stats: SweepStats) -> None:
+        """Re-read the streams of unsettled calls that are due, in groups within the byte budget.
+
+        A stream that turns out unusable (past the size limits, which is checked before reading,
+        or refused when decoded) is dead-lettered and never read again: no late data can fix it."""
         due = self.client.zrangebyscore(self.keys.recheck, "-inf", time.time(), 0, self.limit)
         if not due:
             return
         ids = [raw.decode() for raw in due]
-        pipe = self.client.pipeline(transaction=False)
-        for request_id in ids:
-            pipe.xrange(self.keys.request(request_id), "-", "+", count=MAX_ENTRIES + 1)
-        fetched = pipe.execute()
+        sizes = size_streams(self.client, self.keys, ids)
+        costs = [size.cost for size in sizes]
+        start = 0
+        while start < len(ids):
+            end = start + within_budget(costs[start:], self.settings.batch_bytes)
+            self._recheck(ids[start:end], sizes[start:end], stats)
+            start = end
+
+    def _recheck(self, ids: list[str], sizes: list[StreamSize], stats: SweepStats) -> None:
+        reads = [
+            (request_id, 0 if size.refusal else size.entries)
+            for request_id, size in zip(ids, sizes, strict=True)
+        ]
+        fetched = read_streams(self.client, self.keys, reads)
         now = datetime.now(UTC)
+        now_ms = int(time.time() * 1000)
         grace = self.consumer.grace
         book = self.consumer.prices.current()
         done: list[str] = []
         later: list[str] = []
+        refused: list[tuple[str, str]] = []
         with self.consumer.sessions() as session, session.begin():
             detected = dict(
                 session.execute(
@@ -266,9 +314,12 @@ class Sweeper:
                     .where(Reservation.request_id.in_(ids))
                 ).all()
             )
-            for request_id, entries in zip(ids, fetched, strict=True):
+            for request_id, size, entries in zip(ids, sizes, fetched, strict=True):
                 stats.rechecked += 1
                 since = detected.get(request_id)
+                if size.refusal is not None:
+                    refused.append((request_id, size.refusal))
+                    continue
                 if not entries or since is None:
                     done.append(request_id)
                     continue
@@ -282,7 +333,10 @@ class Sweeper:
                                 stats.settled_late += 1
                             done.append(request_id)
                             continue
-                except (InputError, SQLAlchemyError):
+                except InputError as exc:
+                    refused.append((request_id, str(exc)))
+                    continue
+                except SQLAlchemyError:
                     log.exception("recheck of %s failed", request_id)
                 if now - since >= grace:
                     stats.expired += 1
@@ -293,6 +347,20 @@ class Sweeper:
         for request_id in done:
             pipe.delete(self.keys.request(request_id))
             pipe.zrem(self.keys.recheck, request_id)
+        for request_id, _reason in refused:
+            pipe.zrem(self.keys.recheck, request_id)  # it stays until its TTL, never read again
+        stats.dead += len(refused)
+        write_dead_letters(
+            pipe,
+            self.keys,
+            [
+                dead_letter_fields(
+                    "recheck", reason, {"request_id": rid, "kind": "recheck"}, now_ms
+                )
+                for rid, reason in refused
+            ],
+            self.settings.dead_letter_maxlen,
+        )
         if later:
             pipe.zadd(
                 self.keys.recheck,

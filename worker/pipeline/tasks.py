@@ -17,6 +17,7 @@ from worker.alerts.jobs import run_alerts, run_pairing
 from worker.pipeline import partitions, runtime
 from worker.pipeline.app import RETIRED_INTERVAL_SECONDS, app
 from worker.pipeline.backlog import stream_backlog
+from worker.retention import purge as purge_retained
 
 log = logging.getLogger("worker.pipeline")
 
@@ -117,3 +118,16 @@ def alerts() -> None:
         return
     if run.queued or run.delivery.delivered or run.delivery.failed or run.delivery.logged:
         log.info("alerts: queued=%d %s", run.queued, run.delivery)
+
+
+@app.task(name="billing.purge")
+def purge() -> None:
+    rt = runtime.current()
+    try:
+        stats = purge_retained(rt.consumer.sessions, rt.client, rt.settings)
+    except TRANSIENT as exc:
+        log.warning("purge interrupted: %s", type(exc).__name__)
+        metrics.interrupted("purge")
+        return
+    if any(vars(stats).values()):
+        log.info("purge: %s", stats)

@@ -44,7 +44,8 @@ def test_openrouter_usage_record_and_drift_anomaly(session: Session) -> None:
             Anomaly.reservation_id == record.reservation_id, Anomaly.kind == "provider_cost_drift"
         )
     )
-    assert detail == "charged 612 micros, the provider reported 950000 (-99.94 %)"
+    # (687 - 950000) / 950000 = -99.9277 %
+    assert detail == "charged 687 micros, the provider reported 950000 (-99.93 %)"
 
 
 def test_anthropic_and_tier_columns(session: Session) -> None:

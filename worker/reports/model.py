@@ -42,6 +42,11 @@ COUNT_FIELDS = tuple(name for name, _ in COUNTS)
 MONEY_FIELDS = tuple(name for name, _ in MONEY)
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 PARITY_FIELDS = ("prompt_tokens", "completion_tokens", "charge_per_token", "charge")
+# The provider section's columns, as the table and HTML renderers head them.
+PROVIDER_HEADERS = (
+    "provider", "usage shape", "calls", "charged (USD)", "with provider cost",
+    "ours on those (USD)", "provider's (USD)", "drift",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,28 @@ class Parity:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderUsage:
+    """Calls with a usage record of one provider and usage shape (``worker.reports.providers``):
+    what we charged, and over the ``costed_calls`` whose provider reported its own cost, our charge
+    of those (``charged_costed``) against theirs (``provider_cost``)."""
+
+    provider: str
+    usage_shape: str
+    calls: int
+    charged: Micros
+    costed_calls: int
+    charged_costed: Micros
+    provider_cost: Micros
+
+    @property
+    def cost_drift(self) -> float | None:
+        """(ours - theirs) / theirs over the costed calls; None when the provider sent no cost."""
+        if not self.costed_calls or not self.provider_cost:
+            return None
+        return (int(self.charged_costed) - int(self.provider_cost)) / int(self.provider_cost)
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     since: datetime
     until: datetime
@@ -129,6 +156,7 @@ class Report:
     drift_method: str
     parity: Parity | None = None
     anomalies: Mapping[str, int] | None = None
+    providers: tuple[ProviderUsage, ...] = ()
 
     @property
     def ties_out(self) -> bool:

@@ -68,6 +68,7 @@ from models import (
     UsageRecord,
 )
 from worker.reports import drift as drift_query
+from worker.reports import providers as providers_query
 from worker.reports.model import (
     PARITY_FIELDS,
     REASONS,
@@ -516,6 +517,8 @@ def build_report(
         inside = sum(counts["calls"] for counts in calls.values())
         with step("anomalies"):
             found_anomalies = anomaly_counts(conn, spec, inside)
+    with step("providers"):
+        found_providers = providers_query.per_provider(conn, spec)
     overall = Tally()
     for row in days:
         overall = overall + row.tally
@@ -531,4 +534,5 @@ def build_report(
         drift_method=method,
         parity=found_parity,
         anomalies=found_anomalies,
+        providers=found_providers,
     )

@@ -1,5 +1,6 @@
 """The report as one CSV table with a ``section`` column: ``group`` rows, one ``total`` row, then
-``drift``, ``parity`` and ``anomaly`` rows (their own columns filled, the others empty).
+``drift``, ``parity``, ``anomaly`` and ``provider`` rows (their own columns filled, the others
+empty).
 
 Money appears twice, ``*_micros`` and ``*_usd``. A text cell that a spreadsheet would run as a
 formula (starting with ``=``, ``+``, ``-``, ``@``, tab or CR) is prefixed with ``'``.
@@ -23,7 +24,11 @@ TALLY_COLUMNS = (
     "tie_out_difference_usd",
 )
 EXTRA_COLUMNS = ("drift_calls", "drift_p50", "drift_p90", "drift_p99", "kind", "count")
-COLUMNS = ("section", *KEYS, *TALLY_COLUMNS, *EXTRA_COLUMNS)
+PROVIDER_COLUMNS = (
+    "provider", "usage_shape", "provider_calls", "charged_costed_micros", "costed_calls",
+    "provider_cost_micros", "cost_drift",
+)  # fmt: skip
+COLUMNS = ("section", *KEYS, *TALLY_COLUMNS, *EXTRA_COLUMNS, *PROVIDER_COLUMNS)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -61,4 +66,13 @@ def render_csv(report: Report) -> str:
             writer.writerow({"section": "parity", "kind": kind, "count": count})
     for kind, count in (report.anomalies or {}).items():
         writer.writerow({"section": "anomaly", "kind": safe_text(kind), "count": count})
+    for p in report.providers:
+        writer.writerow({
+            "section": "provider", "provider": safe_text(p.provider),
+            "usage_shape": safe_text(p.usage_shape), "provider_calls": p.calls,
+            "charged_micros": int(p.charged), "charged_usd": p.charged.usd(),
+            "costed_calls": p.costed_calls, "charged_costed_micros": int(p.charged_costed),
+            "provider_cost_micros": int(p.provider_cost),
+            "cost_drift": "" if p.cost_drift is None else ratio(p.cost_drift),
+        })  # fmt: skip
     return out.getvalue()

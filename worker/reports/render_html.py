@@ -11,7 +11,16 @@ from __future__ import annotations
 from html import escape
 
 from worker.reports import charts
-from worker.reports.model import COUNTS, MONEY, PARITY_FIELDS, REASONS, Report, Tally, ratio
+from worker.reports.model import (
+    COUNTS,
+    MONEY,
+    PARITY_FIELDS,
+    PROVIDER_HEADERS,
+    REASONS,
+    Report,
+    Tally,
+    ratio,
+)
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#1a202c}
@@ -127,6 +136,25 @@ def _parity_and_anomalies(report: Report) -> str:
     return "".join(parts)
 
 
+def _providers(report: Report) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in PROVIDER_HEADERS)
+    rows = "".join(
+        "<tr>"
+        f"<td>{escape(p.provider)}</td><td>{escape(p.usage_shape)}</td>"
+        f'<td class="n">{p.calls}</td><td class="n">{p.charged.usd()}</td>'
+        f'<td class="n">{p.costed_calls}</td><td class="n">{p.charged_costed.usd()}</td>'
+        f'<td class="n">{p.provider_cost.usd()}</td>'
+        f'<td class="n">{"" if p.cost_drift is None else ratio(p.cost_drift)}</td>'
+        "</tr>"
+        for p in report.providers
+    )
+    return "<h2>Providers: usage shapes and the provider's own cost</h2>" + (
+        f'<table id="providers"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+        if rows
+        else "<p>no calls with a usage record</p>"
+    )
+
+
 def render_html(report: Report) -> str:
     t = report.total
     days = [row.key[0] for row in report.days]
@@ -169,5 +197,6 @@ def render_html(report: Report) -> str:
         f"<h2>Calls and money by group</h2>{_groups_table(report)}"
         f"<h2>Drift of visible completion tokens per model (streamed)</h2>{_drift(report)}"
         f"{_parity_and_anomalies(report)}"
+        f"{_providers(report)}"
         "</body></html>\n"
     )

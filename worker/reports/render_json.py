@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, Report, Tally
+from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, ProviderUsage, Report, Tally
 
 
 def _iso(value: Any) -> str:
@@ -53,6 +53,20 @@ def report_dict(report: Report) -> dict[str, Any]:
             "mismatched_fields": dict(report.parity.mismatched_fields),
         },
         "anomalies": None if report.anomalies is None else dict(report.anomalies),
+        "providers": [provider_dict(p) for p in report.providers],
+    }
+
+
+def provider_dict(p: ProviderUsage) -> dict[str, Any]:
+    return {
+        "provider": p.provider,
+        "usage_shape": p.usage_shape,
+        "calls": p.calls,
+        "charged_micros": int(p.charged),
+        "costed_calls": p.costed_calls,
+        "charged_costed_micros": int(p.charged_costed),
+        "provider_cost_micros": int(p.provider_cost),
+        "cost_drift": p.cost_drift,
     }
 
 

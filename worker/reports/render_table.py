@@ -13,7 +13,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from worker.reports.model import COUNTS, MONEY, PARITY_FIELDS, Report, Tally, ratio
+from worker.reports.model import (
+    COUNTS,
+    MONEY,
+    PARITY_FIELDS,
+    PROVIDER_HEADERS,
+    Report,
+    Tally,
+    ratio,
+)
 from worker.terminal import printable
 
 CALL_COLUMNS = tuple(c for c in COUNTS if not c[0].startswith(("unsettled_", "resolved_")))
@@ -95,4 +103,18 @@ def render_table(report: Report, width: int = 1000) -> str:
     if report.anomalies is not None:
         listed = ", ".join(f"{k} {v}" for k, v in report.anomalies.items()) or "none"
         console.print(f"anomalies: {_cell(listed)}")
+    console.print(
+        "providers: calls with a usage record by usage shape; ours vs the provider's own cost"
+    )
+    providers = Table(box=box.ASCII)
+    for header in PROVIDER_HEADERS:
+        left = header in ("provider", "usage shape")
+        providers.add_column(header, justify="left" if left else "right", no_wrap=True)
+    for p in report.providers:
+        drift = "" if p.cost_drift is None else ratio(p.cost_drift)
+        providers.add_row(
+            _cell(p.provider), _cell(p.usage_shape), str(p.calls), p.charged.usd(),
+            str(p.costed_calls), p.charged_costed.usd(), p.provider_cost.usd(), drift,
+        )  # fmt: skip
+    console.print(providers if report.providers else "providers: no calls with a usage record")
     return out.getvalue()

@@ -1,0 +1,56 @@
+"""The report's provider section: per provider and usage shape, the calls settled from reported
+usage, what we charged, and the cross-check against the cost the provider reported itself.
+
+One scan of ``usage_records`` in the window (``requested_at``, as the drift section). A call the
+gateway did not name a provider for is counted under ``unknown``; a usage record without a shape (an
+estimate, or a record written before the shapes were kept) under ``estimated`` or ``unrecorded``.
+The cross-check compares, over the calls whose provider sent a cost, our charge with theirs:
+``drift`` = (ours - theirs) / theirs, the measure the ``provider_cost_drift`` anomaly applies per call.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, case, func, select
+
+from models import UsageRecord
+from worker.money import Micros
+from worker.reports.model import ProviderUsage
+from worker.reports.spec import ReportSpec
+
+UNKNOWN_PROVIDER = "unknown"
+
+
+def per_provider(conn: Connection, spec: ReportSpec) -> tuple[ProviderUsage, ...]:
+    u = UsageRecord.__table__
+    costed = u.c.provider_cost_micros.is_not(None)
+    shape = func.coalesce(
+        u.c.usage_shape, case((u.c.usage_source == "estimated", "estimated"), else_="unrecorded")
+    )
+    statement = (
+        select(
+            func.coalesce(u.c.provider, UNKNOWN_PROVIDER).label("provider"),
+            shape.label("shape"),
+            func.count().label("calls"),
+            func.coalesce(func.sum(u.c.charge_micros), 0).label("charged"),
+            func.count(u.c.provider_cost_micros).label("costed_calls"),
+            func.coalesce(func.sum(case((costed, u.c.charge_micros), else_=0)), 0).label(
+                "charged_costed"
+            ),
+            func.coalesce(func.sum(u.c.provider_cost_micros), 0).label("provider_cost"),
+        )
+        .where(u.c.requested_at >= spec.since, u.c.requested_at < spec.until)
+        .group_by("provider", "shape")
+        .order_by("provider", "shape")
+    )
+    return tuple(
+        ProviderUsage(
+            provider=row.provider,
+            usage_shape=row.shape,
+            calls=int(row.calls),
+            charged=Micros(int(row.charged)),
+            costed_calls=int(row.costed_calls),
+            charged_costed=Micros(int(row.charged_costed)),
+            provider_cost=Micros(int(row.provider_cost)),
+        )
+        for row in conn.execute(statement)
+    )

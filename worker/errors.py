@@ -47,6 +47,10 @@ class VocabularyError(BillingError):
     """A shipped tiktoken vocabulary is missing or fails its checksum."""
 
 
+class ConfigError(BillingError):
+    """The process is configured so that it cannot do its work (a missing key, say)."""
+
+
 class LedgerError(BillingError):
     """A ledger operation was refused (e.g. a hold repeated with a different amount)."""
 

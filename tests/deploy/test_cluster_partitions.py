@@ -26,6 +26,7 @@ from worker.pipeline.sweeper import Sweeper, SweepStats
 from .test_cluster import FRAMES, meta
 
 pytestmark = pytest.mark.redis
+FINGERPRINT_KEY = "test-fingerprint-key"
 
 
 def test_streams_of_another_partition_count_are_drained_on_a_cluster(
@@ -50,7 +51,13 @@ def test_streams_of_another_partition_count_are_drained_on_a_cluster(
         nodes = {client.get_node_from_key(stream).name for stream in old.all_events()}
         assert len(nodes) > 1, "the old partitions' streams should live on several masters"
 
-        settings = Settings(prefix=prefix, partitions=1, batch_size=50, sweep_idle_ms=3_600_000)
+        settings = Settings(
+            hash_salt=FINGERPRINT_KEY,
+            prefix=prefix,
+            partitions=1,
+            batch_size=50,
+            sweep_idle_ms=3_600_000,
+        )
         consumer = Consumer(client, sessions, settings, name="c1", recheck_seconds=0)
         keys = consumer.keys
         retired = partitions.retired(client, keys)

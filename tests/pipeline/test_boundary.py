@@ -21,6 +21,7 @@ from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 
+from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import frames, meta, play, status
 
 # Each bad value, the field the reason must name, and the text a log line must not carry.
@@ -46,7 +47,12 @@ BAD = {
 @pytest.fixture
 def settings(prefix: str) -> Settings:
     return Settings(
-        prefix=prefix, batch_size=50, claim_idle_ms=60_000, sweep_idle_ms=0, grace_seconds=3600
+        hash_salt=FINGERPRINT_KEY,
+        prefix=prefix,
+        batch_size=50,
+        claim_idle_ms=60_000,
+        sweep_idle_ms=0,
+        grace_seconds=3600,
     )
 
 

@@ -18,6 +18,7 @@ from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 from worker.pipeline.sweeper import Sweeper
 
+from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import drain, frames, meta, play, status
 
 
@@ -25,7 +26,12 @@ from .test_consumer import drain, frames, meta, play, status
 def settings(prefix: str) -> Settings:
     # A budget of one byte: every call's stream is read in a batch of its own.
     return Settings(
-        prefix=prefix, batch_size=50, claim_idle_ms=60_000, sweep_idle_ms=0, batch_bytes=1
+        hash_salt=FINGERPRINT_KEY,
+        prefix=prefix,
+        batch_size=50,
+        claim_idle_ms=60_000,
+        sweep_idle_ms=0,
+        batch_bytes=1,
     )
 
 
@@ -213,7 +219,9 @@ def test_dead_letters_cap_what_they_copy(consumer, redis_client) -> None:
 
 
 def test_the_dead_letter_stream_is_bounded(redis_client, sessions, prefix) -> None:
-    settings = Settings(prefix=prefix, batch_size=500, dead_letter_maxlen=10)
+    settings = Settings(
+        hash_salt=FINGERPRINT_KEY, prefix=prefix, batch_size=500, dead_letter_maxlen=10
+    )
     consumer = Consumer(redis_client, sessions, settings, name="c1")
     keys = consumer.keys
     pipe = redis_client.pipeline(transaction=False)

@@ -16,12 +16,15 @@ from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 from worker.pipeline.sweeper import Sweeper
 
+from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import drain, frames, meta, play, sse, status
 
 
 @pytest.fixture
 def settings(prefix: str) -> Settings:
-    return Settings(prefix=prefix, batch_size=50, sweep_idle_ms=0, grace_seconds=3600)
+    return Settings(
+        hash_salt=FINGERPRINT_KEY, prefix=prefix, batch_size=50, sweep_idle_ms=0, grace_seconds=3600
+    )
 
 
 @pytest.fixture

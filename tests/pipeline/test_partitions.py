@@ -27,6 +27,7 @@ from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 from worker.pipeline.sweeper import Sweeper
 
+from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import frames, meta, play, status
 
 
@@ -55,7 +56,7 @@ def worker_of(
 
     def install(count: int) -> runtime.Runtime:
         # sweep_idle_ms long: the sweeper must not rescue a held call whose close was stranded.
-        settings = Settings(
+        settings = Settings(hash_salt=FINGERPRINT_KEY,
             prefix=prefix, partitions=count, batch_size=20, drain_ms=100, block_ms=10,
             sweep_idle_ms=3_600_000, claim_idle_ms=60_000,
         )  # fmt: skip

@@ -22,6 +22,7 @@ from worker.pipeline.publisher import Publisher
 from worker.request import parse_request
 
 from .test_consumer import CHUNK, drain, frames, meta, play, status
+from .test_consumer import KEY as FINGERPRINT_KEY
 
 REASON = "request_id reused by a different call"
 BIG_USAGE = {"prompt_tokens": 100_000, "completion_tokens": 50_000, "total_tokens": 150_000}
@@ -30,7 +31,12 @@ BIG_USAGE = {"prompt_tokens": 100_000, "completion_tokens": 50_000, "total_token
 @pytest.fixture
 def settings(prefix: str) -> Settings:
     return Settings(
-        prefix=prefix, batch_size=50, claim_idle_ms=0, sweep_idle_ms=0, grace_seconds=3600
+        hash_salt=FINGERPRINT_KEY,
+        prefix=prefix,
+        batch_size=50,
+        claim_idle_ms=0,
+        sweep_idle_ms=0,
+        grace_seconds=3600,
     )
 
 

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from models.anomalies import AnomalyKind
 from models.reservations import Reservation, Status
 from worker.config import Settings
-from worker.errors import InputError, LedgerError, RequestIdReused
+from worker.errors import ConfigError, InputError, LedgerError, RequestIdReused
 from worker.ledger.batch import apply_common
 from worker.ledger.findings import (
     columns_of,
@@ -214,6 +214,10 @@ class Consumer:
         prices: PriceSource | None = None,
         recheck_seconds: float = 30.0,
     ) -> None:
+        if not settings.hash_salt:
+            # Without the fingerprint key the findings cannot be written: refused here, at once,
+            # rather than a worker that drops every batch off its fast path (``fingerprint_key``).
+            raise ConfigError("the consumer needs the fingerprint key (settings.hash_salt)")
         self.client = client
         self.sessions = sessions
         self.settings = settings

@@ -31,12 +31,25 @@ TRANSIENT = (
 RETIRED_DRAIN_EXPIRES = 2 * RETIRED_INTERVAL_SECONDS
 
 
+def _runtime(task: str) -> runtime.Runtime | None:
+    """This process's runtime, built on first use (it reads the fingerprint key from the database):
+    None, with the usual warning, when the database or Redis is down; beat sends the task again."""
+    try:
+        return runtime.current()
+    except TRANSIENT as exc:
+        log.warning("%s not started: %s", task, type(exc).__name__)
+        metrics.interrupted(task)
+        return None
+
+
 @app.task(name="billing.drain")
 def drain(partition: int = 0, stream: str | None = None) -> None:
     """Drain a partition for ``BILLING_DRAIN_MS``. Given ``stream`` (a retired one, sent by
     ``drain_retired``): that stream, for as long at most, ending at the first read that finds
     nothing."""
-    rt = runtime.current()
+    rt = _runtime("drain")
+    if rt is None:
+        return
     name = stream or rt.consumer.keys.events(partition)
     try:
         stats = rt.consumer.drain(
@@ -63,7 +76,9 @@ def drain(partition: int = 0, stream: str | None = None) -> None:
 def drain_retired() -> None:
     """Find the notification streams the configured partitions do not name (``partitions``): send
     a drain for each with work waiting, delete each that is drained and quiet."""
-    rt = runtime.current()
+    rt = _runtime("drain_retired")
+    if rt is None:
+        return
     client, keys = rt.client, rt.consumer.keys
     try:
         for stream in partitions.retired(client, keys):
@@ -81,7 +96,9 @@ def drain_retired() -> None:
 
 @app.task(name="billing.sweep")
 def sweep() -> None:
-    rt = runtime.current()
+    rt = _runtime("sweep")
+    if rt is None:
+        return
     try:
         stats = rt.sweeper.run()
     except TRANSIENT as exc:
@@ -95,7 +112,9 @@ def sweep() -> None:
 
 @app.task(name="billing.parity")
 def parity() -> None:
-    rt = runtime.current()
+    rt = _runtime("parity")
+    if rt is None:
+        return
     try:
         book = rt.consumer.prices.current()  # before the transaction (SQLite: one writer)
         counts = run_pairing(rt.consumer.sessions, rt.settings, book=book)
@@ -109,7 +128,9 @@ def parity() -> None:
 
 @app.task(name="billing.alerts")
 def alerts() -> None:
-    rt = runtime.current()
+    rt = _runtime("alerts")
+    if rt is None:
+        return
     try:
         run = run_alerts(rt.consumer.sessions, AlertConfig.from_settings(rt.settings))
     except TRANSIENT as exc:
@@ -122,7 +143,9 @@ def alerts() -> None:
 
 @app.task(name="billing.purge")
 def purge() -> None:
-    rt = runtime.current()
+    rt = _runtime("purge")
+    if rt is None:
+        return
     try:
         stats = purge_retained(rt.consumer.sessions, rt.client, rt.settings)
     except TRANSIENT as exc:

@@ -32,9 +32,9 @@ from models.failures import Failure
 from models.reservations import Reservation, Status
 from worker.errors import InputError
 from worker.ledger.findings import record_findings
-from worker.ledger.operations import apply_result, resolve_expired
+from worker.ledger.operations import apply_result, other_call, resolve_expired
 from worker.pipeline import partitions
-from worker.pipeline.consumer import Consumer, reconcile_call, reconcile_record
+from worker.pipeline.consumer import Consumer, reconcile_call
 from worker.pipeline.dead_letters import write_dead_letters
 from worker.pipeline.entries import dead_letter_fields
 from worker.pipeline.reading import StreamSize, read_streams, size_streams, within_budget
@@ -130,6 +130,7 @@ class Sweeper:
                 Reservation.reserved_micros,
                 Reservation.created_at,
                 Reservation.updated_at,
+                Reservation.request_digest,
             )
             .where(Reservation.status == Status.HELD, Reservation.updated_at < now - idle)
             .order_by(Reservation.updated_at, Reservation.id)
@@ -212,7 +213,13 @@ class Sweeper:
                                 meta, result = reconcile_call(entries, row.request_id, book)
                             except InputError as exc:
                                 refusal = str(exc)
-                        if not entries or refusal is not None:
+                        foreign = meta is not None and other_call(row.request_digest, meta.digest)
+                        if foreign:
+                            # The stream under this id is another call's (the gateway reused the
+                            # id): nothing in it is this call's. The consumer dead-letters that
+                            # call; its stream is left for it, never read for this one.
+                            q = True
+                        if not entries or refusal is not None or foreign:
                             # Gone, refused now, or refused before (quarantined): finalized from
                             # the reservation alone (incomplete), so the hold becomes an unsettled
                             # failure someone can resolve, instead of money held for ever.
@@ -306,14 +313,15 @@ class Sweeper:
         done: list[str] = []
         later: list[str] = []
         refused: list[tuple[str, str]] = []
+        foreign: list[str] = []
         with self.consumer.sessions() as session, session.begin():
-            detected = dict(
-                session.execute(
-                    select(Reservation.request_id, Failure.detected_at)
-                    .join(Failure, Failure.reservation_id == Reservation.id)
-                    .where(Reservation.request_id.in_(ids))
-                ).all()
-            )
+            found = session.execute(
+                select(Reservation.request_id, Failure.detected_at, Reservation.request_digest)
+                .join(Failure, Failure.reservation_id == Reservation.id)
+                .where(Reservation.request_id.in_(ids))
+            ).all()
+            detected = {row.request_id: row.detected_at for row in found}
+            digests = {row.request_id: row.request_digest for row in found}
             for request_id, size, entries in zip(ids, sizes, fetched, strict=True):
                 stats.rechecked += 1
                 since = detected.get(request_id)
@@ -325,7 +333,12 @@ class Sweeper:
                     continue
                 try:
                     with session.begin_nested():
-                        result = reconcile_record(entries, request_id, book)
+                        meta, result = reconcile_call(entries, request_id, book)
+                        if other_call(digests.get(request_id), meta.digest):
+                            # Another call's stream under this id: not late data of this call,
+                            # and not this call's to delete (the consumer dead-letters that call).
+                            foreign.append(request_id)
+                            continue
                         if result.outcome is Outcome.SETTLED:
                             effect = apply_result(session, result, now=now, grace=grace)
                             self._findings(session, result, effect, now)
@@ -349,6 +362,8 @@ class Sweeper:
             pipe.zrem(self.keys.recheck, request_id)
         for request_id, _reason in refused:
             pipe.zrem(self.keys.recheck, request_id)  # it stays until its TTL, never read again
+        for request_id in foreign:
+            pipe.zrem(self.keys.recheck, request_id)  # this call has no late data to come
         stats.dead += len(refused)
         write_dead_letters(
             pipe,

@@ -40,8 +40,15 @@ def _text(answer: dict[str, Any]) -> list[str]:
             f"estimate   prompt {estimate['prompt_tokens']}, completion "
             f"{estimate['completion_tokens']}"
         )
+    if usage is not None and usage["provider"] is not None:
+        lines.append(
+            f"provider   {usage['provider']}  shape {usage['usage_shape'] or '-'}  tier "
+            f"{usage['service_tier'] or '-'}  its cost {_usd(usage['provider_cost_micros'])}"
+        )
     if answer["anomalies"]:
         lines.append(f"anomalies  {answer['anomalies']}")
+    for finding in answer["findings"]:
+        lines.append(f"finding    {finding['kind']}: {finding['detail'] or '-'}")
     failure = answer["failure"]
     if failure is not None:
         lines.append(

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import (
+    Anomaly,
     Entry,
     Failure,
     LedgerAccount,
@@ -28,6 +29,7 @@ entries = Entry.__table__
 ledger_accounts = LedgerAccount.__table__
 usage_records = UsageRecord.__table__
 failures = Failure.__table__
+anomalies = Anomaly.__table__
 
 OUTCOME_OF_STATUS = {
     Status.HELD: None,
@@ -76,6 +78,13 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
         select(usage_records).where(usage_records.c.reservation_id == res.id)
     ).first()
     failure = session.execute(select(failures).where(failures.c.reservation_id == res.id)).first()
+    # The contract anomalies recorded for the call, with their detail: for an unsettled
+    # implausible_usage or inconsistent_usage call, the usage block's problem.
+    findings = session.execute(
+        select(anomalies.c.kind, anomalies.c.detail)
+        .where(anomalies.c.reservation_id == res.id)
+        .order_by(anomalies.c.kind)
+    ).all()
     ledger = session.execute(
         select(
             transactions.c.id,
@@ -133,11 +142,19 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
             "cached_tokens": usage.cached_tokens,
             "completion_tokens": usage.completion_tokens,
             "reasoning_tokens": usage.reasoning_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+            "audio_prompt_tokens": usage.audio_prompt_tokens,
+            "audio_completion_tokens": usage.audio_completion_tokens,
+            "provider": usage.provider,
+            "usage_shape": usage.usage_shape,
+            "service_tier": usage.service_tier,
+            "provider_cost_micros": usage.provider_cost_micros,
         },
         "finish_reasons": None if usage is None else usage.finish_reasons,
         "completion_id": None if usage is None else usage.completion_id,
         "system_fingerprint": None if usage is None else usage.system_fingerprint,
         "anomalies": None if usage is None else usage.anomalies,
+        "findings": [{"kind": kind, "detail": detail} for kind, detail in findings],
         "estimate": estimate,
         "reserved_micros": res.reserved_micros,
         "charge_micros": charge,

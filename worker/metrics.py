@@ -25,10 +25,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from worker.pipeline.backlog import dead_letter_count, read_backlog, recheck_count
+from worker.pipeline.backlog import (
+    dead_letter_count,
+    dead_letters_added,
+    read_backlog,
+    recheck_count,
+)
 from worker.pipeline.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -193,12 +198,17 @@ class BacklogCollector(Collector):
         dead = GaugeMetricFamily(
             "billing_dead_letter_entries", "Entries in the dead-letter stream."
         )
+        added = CounterMetricFamily(
+            "billing_dead_letters_added",
+            "Entries ever added to the dead-letter stream (keeps rising past its cap).",
+        )
         recheck = GaugeMetricFamily(
             "billing_recheck_entries", "Unsettled calls kept for late data (recheck set)."
         )
         try:
             backlog = read_backlog(self.client, self.keys)
             dead_count = dead_letter_count(self.client, self.keys)
+            dead_added = dead_letters_added(self.client, self.keys)
             recheck_size = recheck_count(self.client, self.keys)
         except Exception as exc:
             log.warning("backlog scrape failed: %s", type(exc).__name__)
@@ -211,8 +221,9 @@ class BacklogCollector(Collector):
             pending.add_metric([item.stream], item.pending)
             oldest.add_metric([item.stream], (item.oldest_pending_age_ms or 0) / 1000)
         dead.add_metric([], dead_count)
+        added.add_metric([], dead_added)
         recheck.add_metric([], recheck_size)
-        yield from (up, lag, pending, oldest, dead, recheck)
+        yield from (up, lag, pending, oldest, dead, added, recheck)
 
 
 def exporter_registry(multiproc_dir: str | None, backlog: Collector | None) -> CollectorRegistry:

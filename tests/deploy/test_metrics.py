@@ -73,6 +73,10 @@ def test_batches_from_several_processes_add_up_at_the_exporter(
     redis_client.xgroup_create(stream, keys.group, id="0")
     redis_client.xreadgroup(keys.group, "c1", {stream: ">"}, count=1)
     redis_client.xadd(keys.dead, {"source": "call", "reason": "test"})
+    redis_client.xadd(keys.dead, {"source": "call", "reason": "test"})
+    redis_client.xtrim(
+        keys.dead, maxlen=1, approximate=False
+    )  # a cap or an operator's trim: the length falls back
 
     env = {
         **os.environ,
@@ -128,6 +132,7 @@ def test_batches_from_several_processes_add_up_at_the_exporter(
     assert value("billing_pending_entries", stream=stream) == 1
     assert value("billing_consumer_lag", stream=keys.events(1)) == 0
     assert value("billing_dead_letter_entries") == 1
+    assert value("billing_dead_letters_added_total") == 2  # what the alert reads: never falls
     assert sorted(directory.iterdir()) == written, "the exporter must not write to the directory"
 
 

@@ -100,6 +100,16 @@ def read_backlog(client: Any, keys: Keys) -> list[StreamBacklog]:
     ]
 
 
+def dead_letters_added(client: Any, keys: Keys) -> int:
+    """Entries ever added to the dead-letter stream (Redis 7's ``entries-added``): it keeps rising
+    where the stream's length stops at its cap (``BILLING_DEAD_LETTER_MAXLEN``) or is trimmed."""
+    try:
+        info = client.xinfo_stream(keys.dead)
+    except redis.ResponseError:  # no dead letter yet: the stream does not exist
+        return 0
+    return int(info.get("entries-added", info.get(b"entries-added", 0)) or 0)
+
+
 def dead_letter_count(client: Any, keys: Keys) -> int:
     """Entries in the dead-letter stream (they stay until someone trims it)."""
     return int(client.xlen(keys.dead))

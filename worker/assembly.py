@@ -206,6 +206,12 @@ class StreamAssembler:
         chunk = decode_plain(payload)
         if chunk is None or len(chunk.choices) != 1 or chunk.id != self.completion_id:
             return False
+        tier = chunk.service_tier
+        if tier is not None:
+            if type(tier) is not str or len(tier) > 32:
+                return False  # the general path records the bad value
+            if tier:
+                self.service_tier = tier
         choice = chunk.choices[0]
         number = 0 if choice.index is None else choice.index
         self._frames += 1

@@ -140,7 +140,7 @@ def test_the_price_source_reads_beside_an_open_write_transaction(sqlite_file: st
 def test_a_read_only_session_refuses_writes(engine: Engine) -> None:
     """Both engines: SQLite through ``query_only``, PostgreSQL through READ ONLY transactions."""
     row = {
-        "pattern": "ro-test-*",
+        "model": "ro-test",
         "effective_from": NOW,
         "input": Decimal(1),
         "cached_input": Decimal(1),

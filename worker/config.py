@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+MAX_PARTITIONS = 256  # notification partitions (docs/events.md §2)
 DEFAULT_DATABASE_URL = "sqlite:///var/billing.db"
 
 # Every environment variable the worker reads, for the deployment files and their test. Kept by hand:
@@ -51,7 +52,9 @@ ENV_VARS = (
 )
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+def _int(
+    env: Mapping[str, str], name: str, default: int, minimum: int = 0, maximum: int | None = None
+) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -61,6 +64,8 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return value
 
 
@@ -142,7 +147,9 @@ class Settings:
             broker_url=env.get("CELERY_BROKER_URL") or redis_url,
             database_url=env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
             prefix=env.get("BILLING_PREFIX") or "billing",
-            partitions=_int(env, "BILLING_PARTITIONS", 1, minimum=1),
+            # At most MAX_PARTITIONS: streams a count change leaves behind are found by name up to
+            # it (``worker.pipeline.partitions``), so a larger count could strand some.
+            partitions=_int(env, "BILLING_PARTITIONS", 1, minimum=1, maximum=MAX_PARTITIONS),
             batch_size=_int(env, "BILLING_BATCH_SIZE", 200, minimum=1),
             claim_idle_ms=_int(env, "BILLING_CLAIM_IDLE_MS", 60_000),
             sweep_idle_ms=_int(env, "BILLING_SWEEP_IDLE_MS", 300_000),

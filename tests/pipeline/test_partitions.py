@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.reservations import Status
-from worker.config import Settings
+from worker.config import MAX_PARTITIONS, Settings
 from worker.ledger.balances import balance
 from worker.pipeline import partitions, runtime, tasks
 from worker.pipeline.app import app
@@ -166,3 +166,11 @@ def test_the_sweeper_trims_retired_streams(worker_of, redis_client, sessions, pr
     rt.sweeper.run()
     # Like a partition's: up to the last delivered entry, which stays.
     assert [redis_client.xlen(stream) for stream in retired] == [1, 1, 1, 1]
+
+
+def test_a_partition_count_past_what_is_found_again_is_refused() -> None:
+    """Streams left by a count change are found by name up to MAX_PARTITIONS: a larger count could
+    strand some, so the settings refuse it."""
+    assert Settings.from_env({"BILLING_PARTITIONS": str(MAX_PARTITIONS)}).partitions == 256
+    with pytest.raises(ValueError, match="BILLING_PARTITIONS must be at most 256"):
+        Settings.from_env({"BILLING_PARTITIONS": "257"})

@@ -10,8 +10,10 @@ import zlib
 from dataclasses import dataclass
 
 # Notification streams of every partition count up to this one are found again by name after the
-# count changed (``worker.pipeline.partitions``); a larger configured count is probed in full.
-MAX_PARTITIONS = 256
+# count changed (``worker.pipeline.partitions``); the settings refuse a larger count.
+from worker.config import MAX_PARTITIONS
+
+__all__ = ["MAX_PARTITIONS", "Keys"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,16 +10,12 @@ import uuid
 
 import orjson
 import pytest
-import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.reservations import Reservation
 from worker.config import Settings
 from worker.ledger.balances import balance
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 
 from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import frames, meta, play, status
@@ -54,23 +50,6 @@ def settings(prefix: str) -> Settings:
         sweep_idle_ms=0,
         grace_seconds=3600,
     )
-
-
-@pytest.fixture
-def consumer(
-    redis_client: redis.Redis, sessions: sessionmaker[Session], settings: Settings
-) -> Consumer:
-    return Consumer(redis_client, sessions, settings, name="c1", recheck_seconds=0)
-
-
-@pytest.fixture
-def publisher(redis_client: redis.Redis, settings: Settings) -> Publisher:
-    return Publisher(redis_client, Keys(settings.prefix))
-
-
-@pytest.fixture
-def account() -> str:
-    return f"acct-{uuid.uuid4().hex[:8]}"
 
 
 def _held(sessions: sessionmaker[Session], account: str, request_id: str) -> int:

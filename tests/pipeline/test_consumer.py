@@ -7,7 +7,6 @@ import uuid
 
 import orjson
 import pytest
-import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -15,7 +14,6 @@ from models.reservations import Reservation
 from worker.config import Settings
 from worker.ledger.balances import balance
 from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 from worker.pipeline.sweeper import Sweeper
 
@@ -65,23 +63,6 @@ def settings(prefix: str) -> Settings:
         grace_seconds=3600,
         hash_salt=KEY,
     )
-
-
-@pytest.fixture
-def consumer(
-    redis_client: redis.Redis, sessions: sessionmaker[Session], settings: Settings
-) -> Consumer:
-    return Consumer(redis_client, sessions, settings, name="c1", recheck_seconds=0)
-
-
-@pytest.fixture
-def publisher(redis_client: redis.Redis, settings: Settings) -> Publisher:
-    return Publisher(redis_client, Keys(settings.prefix))
-
-
-@pytest.fixture
-def account() -> str:
-    return f"acct-{uuid.uuid4().hex[:8]}"
 
 
 def status(sessions: sessionmaker[Session], request_id: str) -> str | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import redis
-from sqlalchemy.orm import Session, sessionmaker
 
 import worker.pipeline.consumer as consumer_module
 import worker.pipeline.sweeper as sweeper_module
@@ -15,7 +14,6 @@ from worker.config import Settings
 from worker.pipeline import entries, reading
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 from worker.pipeline.sweeper import Sweeper
 
 from .test_consumer import KEY as FINGERPRINT_KEY
@@ -33,18 +31,6 @@ def settings(prefix: str) -> Settings:
         sweep_idle_ms=0,
         batch_bytes=1,
     )
-
-
-@pytest.fixture
-def consumer(
-    redis_client: redis.Redis, sessions: sessionmaker[Session], settings: Settings
-) -> Consumer:
-    return Consumer(redis_client, sessions, settings, name="c1", recheck_seconds=0)
-
-
-@pytest.fixture
-def publisher(redis_client: redis.Redis, settings: Settings) -> Publisher:
-    return Publisher(redis_client, Keys(settings.prefix))
 
 
 @pytest.fixture

@@ -4,16 +4,12 @@ one whose close came and was refused, nor for one that settled late after the sw
 from __future__ import annotations
 
 import pytest
-import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from models import Anomaly, Reservation
 from worker.config import Settings
 from worker.pipeline import entries
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 from worker.pipeline.sweeper import Sweeper
 
 from .test_consumer import KEY as FINGERPRINT_KEY
@@ -25,18 +21,6 @@ def settings(prefix: str) -> Settings:
     return Settings(
         hash_salt=FINGERPRINT_KEY, prefix=prefix, batch_size=50, sweep_idle_ms=0, grace_seconds=3600
     )
-
-
-@pytest.fixture
-def consumer(
-    redis_client: redis.Redis, sessions: sessionmaker[Session], settings: Settings
-) -> Consumer:
-    return Consumer(redis_client, sessions, settings, name="c1", recheck_seconds=0)
-
-
-@pytest.fixture
-def publisher(redis_client: redis.Redis, settings: Settings) -> Publisher:
-    return Publisher(redis_client, Keys(settings.prefix))
 
 
 def kinds(sessions: sessionmaker[Session], request_id: str) -> set[str]:

@@ -4,8 +4,6 @@ Through the real consumer, real Redis, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import uuid
-
 import orjson
 import pytest
 import redis
@@ -17,8 +15,6 @@ from models.reservations import Reservation
 from worker.config import Settings
 from worker.ledger.balances import balance
 from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 from worker.request import parse_request
 
 from .test_consumer import CHUNK, drain, frames, meta, play, status
@@ -38,23 +34,6 @@ def settings(prefix: str) -> Settings:
         sweep_idle_ms=0,
         grace_seconds=3600,
     )
-
-
-@pytest.fixture
-def consumer(
-    redis_client: redis.Redis, sessions: sessionmaker[Session], settings: Settings
-) -> Consumer:
-    return Consumer(redis_client, sessions, settings, name="c1", recheck_seconds=0)
-
-
-@pytest.fixture
-def publisher(redis_client: redis.Redis, settings: Settings) -> Publisher:
-    return Publisher(redis_client, Keys(settings.prefix))
-
-
-@pytest.fixture
-def account() -> str:
-    return f"acct-{uuid.uuid4().hex[:8]}"
 
 
 def big_frames() -> list[str]:

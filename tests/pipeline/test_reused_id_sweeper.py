@@ -10,9 +10,9 @@ from worker.ledger.balances import balance
 from worker.pipeline.sweeper import Sweeper
 
 from .test_consumer import CHUNK, drain, frames, meta, play, status
-from .test_reused_id import account, consumer, publisher, settings
+from .test_reused_id import settings
 
-__all__ = ["account", "consumer", "publisher", "settings"]  # fixtures, used by name
+__all__ = ["settings"]  # the fixture, used by name
 
 # The second call's usage: complete and plausible for gpt-4o, so it would settle what it is applied
 # to (10,000 * 2.50 + 5,000 * 10.00 = 75,000 micro-USD, far above the first call's hold of 1,000).

@@ -8,9 +8,9 @@ from dataclasses import replace
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.sweeper import Sweeper
 
-from .test_consumer import account, consumer, drain, frames, meta, play, publisher, settings, status
+from .test_consumer import drain, frames, meta, play, settings, status
 
-__all__ = ["account", "consumer", "publisher", "settings"]  # fixtures, used by name
+__all__ = ["settings"]  # the fixture, used by name
 
 IDLE_MS = 1500
 

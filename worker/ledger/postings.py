@@ -94,9 +94,6 @@ CLOSE_FAILURE = (
 LEDGER_IDS = select(ledger_accounts.c.kind, ledger_accounts.c.id).where(
     ledger_accounts.c.name.in_(bindparam("b_names", expanding=True))
 )
-EXISTING_HOLD = select(reservations.c.reserved_micros, reservations.c.account_id).where(
-    reservations.c.request_id == bindparam("b_request_id")
-)
 
 
 def insert_reservation(session: Session, values: dict[str, Any]) -> int | None:

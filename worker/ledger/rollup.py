@@ -77,7 +77,14 @@ def money_deltas(
         elif account == available_id and amount > 0:
             released += amount
     if held or charged or true_ups or released:
-        _merge(deltas, {grain: [held, charged, true_ups, released]})
+        found = deltas.get(grain)
+        if found is None:
+            deltas[grain] = [held, charged, true_ups, released]
+        else:
+            found[0] += held
+            found[1] += charged
+            found[2] += true_ups
+            found[3] += released
 
 
 def _merge(into: Deltas, deltas: Deltas) -> None:
@@ -112,13 +119,10 @@ def flush_money(session: Session) -> None:
     transaction that reads the rollup back before it commits (verification, tests). The rows stay
     locked until the transaction ends, so the hot path never calls this."""
     stack = session.connection().info.get(_QUEUE)
-    if not stack:
-        return
-    total: Deltas = {}
-    for level in stack:
-        _merge(total, level)
-        level.clear()
-    write_money(session, total)
+    if stack:
+        depth = len(stack)  # the savepoints stay open: one empty level each
+        write_money(session, _take(stack))
+        stack.extend({} for _ in range(depth))
 
 
 def write_money(connection: Connection | Session, deltas: Deltas) -> None:
@@ -132,6 +136,14 @@ def write_money(connection: Connection | Session, deltas: Deltas) -> None:
         for grain, money in sorted(deltas.items())
     ]  # fmt: skip
     bulk.insert(connection, money_daily, rows, conflict=MONEY_KEY, add=MONEY_COLUMNS)
+
+
+def _take(stack: list[Deltas]) -> Deltas:
+    """Every level's deltas merged into one, the stack left empty."""
+    total: Deltas = {}
+    while stack:
+        _merge(total, stack.pop())
+    return total
 
 
 def _begin(connection: Connection) -> None:
@@ -157,12 +169,8 @@ def _rollback_savepoint(connection: Connection, _name: Any, _context: Any) -> No
 
 def _commit(connection: Connection) -> None:
     stack = connection.info.pop(_QUEUE, None)
-    if not stack:
-        return
-    total: Deltas = {}
-    for level in stack:
-        _merge(total, level)
-    write_money(connection, total)
+    if stack:
+        write_money(connection, _take(stack))
 
 
 def _rollback(connection: Connection) -> None:

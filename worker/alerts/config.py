@@ -1,5 +1,8 @@
 """Alert settings: the environment's (``worker.config.Settings``) plus the fixed tuning constants.
 
+The fields that come from the environment take their defaults from the settings' declarations
+(``Settings()``), never restated here.
+
 Webhook URLs carry their secret in the path (Slack: ``/services/T…/B…/<token>``) or the query, not
 only in a password, so ``redact`` keeps the scheme and host alone: the one form of the URL that may
 reach a log line, an error message or the outbox.
@@ -7,7 +10,7 @@ reach a log line, an error message or the outbox.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -30,13 +33,16 @@ def redact(url: str | None) -> str:
     return f"{parts.scheme}://{host}/…"
 
 
+_DEFAULTS = Settings()
+
+
 @dataclass(frozen=True, slots=True)
 class AlertConfig:
-    webhook_url: str | None = None
-    window: timedelta = timedelta(seconds=300)
-    unsettled_rate_pct: int = 5
-    drift_alert_pct: int = 10
-    drift_window: timedelta = timedelta(seconds=3_600)
+    webhook_url: str | None = _DEFAULTS.alert_webhook_url
+    window: timedelta = timedelta(seconds=_DEFAULTS.alert_window_seconds)
+    unsettled_rate_pct: int = _DEFAULTS.unsettled_rate_pct
+    drift_alert_pct: int = _DEFAULTS.drift_alert_pct
+    drift_window: timedelta = timedelta(seconds=_DEFAULTS.drift_window_seconds)
     # A window is aggregated once it ended this long ago: batches committing late still count.
     settle_slack: timedelta = timedelta(seconds=30)
     # Closed windows looked at again on every run (dedupe keys make it idempotent); older ones that
@@ -50,7 +56,7 @@ class AlertConfig:
     lease: timedelta = timedelta(seconds=60)  # a claimed row a sender died on is retried after it
     batch_size: int = 50
     request_ids_shown: int = 10
-    non_streamable_models: tuple[str, ...] = field(default_factory=tuple)
+    non_streamable_models: tuple[str, ...] = _DEFAULTS.non_streamable_models
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: object) -> AlertConfig:

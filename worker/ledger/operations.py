@@ -38,6 +38,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from models import Action, Failure, Kind, Status
+from worker.config import RESOLVE_POLICIES
 from worker.errors import LedgerError, RequestIdReused
 from worker.ledger import postings
 from worker.money import Micros
@@ -51,7 +52,6 @@ failures = postings.failures
 
 WORKER = "worker"
 RESOLVE_ACTIONS = (Action.RELEASE, Action.CHARGE_ESTIMATE)
-POLICIES = ("release", "charge_estimate", "none")
 
 
 class HoldOutcome(StrEnum):
@@ -424,7 +424,7 @@ def resolve_expired(
     leaves everything for a person. Rows locked by another process are skipped, not waited for.
     """
     now = _aware(now)
-    if policy not in POLICIES:
+    if policy not in RESOLVE_POLICIES:
         raise LedgerError(f"unknown resolve policy {policy!r}")
     if policy == "none":
         return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
@@ -45,6 +46,8 @@ ENV_VARS = (
     "BILLING_ALERT_WINDOW_SECONDS",
     "BILLING_UNSETTLED_RATE_PCT",
     "BILLING_ALERT_WEBHOOK_URL",
+    "BILLING_ALERT_DIGEST_SECONDS",
+    "BILLING_EXPOSURE_PAGE_USD",
     "BILLING_BATCH_BYTES",
     "BILLING_DEAD_LETTER_MAXLEN",
     "BILLING_ALERT_RETENTION_DAYS",
@@ -67,6 +70,25 @@ def _int(
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return value
+
+
+def _usd_micros(env: Mapping[str, str], name: str, default: int) -> int:
+    """An amount in USD (``12.5``, at most 6 decimals, not negative) as integer micro-USD."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        amount = Decimal(raw)
+    except InvalidOperation:
+        raise ValueError(
+            f"{name} must be an amount in USD such as 10 or 2.5, got {raw!r}"
+        ) from None
+    micros = amount * 1_000_000
+    if not amount.is_finite() or micros != micros.to_integral_value():
+        raise ValueError(f"{name} must be USD with at most 6 decimals, got {raw!r}")
+    if amount < 0:
+        raise ValueError(f"{name} must not be negative, got {raw!r}")
+    return int(micros)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -128,6 +150,10 @@ class Settings:
     unsettled_rate_pct: int = 5
     # May carry a token in its path (Slack): log it only through ``worker.alerts.config.redact``.
     alert_webhook_url: str | None = None
+    # Windows that do not page go to one digest per alert kind this often (a multiple of the window).
+    alert_digest_seconds: int = 3_600
+    # A window's exposure (micro-USD) at which its alert kind pages; 0 never pages on exposure.
+    exposure_page_micros: int = 10_000_000
     # Limits and retention (docs/operations.md "Limits and retention"). A retention of 0 days keeps
     # the rows for ever.
     batch_bytes: int = 64 << 20
@@ -142,6 +168,13 @@ class Settings:
         policy = env.get("BILLING_RESOLVE_POLICY") or "release"
         if policy not in ("release", "charge_estimate", "none"):
             raise ValueError("BILLING_RESOLVE_POLICY must be release, charge_estimate or none")
+        alert_window = _int(env, "BILLING_ALERT_WINDOW_SECONDS", 300, minimum=5)
+        digest = _int(env, "BILLING_ALERT_DIGEST_SECONDS", 3_600, minimum=5)
+        if digest % alert_window:
+            raise ValueError(
+                f"BILLING_ALERT_DIGEST_SECONDS must be a multiple of BILLING_ALERT_WINDOW_SECONDS"
+                f" ({alert_window}), got {digest}"
+            )
         return cls(
             redis_url=redis_url,
             broker_url=env.get("CELERY_BROKER_URL") or redis_url,
@@ -168,9 +201,11 @@ class Settings:
             drift_alert_pct=_int(env, "BILLING_DRIFT_ALERT_PCT", 10, minimum=1),
             drift_window_seconds=_int(env, "BILLING_DRIFT_WINDOW_SECONDS", 3_600, minimum=60),
             non_streamable_models=_prefixes(env.get("BILLING_NON_STREAMABLE_MODELS")),
-            alert_window_seconds=_int(env, "BILLING_ALERT_WINDOW_SECONDS", 300, minimum=5),
+            alert_window_seconds=alert_window,
             unsettled_rate_pct=_int(env, "BILLING_UNSETTLED_RATE_PCT", 5, minimum=1),
             alert_webhook_url=env.get("BILLING_ALERT_WEBHOOK_URL") or None,
+            alert_digest_seconds=digest,
+            exposure_page_micros=_usd_micros(env, "BILLING_EXPOSURE_PAGE_USD", 10_000_000),
             batch_bytes=_int(env, "BILLING_BATCH_BYTES", 64 << 20, minimum=1),
             dead_letter_maxlen=_int(env, "BILLING_DEAD_LETTER_MAXLEN", 100_000, minimum=1),
             alert_retention_days=_int(env, "BILLING_ALERT_RETENTION_DAYS", 30),

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from freezegun import freeze_time
 from parity.calls import meta_dict, run_call, usage
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -195,6 +196,9 @@ def test_unsettled_calls_page_once_then_resolve_once(sessions, clean, receiver) 
          "exposure_micros": body["exposure_micros"], "unpriced": 0},
     ]  # fmt: skip
     assert len(body["request_ids"]) == 3
+    # the exposure gauge of the last closed window says the same
+    exposure = REGISTRY.get_sample_value("billing_alert_exposure_micros", {"kind": "unsettled"})
+    assert exposure == body["exposure_micros"] > 0
     # the next window is quiet: one resolved notice, once
     with freeze_time(at + timedelta(minutes=10, seconds=31)):
         assert run_alerts(sessions, config).queued == 1
@@ -243,3 +247,5 @@ def test_drift_is_stored_and_a_median_past_the_threshold_is_in_the_digest(sessio
     [detail] = [d for d in body["details"] if d["model"] == model]
     assert detail["samples"] == 3 and detail["median_drift_ppm"] > 100_000
     assert f"details: {model}: median completion-token drift +" in drift[0].text
+    gauge = REGISTRY.get_sample_value("billing_drift_median_ppm", {"model": model})
+    assert gauge == detail["median_drift_ppm"]

@@ -3,16 +3,17 @@ them in the outbox. Runs in the caller's transaction and never commits; idempote
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from worker.alerts.aggregation import closed_windows
+from worker.alerts.aggregation import closed_windows, window_start
 from worker.alerts.config import AlertConfig
 from worker.alerts.outbox import backfill_unsettled_events, enqueue
 from worker.alerts.paging import Plan, messages
 from worker.alerts.picture import Finding
-from worker.alerts.sources import RATES, READERS
+from worker.alerts.sources import RATES, READERS, drift_medians
 
 
 def plan(config: AlertConfig, now: datetime) -> Plan:
@@ -46,4 +47,23 @@ def collect(session: Session, config: AlertConfig, now: datetime) -> int:
     rates = {}
     for rate in RATES:
         rates.update(rate(session, chosen.windows, findings, config))
+    _record_metrics(session, config, now, chosen, findings)
     return enqueue(session, messages(chosen, findings, rates), now)
+
+
+def _record_metrics(
+    session: Session, config: AlertConfig, now: datetime, chosen: Plan, findings: list[Finding]
+) -> None:
+    """The gauges of the last closed window: exposure per kind (0 for a kind with no findings in
+    it), and the drift medians of the last closed drift window for every model with samples."""
+    from worker import metrics  # imported here: the exporter process must not create its files
+
+    last = chosen.emit[-1][0]
+    exposure: Counter[str] = Counter(dict.fromkeys((f.kind for f in findings), 0))
+    exposure.setdefault("unsettled", 0)
+    for finding in findings:
+        if window_start(finding.at, config.window) == last:
+            exposure[finding.kind] += finding.exposure_micros or 0
+    [(start, end)] = closed_windows(now, config.drift_window, config.settle_slack, 1)
+    drift = {model: middle for model, (middle, _) in drift_medians(session, start, end).items()}
+    metrics.record_alert_window(dict(exposure), drift)

@@ -17,7 +17,17 @@ from worker.config import DECLARATIONS, ENV_VARS, RESOLVE_POLICIES, Settings, de
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]*)` \| (.*?) \| (.*) \|$")
-INTEGERS = [d for d in DECLARATIONS if isinstance(d.default, int) and d.minimum is not None]
+# The alert window and the digest interval are checked together (the digest a whole number of
+# windows): their bounds alone are not what decides, see the test of the pair.
+COUPLED = ("BILLING_ALERT_WINDOW_SECONDS", "BILLING_ALERT_DIGEST_SECONDS")
+INTEGERS = [
+    d
+    for d in DECLARATIONS
+    if isinstance(d.default, int)
+    and not isinstance(d.default, bool)
+    and d.minimum is not None
+    and d.env not in COUPLED
+]
 
 
 class Recording(Mapping[str, str]):
@@ -148,3 +158,16 @@ def test_integers_are_accepted_exactly_within_their_bounds(data: st.DataObject) 
 
 def test_alert_config_defaults_are_the_settings_defaults() -> None:
     assert AlertConfig() == AlertConfig.from_settings(Settings())
+
+
+@given(window=st.integers(min_value=5, max_value=10_000), digest=st.integers(5, 100_000))
+def test_the_digest_interval_must_be_a_whole_number_of_alert_windows(
+    window: int, digest: int
+) -> None:
+    env = {COUPLED[0]: str(window), COUPLED[1]: str(digest)}
+    if digest % window:
+        with pytest.raises(ValueError, match=f"^{COUPLED[1]} must be a multiple of {COUPLED[0]}"):
+            Settings.from_env(env)
+    else:
+        read = Settings.from_env(env)
+        assert (read.alert_window_seconds, read.alert_digest_seconds) == (window, digest)

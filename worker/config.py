@@ -8,7 +8,7 @@ that names its environment variable, default, bounds and one-line meaning::
 ``Settings.from_env``, its validation and error messages, ``ENV_VARS`` (for the deployment files and
 their test) and the README's settings table (checked by tests/test_config.py) all derive from these
 declarations. The kinds: ``integer``, ``text``, ``optional_text``, ``secret``, ``flag``, ``choice``,
-``prefixes``. URLs may hold passwords: use ``redact_url`` before a URL reaches a log line or a report.
+``prefixes``, ``usd``. URLs may hold passwords: use ``redact_url`` before a URL reaches a log line or a report.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
@@ -151,6 +152,31 @@ def prefixes(env: str, meaning: str) -> Any:
     return _declare(Declaration(env, meaning, (), "empty", _read_prefixes))
 
 
+def _read_usd(env: Mapping[str, str], d: Declaration) -> int | None:
+    """An amount in USD (``12.5``, at most 6 decimals, not negative) as integer micro-USD."""
+    raw = (env.get(d.env) or "").strip()
+    if not raw:
+        return None
+    try:
+        amount = Decimal(raw)
+    except InvalidOperation:
+        raise ValueError(
+            f"{d.env} must be an amount in USD such as 10 or 2.5, got {raw!r}"
+        ) from None
+    micros = amount * 1_000_000
+    if not amount.is_finite() or micros != micros.to_integral_value():
+        raise ValueError(f"{d.env} must be USD with at most 6 decimals, got {raw!r}")
+    if amount < 0:
+        raise ValueError(f"{d.env} must not be negative, got {raw!r}")
+    return int(micros)
+
+
+def usd(env: str, default_micros: int, meaning: str) -> Any:
+    """An amount in USD (at most 6 decimals, not negative), held as integer micro-USD."""
+    shown = f"`{Decimal(default_micros) / 1_000_000:f}`".replace(".000000", "")
+    return _declare(Declaration(env, meaning, default_micros, shown, _read_usd))
+
+
 def declaration(settings_field: Field[Any]) -> Declaration:
     found: Declaration = settings_field.metadata["setting"]
     return found
@@ -251,13 +277,25 @@ class Settings:
     alert_window_seconds: int = integer(
         "BILLING_ALERT_WINDOW_SECONDS",
         300,
-        "aggregation window of unsettled and anomaly alerts",
+        "alert window: each alert kind pages at most once per window ([alerts](docs/alerts.md))",
         minimum=5,
+    )
+    alert_digest_seconds: int = integer(
+        "BILLING_ALERT_DIGEST_SECONDS",
+        3_600,
+        "windows that do not page go to one digest per alert kind this often (a multiple of the"
+        " alert window)",
+        minimum=5,
+    )
+    exposure_page_micros: int = usd(
+        "BILLING_EXPOSURE_PAGE_USD",
+        10_000_000,
+        "page when a window's exposure (USD, up to 6 decimals) reaches this; `0`: never on exposure",
     )
     unsettled_rate_pct: int = integer(
         "BILLING_UNSETTLED_RATE_PCT",
         5,
-        "alert when this share of a window's streams is unsettled",
+        "page when this share of a window's streams is unsettled",
         minimum=1,
     )
     drift_alert_pct: int = integer(
@@ -316,6 +354,11 @@ class Settings:
             if value is None:
                 value = values[d.same_as] if d.same_as else d.default
             values[settings_field.name] = value
+        if values["alert_digest_seconds"] % values["alert_window_seconds"]:
+            raise ValueError(
+                "BILLING_ALERT_DIGEST_SECONDS must be a multiple of BILLING_ALERT_WINDOW_SECONDS"
+                f" ({values['alert_window_seconds']}), got {values['alert_digest_seconds']}"
+            )
         return cls(**values)
 
 

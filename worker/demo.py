@@ -27,7 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import sessionmaker
 
-from models import Failure, Reservation
+from models import AlertEvent, Anomaly, Failure, Reservation
+from worker.alerts.aggregation import window_start
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
 from worker.config import Settings, redact_url
@@ -50,6 +51,7 @@ SEED = int(os.environ.get("DEMO_SEED", "7"))
 WORKDIR = Path("var/demo")
 PREFIX = "demo"
 ALERT_WINDOW_SECONDS = 10
+ALERT_DIGEST_SECONDS = 30
 console = Console(stderr=True)
 
 
@@ -152,6 +154,7 @@ def run() -> int:
             "BILLING_DRAIN_MS": "1000",
             "BILLING_ALERT_WEBHOOK_URL": webhook.url,
             "BILLING_ALERT_WINDOW_SECONDS": str(ALERT_WINDOW_SECONDS),
+            "BILLING_ALERT_DIGEST_SECONDS": str(ALERT_DIGEST_SECONDS),
         }
         worker = start_worker(env)
         started.append(worker)
@@ -188,22 +191,40 @@ def run() -> int:
 
 
 def show_alerts(sessions: sessionmaker, env: dict[str, str], webhook: WebhookReceiver) -> None:
-    """Deliver the aggregated alerts of the demo's unsettled calls to the local webhook and show them.
+    """Deliver the demo's alerts to the local webhook and show them: a page per alert kind and window
+    past a threshold, a resolved notice when it clears, one digest per kind for the rest.
 
-    The worker's beat runs the same job every 30 s; the demo runs it once itself after the current
-    alert window has closed, so it need not wait for the next tick.
+    The worker's beat runs the same job every 30 s; the demo runs it itself once the digest window
+    holding the last call, and the alert window after it, have closed, so it need not wait for a tick.
     """
     config = AlertConfig.from_settings(Settings.from_env(env), settle_slack=timedelta(0))
-    window = ALERT_WINDOW_SECONDS
-    time.sleep(window - time.time() % window + 0.2)  # let the last window close
+    with sessions() as s:
+        found = [s.scalar(select(func.max(t.detected_at))) for t in (AlertEvent, Anomaly)]
+    last = max((at for at in found if at is not None), default=datetime.now(UTC))
+    until = max(
+        window_start(last, config.digest_window) + config.digest_window,
+        window_start(last, config.window) + 2 * config.window,
+    )
+    wait = (until - datetime.now(UTC)).total_seconds() + 0.2
+    if wait > 0:
+        console.print(f"waiting {wait:.0f} s for the last alert and digest windows to close")
+        time.sleep(wait)
     run_alerts(sessions, config)
     bodies = webhook.received()
     out = Console()
-    out.print(f"alerts received by the webhook at {webhook.url}: {len(bodies)}")
-    for body in bodies[:6]:
-        out.print(f"  • {body.get('text', '')}")
-    if len(bodies) > 6:
-        out.print(f"  … and {len(bodies) - 6} more")
+    windows = Counter((body.get("window_start"), body.get("window_end")) for body in bodies)
+    out.print(
+        f"alerts: {len(bodies)} messages sent to the webhook at {webhook.url}"
+        f" ({', '.join(f'{n} {kind}' for kind, n in sorted(_severities(bodies).items()))};"
+        f" at most {max(windows.values(), default=0)} for one window)"
+    )
+    for body in bodies:
+        out.print(body.get("text", ""), highlight=False, markup=False)
+        out.print()
+
+
+def _severities(bodies: list[dict]) -> Counter[str]:
+    return Counter(str(body.get("severity", body.get("reason"))) for body in bodies)
 
 
 def _decided(sessions: sessionmaker, late_ids: list[str]) -> tuple[int, int]:

@@ -41,6 +41,10 @@ class AlertConfig:
     webhook_url: str | None = _DEFAULTS.alert_webhook_url
     window: timedelta = timedelta(seconds=_DEFAULTS.alert_window_seconds)
     unsettled_rate_pct: int = _DEFAULTS.unsettled_rate_pct
+    # Windows that do not page go to one digest per kind this often (a whole number of windows).
+    digest_window: timedelta = timedelta(seconds=_DEFAULTS.alert_digest_seconds)
+    # A window's exposure at which its kind pages; 0: never on exposure.
+    exposure_page_micros: int = _DEFAULTS.exposure_page_micros
     drift_alert_pct: int = _DEFAULTS.drift_alert_pct
     drift_window: timedelta = timedelta(seconds=_DEFAULTS.drift_window_seconds)
     # A window is aggregated once it ended this long ago: batches committing late still count.
@@ -58,12 +62,26 @@ class AlertConfig:
     request_ids_shown: int = 10
     non_streamable_models: tuple[str, ...] = _DEFAULTS.non_streamable_models
 
+    def __post_init__(self) -> None:
+        if self.digest_window < self.window or self.digest_window % self.window:
+            raise ValueError(
+                f"the digest window ({self.digest_window}) must be a multiple of the alert window"
+                f" ({self.window})"
+            )
+
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: object) -> AlertConfig:
         values: dict[str, object] = {
             "webhook_url": settings.alert_webhook_url,
             "window": timedelta(seconds=settings.alert_window_seconds),
             "unsettled_rate_pct": settings.unsettled_rate_pct,
+            # a whole number of windows (``Settings.from_env`` refuses others; this rounds up for a
+            # ``Settings`` built in code)
+            "digest_window": timedelta(
+                seconds=-(-settings.alert_digest_seconds // settings.alert_window_seconds)
+                * settings.alert_window_seconds
+            ),
+            "exposure_page_micros": settings.exposure_page_micros,
             "drift_alert_pct": settings.drift_alert_pct,
             "drift_window": timedelta(seconds=settings.drift_window_seconds),
             "non_streamable_models": settings.non_streamable_models,

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
+from worker.money import parse_usd
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 MAX_PARTITIONS = 256  # notification partitions (docs/events.md §2)
 DEFAULT_DATABASE_URL = "sqlite:///var/billing.db"
@@ -49,6 +51,7 @@ ENV_VARS = (
     "BILLING_DEAD_LETTER_MAXLEN",
     "BILLING_ALERT_RETENTION_DAYS",
     "BILLING_ANOMALY_RETENTION_DAYS",
+    "BILLING_LOW_BALANCE_USD",
 )
 
 
@@ -67,6 +70,14 @@ def _int(
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return value
+
+
+def _usd(env: Mapping[str, str], name: str) -> int:
+    """An amount of USD (``parse_usd``), 0 when unset."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return 0
+    return int(parse_usd(raw, what=name, allow_zero=True))
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -134,6 +145,8 @@ class Settings:
     dead_letter_maxlen: int = 100_000
     alert_retention_days: int = 30
     anomaly_retention_days: int = 90
+    # A funded account whose spendable balance falls below this is alerted (0: only below zero).
+    low_balance_micros: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -175,6 +188,7 @@ class Settings:
             dead_letter_maxlen=_int(env, "BILLING_DEAD_LETTER_MAXLEN", 100_000, minimum=1),
             alert_retention_days=_int(env, "BILLING_ALERT_RETENTION_DAYS", 30),
             anomaly_retention_days=_int(env, "BILLING_ANOMALY_RETENTION_DAYS", 90),
+            low_balance_micros=_usd(env, "BILLING_LOW_BALANCE_USD"),
         )
 
 

@@ -51,6 +51,7 @@ class AlertConfig:
     batch_size: int = 50
     request_ids_shown: int = 10
     non_streamable_models: tuple[str, ...] = field(default_factory=tuple)
+    low_balance_micros: int = 0  # the low-balance alert's threshold (``worker.alerts.low_balance``)
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: object) -> AlertConfig:
@@ -61,6 +62,7 @@ class AlertConfig:
             "drift_alert_pct": settings.drift_alert_pct,
             "drift_window": timedelta(seconds=settings.drift_window_seconds),
             "non_streamable_models": settings.non_streamable_models,
+            "low_balance_micros": settings.low_balance_micros,
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

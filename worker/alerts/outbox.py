@@ -46,7 +46,10 @@ from worker.alerts.aggregation import (
     window_start,
 )
 from worker.alerts.config import AlertConfig
+from worker.alerts.low_balance import low_balance_alerts
+from worker.ledger.funds import levels_at
 from worker.ledger.postings import insert_ignore
+from worker.money import Micros
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +223,8 @@ def collect(session: Session, config: AlertConfig, now: datetime) -> int:
     """Aggregate every closed window of the lookback into outbox rows; returns how many are new.
 
     Unsettled calls per (account, model, reason), the unsettled rate of streams, contract anomalies
-    per (account, model, kind) over the alert window; median drift per model over the drift window.
+    per (account, model, kind) over the alert window; funded accounts whose balance got worse
+    (``low_balance``); median drift per model over the drift window.
     """
     windows = closed_windows(now, config.window, config.settle_slack, config.lookback_windows)
     first, last = windows[0][0], windows[-1][1]
@@ -258,6 +262,10 @@ def collect(session: Session, config: AlertConfig, now: datetime) -> int:
             )
             if rate is not None:
                 alerts.append(rate)
+    moments = [start for start, _ in windows] + [last]
+    alerts += low_balance_alerts(
+        levels_at(session, moments), moments, threshold=Micros(config.low_balance_micros)
+    )
     for start, end in closed_windows(now, config.drift_window, config.settle_slack, 2):
         alerts += drift_alerts(
             drift_medians(session, start, end),

@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "prices",
     "unsettled",
     "balance",
+    "credit",
     "show",
     "simulate",
     "metrics",

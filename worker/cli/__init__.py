@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "doctor",
     "alerts",
     "report",
+    "statement",
 )
 
 

@@ -131,7 +131,7 @@ def render_table(s: Statement) -> str:
     for section, label, when, detail, amount in _lines(s):
         shown = "" if amount is None else amount.usd()
         out.append(
-            printable(f"  {section:<13} {label:<30} {when:<20} {shown:>18}  {detail}").rstrip()
+            printable(f"  {section:<13} {label:<31} {when:<27} {shown:>18}  {detail}").rstrip()
         )
     out.append(_verdict(s))
     return "\n".join(out) + "\n"

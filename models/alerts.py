@@ -24,6 +24,7 @@ class AlertKind(StrEnum):
     PARITY_MISMATCH = "parity_mismatch"
     DRIFT = "drift"
     ANOMALY = "anomaly"
+    LOW_BALANCE = "low_balance"  # a funded account's spendable balance fell below a level
 
 
 class OutboxStatus(StrEnum):
@@ -54,7 +55,8 @@ class OutboxAlert(Base):
     __tablename__ = "alert_outbox"
     __table_args__ = (
         CheckConstraint(
-            "kind IN ('unsettled', 'unsettled_rate', 'parity_mismatch', 'drift', 'anomaly')",
+            "kind IN ('unsettled', 'unsettled_rate', 'parity_mismatch', 'drift', 'anomaly',"
+            " 'low_balance')",
             name="kind",
         ),
         CheckConstraint("status IN ('pending', 'sending', 'delivered', 'logged')", name="status"),

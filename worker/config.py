@@ -16,10 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
+
+from worker.money import parse_usd
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 MAX_PARTITIONS = 256  # notification partitions (docs/events.md §2)
@@ -153,22 +155,11 @@ def prefixes(env: str, meaning: str) -> Any:
 
 
 def _read_usd(env: Mapping[str, str], d: Declaration) -> int | None:
-    """An amount in USD (``12.5``, at most 6 decimals, not negative) as integer micro-USD."""
-    raw = (env.get(d.env) or "").strip()
-    if not raw:
+    """An amount in USD as integer micro-USD, read by the one USD parser (``money.parse_usd``)."""
+    raw = env.get(d.env)
+    if raw is None or raw.strip() == "":
         return None
-    try:
-        amount = Decimal(raw)
-    except InvalidOperation:
-        raise ValueError(
-            f"{d.env} must be an amount in USD such as 10 or 2.5, got {raw!r}"
-        ) from None
-    micros = amount * 1_000_000
-    if not amount.is_finite() or micros != micros.to_integral_value():
-        raise ValueError(f"{d.env} must be USD with at most 6 decimals, got {raw!r}")
-    if amount < 0:
-        raise ValueError(f"{d.env} must not be negative, got {raw!r}")
-    return int(micros)
+    return int(parse_usd(raw, what=d.env, allow_zero=True))
 
 
 def usd(env: str, default_micros: int, meaning: str) -> Any:
@@ -340,6 +331,12 @@ class Settings:
         "BILLING_ANOMALY_RETENTION_DAYS",
         90,
         "`anomalies` rows are purged after this many days; `0` keeps them",
+    )
+    low_balance_micros: int = usd(
+        "BILLING_LOW_BALANCE_USD",
+        0,
+        "alert (`low_balance`) when a funded account's spendable balance falls below this; below"
+        " zero always alerts; `0`: the threshold alert is off",
     )
 
     @classmethod

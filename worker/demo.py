@@ -32,6 +32,7 @@ from worker.alerts.aggregation import window_start
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
 from worker.config import Settings, redact_url
+from worker.demo_funds import fund_demo_account, print_demo_statement
 from worker.demo_webhook import WebhookReceiver
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine, upgrade
@@ -139,6 +140,7 @@ def run() -> int:
             stale.unlink()
         database_url = f"sqlite:///{db_file}"
         upgrade(database_url)
+        fund_demo_account(database_url)
         clear_keys(client, PREFIX)
         broker_url = redis_url.rsplit("/", 1)[0] + "/15"
         redis.Redis.from_url(broker_url).flushdb()
@@ -172,6 +174,7 @@ def run() -> int:
         pairs = run_pairing(sessions, Settings.from_env(env))
         console.print(f"parity: {sum(pairs.values())} streamed/non-streamed twins paired {pairs}")
         print_books(engine, sessions, client, calls)
+        print_demo_statement(database_url)
         show_alerts(sessions, env, webhook)
         engine.dispose()
         clear_keys(client, PREFIX)

@@ -67,12 +67,12 @@ def test_a_window_pages_once_and_the_next_quiet_one_resolves_once() -> None:
 
 
 def test_a_rate_pages_a_kind_of_any_name() -> None:
-    found = [finding("low_balance", "below_threshold", 1, account=f"acct_{i}") for i in range(3)]
-    rates = {("low_balance", T0): Rate("accounts below", 3, 10, threshold_pct=20, min_total=1)}
+    found = [finding("some_new_kind", "below_threshold", 1, account=f"acct_{i}") for i in range(3)]
+    rates = {("some_new_kind", T0): Rate("accounts below", 3, 10, threshold_pct=20, min_total=1)}
     alert, notice = messages(full_plan(), found, rates)
-    assert (alert.kind, alert.reason) == ("low_balance", "page")
+    assert (alert.kind, alert.reason) == ("some_new_kind", "page")
     assert (notice.reason, notice.window_start) == ("resolved", T0 + WINDOW)
-    assert alert.text.startswith("PAGE low_balance: 3 low_balance findings in the 10 s from")
+    assert alert.text.startswith("PAGE some_new_kind: 3 some_new_kind findings in the 10 s from")
     assert "30.0% of accounts below (3 of 10), crossed the 20% threshold" in alert.text
 
 
@@ -87,7 +87,7 @@ NAMES = st.text(min_size=1, max_size=6)
 FINDINGS = st.lists(
     st.builds(
         Finding,
-        kind=st.sampled_from(["unsettled", "anomaly", "parity_mismatch", "low_balance"]),
+        kind=st.sampled_from(["unsettled", "anomaly", "parity_mismatch", "some_new_kind"]),
         reason=st.sampled_from(["incomplete", "error_finish", "no_close", "<!channel>\n"]),
         at=st.integers(0, 89_999_999).map(lambda us: T0 + timedelta(microseconds=us)),
         account_id=st.one_of(st.none(), NAMES),

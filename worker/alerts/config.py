@@ -61,6 +61,8 @@ class AlertConfig:
     batch_size: int = 50
     request_ids_shown: int = 10
     non_streamable_models: tuple[str, ...] = _DEFAULTS.non_streamable_models
+    # the low-balance alert's threshold (``worker.alerts.low_balance``)
+    low_balance_micros: int = _DEFAULTS.low_balance_micros
 
     def __post_init__(self) -> None:
         if self.digest_window < self.window or self.digest_window % self.window:
@@ -85,6 +87,7 @@ class AlertConfig:
             "drift_alert_pct": settings.drift_alert_pct,
             "drift_window": timedelta(seconds=settings.drift_window_seconds),
             "non_streamable_models": settings.non_streamable_models,
+            "low_balance_micros": settings.low_balance_micros,
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ NOUNS = {
     "anomaly": ("contract anomaly", "contract anomalies"),
     "parity_mismatch": ("parity mismatch", "parity mismatches"),
     "drift": ("model drifting past its threshold", "models drifting past their threshold"),
+    "low_balance": ("funded account running low", "funded accounts running low"),
 }
 
 

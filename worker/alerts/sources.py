@@ -19,7 +19,10 @@ from sqlalchemy.orm import Session
 from models import AlertEvent, AlertKind, Anomaly, ParityPair, Reservation, UsageRecord, Verdict
 from worker.alerts.aggregation import median, span, window_start
 from worker.alerts.config import AlertConfig
+from worker.alerts.low_balance import low_balance_findings
 from worker.alerts.picture import Finding, Rate
+from worker.ledger.funds import levels_at
+from worker.money import Micros
 
 alert_events = AlertEvent.__table__
 anomalies = Anomaly.__table__
@@ -228,7 +231,18 @@ def drift(session: Session, start: datetime, end: datetime, config: AlertConfig)
     return found
 
 
-READERS: tuple[Reader, ...] = (unsettled, anomaly, parity_mismatch, drift)
+def low_balance(
+    session: Session, start: datetime, end: datetime, config: AlertConfig
+) -> list[Finding]:
+    """Funded accounts whose balance got worse in a window of [start, end) (``low_balance``)."""
+    count = (end - start) // config.window
+    moments = [start + config.window * k for k in range(count + 1)]
+    return low_balance_findings(
+        levels_at(session, moments), moments, threshold=Micros(config.low_balance_micros)
+    )
+
+
+READERS: tuple[Reader, ...] = (unsettled, anomaly, parity_mismatch, drift, low_balance)
 
 
 def settled_streams(session: Session, start: datetime, end: datetime) -> int:

@@ -23,8 +23,10 @@ import click
 from worker.cli.lazy_group import LazyGroup
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "alerts": ("worker.cli.alerts", "Alerts: unsettled calls, their rate, parity mismatches, drift, contract anomalies."),
-    "balance": ("worker.cli.balance", "Available, held and charged for ACCOUNT, in micros and USD."),
+    "account": ("worker.cli.credit", "Customer account settings."),
+    "alerts": ("worker.cli.alerts", "Alerts: one page per kind per window past a threshold, digests, resolved notices."),
+    "balance": ("worker.cli.balance", "Funded, held, charged and available for ACCOUNT (every account without one), in USD."),
+    "credit": ("worker.cli.credit", "Fund customer accounts: `billing credit ACCOUNT AMOUNT --note … --key …`."),
     "db": ("worker.cli.db", "Create and migrate the billing database (DATABASE_URL)."),
     "doctor": ("worker.cli.doctor", "Check configuration, Redis, the broker, the database and its migrations, the vocabularies, the notification backlog and the dead letters."),
     "metrics": ("worker.cli.metrics", "Prometheus metrics of the worker processes."),
@@ -33,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("worker.cli.report", "Calls, settled/unsettled/void, money held/charged/released and the tie-out, for a window."),
     "show": ("worker.cli.show", "Everything the ledger knows about REQUEST_ID: status, usage, charge, entries, failure."),
     "simulate": ("worker.cli.simulate", "Play simulated gateway calls into Redis (REDIS_URL, BILLING_PREFIX, BILLING_PARTITIONS)."),
+    "statement": ("worker.cli.statement", "Opening balance, credits, charges by model and day, releases, open failures, closing."),
     "unsettled": ("worker.cli.unsettled", "Failures: calls whose hold is kept until a result arrives or someone resolves them."),
     "worker": ("worker.cli.worker", "Consume the gateway's events and settle every call until stopped."),
 }  # fmt: skip

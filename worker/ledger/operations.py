@@ -12,13 +12,7 @@ every writer of a reservation, its transactions, usage record and failure first 
 processes settling the same request post one charge; the other sees ``settled`` and returns
 ``duplicate``. UNIQUE (reservation_id, kind) is the backstop if a path ever forgets the lock.
 
-Transient errors (roll back, then retry the whole unit of work in a new transaction; see
-``is_transient``):
-
-* ``sqlalchemy.exc.IntegrityError`` for a *unique* violation: two transactions raced to record the same
-  reservation, account or (reservation, kind). On retry the loser finds the winner's rows.
-* ``sqlalchemy.exc.OperationalError`` / ``DBAPIError`` for deadlocks, serialization failures, lock or
-  statement timeouts, a lost connection, and SQLite's "database is locked" after the busy timeout.
+What may be retried after a rollback is decided in one place, ``worker.transient``.
 
 ``LedgerError`` is never transient: the input contradicts the ledger (a hold repeated with another
 amount, a second resolution, charging an unpriced estimate). A CHECK violation or an unbalanced
@@ -33,7 +27,6 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Row, bindparam, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from models import Action, Failure, Kind, LedgerKind, Status
@@ -59,21 +52,6 @@ class HoldOutcome(StrEnum):
     HELD = "held"  # reservation recorded and the amount moved to held
     RECORDED = "recorded"  # a reservation of 0 micros: recorded, nothing to hold
     DUPLICATE = "duplicate"  # the same hold again: nothing changed
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for the errors a unit of work may be retried on (see the module docstring)."""
-    if isinstance(exc, IntegrityError):
-        code = getattr(exc.orig, "sqlstate", None)
-        return code == "23505" or "UNIQUE constraint failed" in str(exc.orig)
-    if isinstance(exc, OperationalError | DBAPIError):
-        if exc.connection_invalidated:
-            return True
-        code = getattr(exc.orig, "sqlstate", None)
-        if code in ("40001", "40P01", "55P03", "57014"):
-            return True
-        return "database is locked" in str(exc.orig)
-    return False
 
 
 # --- hold ------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,14 +29,18 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
+import worker.pipeline.consumer as consumer_module
 from benchmarks import history, services, workload
 from worker.config import Settings
 from worker.estimate import estimate
 from worker.fingerprint_key import with_key
 from worker.ledger.database import make_engine, session_factory
-from worker.pipeline.consumer import BatchStats, Consumer, raw_stream_pipeline
+from worker.pipeline import gathering
+from worker.pipeline.calls import BatchStats
+from worker.pipeline.consumer import Consumer
 from worker.pipeline.entries import MAX_ENTRIES
 from worker.pipeline.keys import Keys
+from worker.pipeline.reading import raw_stream_pipeline
 from worker.pipeline.runtime import tune_gc
 
 TARGET_RATIO = 0.5
@@ -72,7 +76,7 @@ def warm(consumer: Consumer) -> None:
     for model in ("gpt-4o", "gpt-4"):
         estimate(model, [{"role": "user", "content": "warm"}], [], [])
     for stream in consumer.keys.all_events():
-        consumer.ensure_group(stream)
+        consumer.intake.ensure_group(stream)
 
 
 def drain(consumer: Consumer, notifications: int, timeout: float = 600.0) -> Drained:
@@ -118,11 +122,30 @@ def transport(client: redis.Redis, keys: Keys, notifications: int, batch_size: i
 STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply", "_apply_common", "_apply")
 
 
-def time_steps(owner: Any, names: Iterable[str], spent: dict[str, list[float]]) -> None:
-    """Wrap each of ``names`` on ``owner`` (an instance: nothing else is touched) so that each call
-    adds to ``spent[name]``: [wall s, the calling thread's CPU s, calls]."""
+def _step_targets(consumer: Consumer) -> dict[str, tuple[Any, str]]:
+    """Where each step is: (the object or module holding it, its attribute)."""
+    return {
+        "read": (consumer, "read"),
+        "prepare": (consumer, "prepare"),
+        "apply": (consumer, "apply"),
+        "_fetch_streams": (gathering, "fetch"),  # looked up by ``gathering.gather`` at each call
+        "_prepare": (consumer_module, "reconcile_all"),  # looked up by ``Consumer.prepare``
+        "_apply_common": (consumer.applier, "_apply_common"),
+        "_apply": (consumer.applier, "_apply_one"),
+    }
+
+
+def time_steps(
+    consumer: Consumer, names: Iterable[str], spent: dict[str, list[float]]
+) -> Callable[[], None]:
+    """Wrap each of the steps ``names`` so that each call adds to ``spent[name]``: [wall s, the
+    calling thread's CPU s, calls]. Returns the function that puts them back."""
+    undo = []
+    targets = _step_targets(consumer)
     for name in names:
-        inner = getattr(owner, name)
+        owner, attribute = targets[name]
+        inner = getattr(owner, attribute)
+        own = attribute in vars(owner)
 
         def timed(*args: Any, _inner: Any = inner, _name: str = name, **kwargs: Any) -> Any:
             wall, cpu = time.perf_counter(), time.thread_time()
@@ -134,18 +157,27 @@ def time_steps(owner: Any, names: Iterable[str], spent: dict[str, list[float]]) 
                 found[1] += time.thread_time() - cpu
                 found[2] += 1
 
-        setattr(owner, name, timed)
+        setattr(owner, attribute, timed)
+        if own:
+            undo.append(lambda o=owner, a=attribute, f=inner: setattr(o, a, f))
+        else:
+            undo.append(lambda o=owner, a=attribute: delattr(o, a))
+
+    def restore() -> None:
+        for step in reversed(undo):
+            step()
+
+    return restore
 
 
 @contextlib.contextmanager
 def _stepped(consumer: Consumer, spent: dict[str, list[float]]) -> Any:
     """``time_steps`` of ``STEPS`` for the block."""
-    time_steps(consumer, STEPS, spent)
+    restore = time_steps(consumer, STEPS, spent)
     try:
         yield
     finally:
-        for name in STEPS:
-            delattr(consumer, name)
+        restore()
 
 
 @contextlib.contextmanager

@@ -46,7 +46,7 @@ def settings_from_env() -> dict[str, int]:
 
 def _serve(prefix: str, database_url: str, name: str) -> None:
     from benchmarks.bench_pipeline import make_consumer, time_steps, warm
-    from worker.pipeline.consumer import BatchStats
+    from worker.pipeline.calls import BatchStats
 
     logging.getLogger("worker").setLevel(logging.ERROR)
     client = services.redis_client(services.REDIS_URL)

@@ -261,7 +261,7 @@ def ledger(ctx: Context) -> list[Row]:
             "info",
             None,
             [
-                "the same calls into a new database, a savepoint per call, as Consumer._apply "
+                "the same calls into a new database, a savepoint per call, as Applier._apply_one "
                 "does for duplicates, failures, voids and true-ups; "
                 f"{_writes(calls)}; the same rows as the batched path"
             ],

@@ -22,8 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from worker import fingerprint_key
 from worker.config import Settings, redact_url
 from worker.pipeline.backlog import dead_letter_count, read_backlog
-from worker.pipeline.consumer import MAX_DELIVERIES
 from worker.pipeline.keys import Keys
+from worker.pipeline.poison import MAX_DELIVERIES
 
 
 @dataclass(frozen=True, slots=True)

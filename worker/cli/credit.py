@@ -40,13 +40,13 @@ def _usd(command: str, text: str, *, allow_zero: bool = False) -> Any:
 
 def in_transaction(command: str, work: Callable[[Any], T]) -> T:
     """``work(session)`` in one transaction, committed; retried on a transient error
-    (``operations.is_transient``); expected errors end the command with status 2."""
+    (``transient.is_transient``); expected errors end the command with status 2."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from worker.cli.db import database_error
     from worker.errors import BillingError
     from worker.ledger import database
-    from worker.ledger.operations import is_transient
+    from worker.transient import is_transient
 
     engine = database.make_engine(settings(command).database_url)
     try:

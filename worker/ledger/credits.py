@@ -11,7 +11,7 @@ Idempotency. A credit is known by its caller's key: the same key with the same a
 note is a no-op (``DUPLICATE``); with anything else it is refused (``LedgerError``). A credit is
 reversed at most once: reversing it again with the same note is a no-op, with another note refused.
 Two processes recording the same key at once both try to insert it; the loser's transaction fails
-on the unique key and, retried (``operations.is_transient``), finds the winner's row.
+on the unique key and, retried (``transient.is_transient``), finds the winner's row.
 
 Setting a credit limit appends to ``credit_limits`` (the newest row is in force); the same limit
 and note again is a no-op. The ledger never refuses a hold for want of funds: the gateway decides
@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from models import AccountCredit, CreditKind, CreditLimit, Kind, LedgerKind
 from worker.errors import LedgerError
 from worker.ledger import postings
+from worker.ledger.rows import aware
 from worker.money import MAX_AMOUNT, Micros
 
 account_credits = AccountCredit.__table__
@@ -81,29 +82,9 @@ def _amount(amount: Micros, *, allow_zero: bool = False) -> int:
     return int(amount)
 
 
-def _aware(now: datetime) -> datetime:
-    if now.tzinfo is None:
-        raise LedgerError(f"naive timestamp {now!r}: pass an aware UTC datetime")
-    return now
-
-
 def _fund(session: Session, legs: list[tuple[int, int]], now: datetime) -> int:
     """One balanced ``fund`` transaction with no reservation; its id."""
-    if sum(amount for _, amount in legs) != 0 or any(amount == 0 for _, amount in legs):
-        raise LedgerError(f"refusing an unbalanced fund transaction: {legs}")
-    txn_id = session.execute(
-        postings.INSERT_TRANSACTION,
-        {"reservation_id": None, "kind": str(Kind.FUND), "flagged": False, "created_at": now},
-    ).scalar_one()
-    session.execute(
-        postings.INSERT_ENTRY,
-        [
-            {"transaction_id": txn_id, "ledger_account_id": account, "amount": abs(amount),
-             "direction": "credit" if amount > 0 else "debit"}
-            for account, amount in legs
-        ],
-    )  # fmt: skip
-    return int(txn_id)
+    return postings.write_unreserved(session, Kind.FUND, legs, now)
 
 
 BY_KEY = select(account_credits).where(
@@ -125,7 +106,7 @@ def credit(
 ) -> Credited:
     """Credit ``amount`` to ``account_id``'s available balance, once per ``key`` (see the module
     docstring); the account is created on first use."""
-    now = _aware(now)
+    now = aware(now)
     account_id, key = _text(account_id, "account"), _text(key, "idempotency key")
     note, who = _note(note, "a credit"), _text(who, "who")
     micros = _amount(amount)
@@ -156,7 +137,7 @@ def credit(
 def reverse(session: Session, key: str, *, note: str, who: str, now: datetime) -> Credited:
     """Reverse the credit recorded under ``key`` in full: a new ``fund`` transaction moving its
     amount back from the account's available balance (which may go negative) to ``credit``."""
-    now = _aware(now)
+    now = aware(now)
     key, note, who = _text(key, "idempotency key"), _note(note, "a reversal"), _text(who, "who")
     found = session.execute(BY_KEY.with_for_update(), {"b_key": key}).first()
     if found is None:
@@ -196,7 +177,7 @@ def set_limit(
 ) -> Recorded:
     """Set ``account_id``'s credit limit (0: none below zero) from ``now`` on; the same limit and
     note as the one in force is a no-op."""
-    now = _aware(now)
+    now = aware(now)
     account_id, who = _text(account_id, "account"), _text(who, "who")
     note = _note(note, "a credit limit")
     micros = _amount(limit, allow_zero=True)

@@ -13,9 +13,8 @@ from conftest import REDIS_URL
 from worker.cli import main
 from worker.config import ENV_VARS
 from worker.ledger.database import downgrade, make_engine, upgrade
+from worker.localservers.ports import free_port
 from worker.pipeline.keys import Keys
-
-from .servers import free_port
 
 pytestmark = pytest.mark.redis
 

@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
 
-from benchmarks import services
+from benchmarks.harness import services
 from worker.ledger.database import make_engine
 from worker.reports import PG_SETTINGS, ReportSpec, run_report
 from worker.reports.query import rebuild_money, verify_money

@@ -25,7 +25,7 @@ from benchmarks import (
     bench_report,
     bench_scaling,
 )
-from benchmarks.table import Row, rate
+from benchmarks.harness.table import Row, rate
 
 
 @dataclass

@@ -98,7 +98,7 @@ Side = Callable[[], AbstractContextManager[Connection]]
 
 
 # ``timezone(INTERVAL '0', t)``: the UTC wall-clock time of ``t`` by arithmetic. The same value as
-# ``timezone('UTC', t)``, which looks the zone up by name for every row (a sixth of the calls pass).
+# ``timezone('UTC', t)``, which looks the zone up by name for every row.
 # Migration 0005's statistics are on exactly this expression: the planner knows there are few days.
 _UTC = literal_column("INTERVAL '0'")
 

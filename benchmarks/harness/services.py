@@ -82,8 +82,8 @@ def autovacuum(
 
     This server runs with ``autovacuum = off`` (its CI configuration), so tables that grow from empty
     during a benchmark are never analyzed: PostgreSQL keeps planning them as empty (the foreign-key
-    checks of the ledger inserts included) and a consumer slowed from ~570 to ~20 tiny calls/s by
-    50,000 calls. Production runs autovacuum; this stands in for it, and its cost lands in the run.
+    checks of the ledger inserts included), and a consumer slows down the longer it runs.
+    Production runs autovacuum; this stands in for it, and its cost lands in the run.
     ``log`` gets the (start, end) ``time.perf_counter()`` of each run.
     """
     stop = threading.Event()

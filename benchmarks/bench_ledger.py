@@ -31,8 +31,8 @@ from typing import Any
 from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session
 
-from benchmarks import history, services
-from benchmarks.history import settled_results
+from benchmarks.harness import history, services
+from benchmarks.harness.history import settled_results
 from worker.config import Settings
 from worker.ledger.batch import apply_common
 from worker.ledger.database import make_engine, session_factory

@@ -11,9 +11,7 @@ everything it started.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +34,8 @@ from worker.demo_funds import fund_demo_account, print_demo_statement
 from worker.demo_webhook import WebhookReceiver
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine, upgrade
+from worker.localservers import MissingBinaryError, ServerStartError
+from worker.localservers.redis_server import PrivateRedis
 from worker.pipeline.keys import Keys
 from worker.reports import snapshot
 from worker.reports.query import build_report
@@ -60,12 +60,6 @@ class DemoError(Exception):
     pass
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def find_redis(started: list[subprocess.Popen[bytes]]) -> str:
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     try:
@@ -73,28 +67,21 @@ def find_redis(started: list[subprocess.Popen[bytes]]) -> str:
         return url
     except redis.RedisError:
         pass
-    binary = shutil.which("redis-server")
-    if binary is None:
+    server = PrivateRedis(WORKDIR / "redis", appendonly=False)
+    try:
+        server.start(timeout=5)
+    except MissingBinaryError:
         raise DemoError(
             f"Redis does not answer at {redact_url(url)} and redis-server is not installed: "
             "install Redis (apt install redis-server) or set REDIS_URL to a running server."
-        )
-    port = _free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    started.append(proc)
-    url = f"redis://127.0.0.1:{port}/0"
-    for _ in range(50):
-        try:
-            redis.Redis.from_url(url).ping()
-            console.print(f"started a private redis-server on 127.0.0.1:{port}")
-            return url
-        except redis.ConnectionError:
-            time.sleep(0.1)
-    raise DemoError(f"the private redis-server on port {port} did not start")
+        ) from None
+    except ServerStartError as exc:
+        raise DemoError(str(exc)) from None
+    finally:
+        if server.proc is not None:
+            started.append(server.proc)
+    console.print(f"started a private redis-server on 127.0.0.1:{server.port}")
+    return server.url()
 
 
 def clear_keys(client: redis.Redis, prefix: str) -> None:

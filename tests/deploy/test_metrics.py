@@ -16,10 +16,9 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from worker.cli.metrics import prepare_multiprocess_dir
+from worker.localservers.ports import free_port
 from worker.pipeline.calls import BatchStats
 from worker.pipeline.keys import Keys
-
-from .servers import free_port
 
 BILLING = str(Path(sys.executable).parent / "billing")
 

@@ -29,6 +29,7 @@ Each scenario replays one recorded call (every fixture names where its shape com
 | ``usage_less`` | providers/openai/function_call_stream.json | a stream that never carries usage |
 | ``error_finish`` | providers/deepseek/insufficient_system_resource.json | an interrupted generation, usage sent |
 | ``dropped`` | ``clean``, cut | the connection dropped after the first chunk, mid-stream |
+| ``slow`` | ``clean``, paused | three seconds of silence after the first chunk (a client leaves) |
 
 Streamed replies follow OpenAI's ``stream_options.include_usage``: asked for, the frames go out as
 recorded; not asked for, usage-only chunks (``choices: []``) are left out and ``usage`` is taken off
@@ -49,6 +50,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -66,9 +68,12 @@ SCENARIOS: dict[str, str] = {
     "usage_less": "providers/openai/function_call_stream.json",
     "error_finish": "providers/deepseek/insufficient_system_resource.json",
     "dropped": "providers/openai/n_ignored_stream.json",
+    "slow": "providers/openai/n_ignored_stream.json",
 }
 # Scenarios whose connection drops: how many frames go out before the socket closes.
 DROP_AFTER = {"dropped": 1}
+# Scenarios that pause mid-stream (frames sent first, seconds of silence), so a client can go away.
+PAUSE_AFTER = {"slow": (1, 3.0)}
 SCENARIO_HEADER = "X-Upstream-Scenario"
 
 Frame = dict[str, Any] | str  # a chunk object, or "[DONE]"
@@ -305,11 +310,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for frame in sent.frames or []:
+        pause_at, pause = PAUSE_AFTER.get(sent.scenario, (-1, 0.0))
+        for number, frame in enumerate(sent.frames or []):
+            if number == pause_at:
+                time.sleep(pause)
             data = frame if isinstance(frame, str) else json.dumps(frame, separators=(",", ":"))
             event = f"data: {data}\n\n".encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-            self.wfile.flush()
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
+            except OSError:  # the gateway went away mid-stream
+                self.close_connection = True
+                return
         if sent.dropped:
             self.close_connection = True  # no terminating chunk: the body is broken
             return

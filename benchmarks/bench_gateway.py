@@ -72,8 +72,10 @@ def _call(client: httpx.Client, body: dict[str, Any]) -> tuple[float, int]:
     return (first - start) * 1000, size
 
 
-def run(smoke: bool = False) -> dict[str, Any]:
-    calls, warmup = (60, 10) if smoke else (2000, 100)
+def run(smoke: bool = False, calls: int | None = None) -> dict[str, Any]:
+    """``calls``: how many calls each gateway serves (default 60 for smoke, else 2,000)."""
+    warmup = 10 if smoke else 100
+    calls = calls or (60 if smoke else 2000)
     body = {
         "model": "gpt-4o-mini",
         "messages": [{"role": "user", "content": "Write forty words about rivers."}],

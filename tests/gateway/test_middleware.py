@@ -174,7 +174,7 @@ def test_the_real_openai_client_streams_and_the_call_is_published(
     meta = orjson.loads(stored[0][b"body"])
     assert meta["stream"] is True and meta["include_usage"] is True
     assert meta["account_id"] == "acct_t" and meta["provider"] == "openai"
-    assert [e[b"body"] for e in stored[1:]] == events
+    assert b"".join(e[b"body"] for e in stored[1:]) == b"".join(events)
     assert closes(gateway, rid) == [b"done"]
 
 

@@ -10,16 +10,27 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from worker.gateway.records import frame
 from worker.gateway.spool import spool_name
-from worker.gateway.tee import Tee
+from worker.gateway.tee import Tee, coalesce
 from worker.pipeline.entries import decode_call
 from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
+from worker.pipeline.publisher import (
+    Command,
+    Publisher,
+    XAdd,
+    close_commands,
+    frame_commands,
+    open_commands,
+    queue_commands,
+    response_commands,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -64,7 +75,14 @@ def publish(target: Publisher | Tee, rid: str, frames: int = 3) -> None:
 
 
 def shape(client: redis.Redis, keys: Keys, rid: str) -> list[dict[bytes, bytes]]:
-    return [fields for _id, fields in client.xrange(keys.request(rid))]
+    """A call's stream with its frames joined: the tee may merge frames into fewer entries."""
+    out: list[dict[bytes, bytes]] = []
+    for _id, fields in client.xrange(keys.request(rid)):
+        if out and fields[b"kind"] == b"frame" == out[-1][b"kind"]:
+            out[-1] = {b"kind": b"frame", b"body": out[-1][b"body"] + fields[b"body"]}
+        else:
+            out.append(fields)
+    return out
 
 
 def notes(client: redis.Redis, keys: Keys) -> list[tuple[bytes, bytes]]:
@@ -96,7 +114,7 @@ def test_the_tee_writes_what_the_publisher_writes(
     ]  # fmt: skip
     entries = redis_client.xrange(keys.request("tee"))
     record = decode_call(entries, "tee")
-    assert record.frames[-1] == b"data: [DONE]\n\n" and len(record.frames) == 4
+    assert b"".join(record.frames).endswith(b"data: [DONE]\n\n")
     ids = [entry_id for entry_id, _ in entries]
     assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split(b"-"))))
     assert 0 < redis_client.ttl(keys.request("tee")) <= 86_400
@@ -182,7 +200,7 @@ def test_a_torn_record_is_skipped_and_the_rest_replayed(
     assert back.flush(timeout=10)
     back.stop()
     assert metric("billing_gateway_torn_records_total") == torn + 1
-    assert len(shape(redis_client, keys, "a")) == 5
+    assert len(redis_client.xrange(keys.request("a"))) == 5  # replays never merge
 
 
 class SilentServer:
@@ -236,7 +254,78 @@ def test_a_full_queue_spools_never_drops_and_memory_stays_bounded(
     assert back.flush(timeout=20)
     back.stop()
     for rid in rids:
-        assert len(shape(redis_client, keys, rid)) == 7, rid
+        assert len(shape(redis_client, keys, rid)) == 2, rid
+        assert shape(redis_client, keys, rid)[1][b"body"].count(b"data: ") == 6
     assert notes(redis_client, keys) == [
         (kind, rid.encode()) for rid in rids for kind in (b"open", b"close")
     ]
+
+
+def test_a_replay_after_a_merged_live_write_appends_nothing(
+    redis_client: redis.Redis, prefix: str, spool_dir: Path
+) -> None:
+    keys = Keys(prefix)
+    tee = Tee(unreachable(), keys, spool_dir=spool_dir)  # only to number the entries
+    commands = []
+    ids = tee._next_id("m")
+    commands += open_commands(keys, "m", b"{}", 60, ids)
+    for i in range(6):
+        commands += frame_commands(keys, "m", [b"data: %d\n\n" % i], ids)
+    tee.stop(timeout=0)
+    merged = coalesce(commands)
+    assert len(merged) == 4  # request, expire, open, one frame entry
+    # Live: the first four frames merged; then the spool's unmerged replay of all of them.
+    live = coalesce(commands[:7])
+    pipe = redis_client.pipeline(transaction=False)
+    queue_commands(pipe, live)
+    pipe.execute()
+    pipe = redis_client.pipeline(transaction=False)
+    queue_commands(pipe, commands)
+    results = pipe.execute(raise_on_error=False)
+    refused = [r for r in results if isinstance(r, redis.ResponseError)]
+    assert len(refused) == 5  # the request entry and the four merged frames
+    bodies = [f[b"body"] for _id, f in redis_client.xrange(keys.request("m"))[1:]]
+    assert b"".join(bodies) == b"".join(b"data: %d\n\n" % i for i in range(6))
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["frame", "response", "note"])),
+        max_size=30,
+    )
+)
+def test_coalesce_keeps_every_stream_in_order(ops: list[tuple[str, str]]) -> None:
+    keys = Keys("k")
+    counters: dict[str, int] = {}
+    commands: list[Command] = []
+    for number, (rid, kind) in enumerate(ops):
+        seq = counters[rid] = counters.get(rid, 0) + 1
+        if kind == "frame":
+            commands += frame_commands(keys, rid, [b"%d;" % number], lambda s=seq: f"1-{s}")
+        elif kind == "response":
+            commands += response_commands(keys, rid, 200, b"%d;" % number, lambda s=seq: f"1-{s}")
+        else:
+            commands += close_commands(keys, rid)
+
+    def streams(cmds: list[Command]) -> dict[str, list[tuple[bytes, bytes]]]:
+        out: dict[str, list[tuple[bytes, bytes]]] = {}
+        for c in cmds:
+            assert isinstance(c, XAdd)
+            out.setdefault(c.key, []).append((c.fields["kind"], c.fields.get("body", b"")))
+        return out
+
+    def joined(cmds: list[Command]) -> dict[str, list[bytes]]:
+        out: dict[str, list[bytes]] = {}
+        for key, items in streams(cmds).items():
+            flat = out.setdefault(key, [])
+            for kind, body in items:
+                flat.append(kind + b":" + body if kind != b"frame" else body)
+        return {key: [b"".join(items)] for key, items in out.items()}
+
+    merged = coalesce(commands)
+    assert joined(merged) == joined(commands)
+    for key in streams(merged):
+        ids = [
+            c.entry_id for c in merged if isinstance(c, XAdd) and c.key == key and c.entry_id != "*"
+        ]
+        assert ids == sorted(ids, key=lambda i: int(i.split("-")[1]))

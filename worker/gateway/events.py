@@ -14,6 +14,7 @@ import re
 # Atomic groups: a CRLF is one line end, never a CR line end followed by an empty LF line.
 _BLANK_LINE = re.compile(rb"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
 _CR = 13
+_LF_BLANK = b"\n\n"
 
 
 class EventSplitter:
@@ -35,6 +36,14 @@ class EventSplitter:
             buffer, pos = data, 0
         events: list[bytes] = []
         start = 0
+        if b"\r" not in buffer:  # LF line ends only (OpenAI's): a blank line is two LFs
+            found = buffer.find(_LF_BLANK, pos)
+            while found != -1:
+                events.append(buffer[start : found + 2])
+                start = found + 2
+                found = buffer.find(_LF_BLANK, start)
+            self._buffer = buffer[start:] if start else buffer
+            return events
         size = len(buffer)
         for match in _BLANK_LINE.finditer(buffer, pos):
             end = match.end()

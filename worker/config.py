@@ -255,6 +255,12 @@ class Settings:
     stream_ttl_seconds: int = integer(
         "BILLING_STREAM_TTL_SECONDS", 86_400, "TTL the publisher sets on call streams", minimum=1
     )
+    spool_dir: str = text(
+        "BILLING_SPOOL_DIR",
+        "var/spool",
+        "the LiteLLM hook's spool: where its tee appends what Redis could not take"
+        " ([gateway](docs/gateway.md#the-tee-publishing-that-never-slows-the-user))",
+    )
     metrics_dir: str | None = optional_text(
         "PROMETHEUS_MULTIPROC_DIR",
         "the empty directory where worker processes write their metrics (`billing worker` uses"

@@ -26,70 +26,65 @@ before the strip, so the worker bills the upstream's counts (``include_usage`` i
 upstream request had it). The proxy later rewrites each chunk's ``model`` to the name the client
 asked for; the frames keep the deployment's.
 
-Publishing never fails the user's call: a publisher error is logged with the request id (never a
-prompt or a completion) and the call goes on. The hold is priced from the price book
-(``reserved_for``).
+Publishing never blocks the proxy's event loop and never fails the user's call. The publisher is a
+``worker.gateway.tee.Tee`` (built by ``make_publisher``): each hook queues its commands in memory
+and the tee's thread writes them to Redis, spooling to ``BILLING_SPOOL_DIR`` while Redis is away
+and replaying the spool when it is back. A publisher error is logged with the request id (never a
+prompt or a completion) and the call goes on. The hold is priced by the middleware's own rule
+(``worker.gateway.reservation.reserve``).
+
+Lifecycle: the tee is built at the first call a proxy process publishes (so each worker process of
+a forking server gets its own, with its own spool file) and stopped at interpreter exit through
+``atexit``: LiteLLM 1.108.7 gives a ``CustomLogger`` no shutdown hook (``proxy_shutdown_event``
+flushes its own loggers only), and uvicorn returns from a SIGTERM or Ctrl-C before the interpreter
+exits, so ``atexit`` runs on every clean stop. ``stop`` flushes for up to five seconds; what did
+not reach Redis stays in the spool file, which the next start (or any tee sharing the directory)
+replays.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import threading
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-import redis
 from litellm.integrations.custom_logger import CustomLogger
 
 from worker.config import Settings
-from worker.estimate import estimate_prompt
-from worker.money import Micros
+from worker.gateway.reservation import reserve
+from worker.gateway.tee import Tee
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 from worker.prices import PriceBook, load_price_book
-from worker.request import MAX_CHOICES, MAX_RESERVED_MICROS
-from worker.result import Usage
 
 log = logging.getLogger(__name__)
 
 REQUEST_ID_KEY = "billing_request_id"
 DONE_EVENT = b"data: [DONE]\n\n"
-# The output a request without max_tokens is held for (per choice): a stated guess, not the model's
-# whole output window.
-DEFAULT_MAX_TOKENS = 4096
+STOP_TIMEOUT_SECONDS = 5.0
 CHAT_CALL_TYPES = ("acompletion", "completion")
 
 
-def make_publisher() -> Publisher:
-    """The one place the hook's publisher is built (REDIS_URL, BILLING_PREFIX, the stream TTL)."""
+def make_publisher() -> Tee:
+    """The one place the hook's publisher is built: a ``Tee`` (``REDIS_URL``, ``BILLING_PREFIX``,
+    ``BILLING_PARTITIONS``, the stream TTL, its spool in ``BILLING_SPOOL_DIR``)."""
     settings = Settings.from_env()
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
-    return Publisher(client, Keys(settings.prefix), ttl_seconds=settings.stream_ttl_seconds)
+    return Tee.from_url(
+        settings.redis_url,
+        Keys(settings.prefix, settings.partitions),
+        ttl_seconds=settings.stream_ttl_seconds,
+        spool_dir=settings.spool_dir,
+    )
 
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def reserved_for(book: PriceBook, body: dict[str, Any], model: str, at: datetime) -> Micros:
-    """The hold: the prompt estimate at the input price plus ``max_tokens`` (else
-    ``DEFAULT_MAX_TOKENS``) times ``n`` at the output price; 0 for a model the book does not price."""
-    price = book.price_for(model, at)
-    if price is None:
-        return Micros(0)
-    messages = body.get("messages")
-    prompt = estimate_prompt(model, messages if isinstance(messages, list) else [], [])
-    limit = body.get("max_completion_tokens") or body.get("max_tokens")
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        limit = DEFAULT_MAX_TOKENS
-    n = body.get("n")
-    choices = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES else 1
-    completion = min(limit, 10**8) * choices
-    charge = price.charge(Usage(prompt_tokens=prompt, completion_tokens=completion))
-    return Micros(min(int(charge or 0), MAX_RESERVED_MICROS))
 
 
 ACCOUNT_SOURCES = ("end_user", "team", "user", "key")
@@ -165,22 +160,40 @@ class BillingHook(CustomLogger):
 
     def __init__(
         self,
-        publisher_factory: Callable[[], Publisher] = make_publisher,
+        publisher_factory: Callable[[], Publisher | Tee] = make_publisher,
         book: PriceBook | None = None,
     ) -> None:
         super().__init__()
         self._publisher_factory = publisher_factory
-        self._publisher: Publisher | None = None
+        self._publisher: Publisher | Tee | None = None
+        self._publisher_pid = 0
+        self._publisher_lock = threading.Lock()
         self._book = book
         self._accounts = account_sources(os.environ.get("BILLING_LITELLM_ACCOUNT"))
         # Streams the wrapper closed as upstream_error; the failure hook that follows drops them.
         self._closed: set[str] = set()
 
     @property
-    def publisher(self) -> Publisher:
-        if self._publisher is None:
-            self._publisher = self._publisher_factory()
-        return self._publisher
+    def publisher(self) -> Publisher | Tee:
+        """This process's publisher, built at first use (a forked child builds its own: the
+        parent's tee thread does not survive a fork) and stopped at exit (``stop``)."""
+        publisher, pid = self._publisher, os.getpid()
+        if publisher is not None and self._publisher_pid == pid:
+            return publisher
+        with self._publisher_lock:
+            if self._publisher is None or self._publisher_pid != pid:
+                self._publisher = self._publisher_factory()
+                self._publisher_pid = pid
+                atexit.register(self.stop)
+            return self._publisher
+
+    def stop(self) -> None:
+        """Flush and stop this process's tee (what cannot reach Redis stays in its spool)."""
+        with self._publisher_lock:
+            publisher, self._publisher = self._publisher, None
+        mine = isinstance(publisher, Tee) and self._publisher_pid == os.getpid()
+        if mine and not publisher.stop(STOP_TIMEOUT_SECONDS):  # type: ignore[union-attr]
+            log.warning("billing: Redis unreachable at shutdown; the rest stays in the spool")
 
     @property
     def book(self) -> PriceBook:
@@ -190,7 +203,7 @@ class BillingHook(CustomLogger):
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _publish(self, rid: str, what: str, action: Callable[[Publisher], None]) -> None:
+    def _publish(self, rid: str, what: str, action: Callable[[Publisher | Tee], None]) -> None:
         try:
             action(self.publisher)
         except Exception as exc:  # publishing must never fail the user's call
@@ -211,7 +224,10 @@ class BillingHook(CustomLogger):
             "model": model,
             "stream": stream,
             "include_usage": include_usage,
-            "reserved_micros": int(reserved_for(self.book, data, model, at)),
+            # Priced for the deployment's model (the one the worker prices), not the alias asked.
+            "reserved_micros": int(
+                reserve(self.book, {**data, "model": model}, at, provider=provider)
+            ),
             "created_at": now_rfc3339(),
             "messages": data.get("messages") or [],
             "tools": data.get("tools") or data.get("functions") or [],

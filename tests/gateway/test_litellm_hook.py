@@ -1,0 +1,194 @@
+"""The LiteLLM hook without the proxy: it publishes through a tee built from the environment, prices
+the hold with the middleware's rule, and flushes its tee at interpreter exit (``atexit``).
+
+The proxy's own calls of these hooks are proven end to end in test_litellm_e2e.py; here the hooks
+are called as the proxy calls them, with LiteLLM's own response types, against the real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at import
+
+from conftest import REDIS_URL
+from litellm import ModelResponse
+
+from worker.gateway.litellm_hook import BillingHook, make_publisher
+from worker.gateway.reservation import reserve
+from worker.gateway.spool import spool_name
+from worker.gateway.tee import Tee
+from worker.pipeline.keys import Keys
+from worker.prices import load_price_book
+
+from .test_tee import unreachable
+
+pytestmark = pytest.mark.redis
+
+REPO = Path(__file__).resolve().parents[2]
+# A non-streamed body in OpenAI's chat.completion shape (the API reference's example, trimmed).
+BODY = {
+    "id": "chatcmpl-hook",
+    "object": "chat.completion",
+    "created": 1770000000,
+    "model": "gpt-4o-mini",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
+}
+
+
+class Key:
+    team_id = "team-a"
+    user_id = None
+    token = "hashed-key"
+
+
+def request(alias: str = "my-alias") -> dict[str, Any]:
+    return {
+        "model": alias,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 50,
+        "n": 2,
+    }
+
+
+def plain_call(hook: BillingHook, data: dict[str, Any]) -> str:
+    """The proxy's hook sequence for a non-streamed call; its request id."""
+
+    async def run() -> None:
+        await hook.async_pre_call_hook(Key(), None, data, "acompletion")
+        await hook.async_post_call_success_hook(data, Key(), ModelResponse(**BODY))
+
+    asyncio.run(run())
+    return data["metadata"]["billing_request_id"]
+
+
+def entries(client: redis.Redis, key: str) -> list[dict[bytes, bytes]]:
+    return [fields for _id, fields in client.xrange(key)]
+
+
+def test_the_default_publisher_is_a_tee_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("REDIS_URL", REDIS_URL)
+    monkeypatch.setenv("BILLING_PREFIX", prefix)
+    monkeypatch.setenv("BILLING_PARTITIONS", "4")
+    monkeypatch.setenv("BILLING_SPOOL_DIR", str(tmp_path / "spool"))
+    hook = BillingHook()
+    rid = plain_call(hook, request())
+    assert isinstance(hook.publisher, Tee)
+    assert (tmp_path / "spool" / spool_name()).exists()  # the tee's own file, while it runs
+    hook.stop()
+    keys = Keys(prefix, 4)
+    kinds = [fields[b"kind"] for fields in entries(redis_client, keys.request(rid))]
+    assert kinds == [b"request", b"response"]
+    notes = [
+        f for f in entries(redis_client, keys.events_for(rid)) if f[b"request_id"] == rid.encode()
+    ]
+    assert [n[b"kind"] for n in notes] == [b"open", b"close"]
+    assert not (tmp_path / "spool" / spool_name()).exists()  # stopped with nothing left
+
+
+def test_the_hold_is_the_middlewares_price_of_the_deployments_model(
+    redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """The client asks for an alias; the hold is ``reservation.reserve`` of the request for the
+    model that answered (``gpt-4o-mini``, the one the worker prices), with ``n`` and ``max_tokens``."""
+    keys = Keys(prefix)
+    tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
+    book = load_price_book()
+    hook = BillingHook(lambda: tee, book=book)
+    data = request()
+    before = datetime.now(UTC)
+    rid = plain_call(hook, data)
+    after = datetime.now(UTC)
+    hook.stop()
+    meta = orjson.loads(entries(redis_client, keys.request(rid))[0][b"body"])
+    body = {**request(), "model": "gpt-4o-mini"}
+    expected = {int(reserve(book, body, at, provider="openai")) for at in (before, after)}
+    assert meta["reserved_micros"] in expected
+    assert meta["reserved_micros"] > 0
+    assert (meta["model"], meta["account_id"], meta["n"]) == ("gpt-4o-mini", "team-a", 2)
+
+
+def test_an_unreachable_redis_never_fails_the_call_and_the_tee_spools(tmp_path: Path) -> None:
+    tee = Tee(unreachable(), Keys("unused"), spool_dir=tmp_path / "spool", retry_seconds=0.05)
+    hook = BillingHook(lambda: tee, book=load_price_book())
+    plain_call(hook, request())
+    assert not tee.flush(timeout=2)
+    assert tee.spooling
+    hook.stop()
+    assert (tmp_path / "spool" / spool_name()).stat().st_size > 0  # kept for the next start
+
+
+EXITING = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from litellm import ModelResponse
+    from worker.gateway.litellm_hook import billing_hook
+
+    class Key:
+        team_id, user_id, token = "team-exit", None, "k"
+
+    data = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]}
+
+    async def run():
+        await billing_hook.async_pre_call_hook(Key(), None, data, "acompletion")
+        await billing_hook.async_post_call_success_hook(data, Key(), ModelResponse(**json.loads(sys.argv[1])))
+
+    asyncio.run(run())
+    print(data["metadata"]["billing_request_id"])
+    """
+)
+
+
+def test_a_proxy_process_that_exits_flushes_its_tee(
+    redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """The module's ``billing_hook``, in a process that publishes and exits at once: ``atexit``
+    stops the tee, so the call is in Redis and the spool file is gone."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "REDIS_URL": REDIS_URL,
+        "BILLING_PREFIX": prefix,
+        "BILLING_SPOOL_DIR": str(tmp_path / "spool"),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", EXITING, orjson.dumps(BODY).decode()],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rid = done.stdout.strip().splitlines()[-1]
+    keys = Keys(prefix)
+    assert [f[b"kind"] for f in entries(redis_client, keys.request(rid))] == [
+        b"request",
+        b"response",
+    ]
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+def test_make_publisher_reads_the_spool_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("REDIS_URL", REDIS_URL)
+    monkeypatch.setenv("BILLING_SPOOL_DIR", str(tmp_path / "elsewhere"))
+    tee = make_publisher()
+    try:
+        assert tee.spool_dir == tmp_path / "elsewhere"
+    finally:
+        tee.stop()

@@ -155,3 +155,97 @@ def test_streamed_and_non_streamed_cost_the_same(
     assert streamed.outcome is plain.outcome
     assert streamed.charge_micros == plain.charge_micros
     assert type(streamed.charge_micros) is type(plain.charge_micros)
+
+
+ZERO_COMPLETION = {"prompt_tokens": 11, "completion_tokens": 0, "total_tokens": 11}
+
+
+def body_with(message: dict, finish: str, usage: dict) -> dict:
+    return {
+        "id": "chatcmpl-z",
+        "object": "chat.completion",
+        "model": "gpt-4o-2024-08-06",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
+def meta_for(rid: str, stream: bool):
+    return request_from_dict(
+        {
+            "request_id": rid,
+            "account_id": "acct_z",
+            "model": "gpt-4o-2024-08-06",
+            "stream": stream,
+            "include_usage": True,
+            "reserved_micros": 5000,
+            "created_at": "2026-11-30T09:00:00Z",
+            "messages": [{"role": "user", "content": "Say hello."}],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": None},  # max_tokens: 0, OpenAI answers length and nothing
+        {"role": "assistant", "content": ""},
+    ],
+)
+def test_a_zero_completion_without_output_settles_at_the_prompt(message: dict) -> None:
+    """A legitimate zero: no output came, so 0 completion tokens is what the call cost (11 prompt
+    tokens * 2.50 = 27.5 → 28), streamed or not."""
+    plain = reconcile_response(
+        meta_for("z-plain", False), 200, body_with(message, "length", ZERO_COMPLETION), BOOK
+    )
+    chunk = {"id": "chatcmpl-z", "object": "chat.completion.chunk", "model": "gpt-4o-2024-08-06"}
+    events = [
+        {**chunk, "choices": [{"index": 0, "delta": message, "finish_reason": None}]},
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+        {**chunk, "choices": [], "usage": ZERO_COMPLETION},
+    ]
+    sse = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    streamed = reconcile_stream(meta_for("z-stream", True), sse, BOOK)
+    for result in (plain, streamed):
+        assert (result.outcome, result.usage_source, result.charge_micros) == (
+            Outcome.SETTLED,
+            UsageSource.REPORTED,
+            28,
+        )
+
+
+OUTPUTS = st.one_of(
+    st.builds(lambda t: {"content": t}, st.text(min_size=1, max_size=20)),
+    st.builds(lambda t: {"refusal": t}, st.text(min_size=1, max_size=20)),
+    st.builds(
+        lambda name: {
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+            ]
+        },
+        st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
+    ),
+    st.builds(
+        lambda name: {"function_call": {"name": name, "arguments": "{}"}},
+        st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    output=OUTPUTS,
+    finish=st.sampled_from(["stop", "length", "tool_calls", "function_call", "content_filter"]),
+    prompt=st.integers(0, 5000),
+)
+def test_output_counted_as_zero_completion_tokens_is_never_settled(
+    output: dict, finish: str, prompt: int
+) -> None:
+    usage = {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}
+    message = {"role": "assistant", "content": None, **output}
+    result = reconcile_response(
+        meta_for("z-out", False), 200, body_with(message, finish, usage), BOOK
+    )
+    assert (result.outcome, result.reason) == (Outcome.UNSETTLED, Reason.IMPLAUSIBLE_USAGE)
+    assert result.charge_micros is None
+    assert result.exposure_micros is not None

@@ -25,8 +25,8 @@ from worker.outcome import (
 )
 from worker.prices import PriceBook
 from worker.request import RequestMeta
-from worker.result import Outcome, Reason, Result, Usage, UsageSource
-from worker.usage import Reading, bound_for, cost_drifted, read_usage
+from worker.result import Choice, Outcome, Reason, Result, Usage, UsageSource
+from worker.usage import Reading, against_output, bound_for, cost_drifted, read_usage
 
 # No single call is charged more than this (one million USD): a larger charge comes from counts no
 # call can have, and would only push money columns toward their limits.
@@ -60,21 +60,34 @@ def _error_text(error: dict[str, Any] | None) -> str | None:
     return text[:200]
 
 
+def produced_output(choices: Iterable[Choice]) -> bool:
+    """Whether any choice holds something a model had to generate: text, a refusal, reasoning, a
+    tool call or a legacy function call (an empty string is nothing)."""
+    for choice in choices:
+        if choice.content or choice.refusal or choice.reasoning_content:
+            return True
+        if choice.tool_calls or choice.function_call is not None:
+            return True
+    return False
+
+
 def read_reported(meta: RequestMeta, assembled: Assembled, prices: PriceBook) -> Reading:
     """The call's usage blocks read by the rules of its provider and model, bounded by what the
-    model can hold (its context window, when the price book knows it, times the choices)."""
+    model can hold (its context window, when the price book knows it, times the choices), and
+    checked against the output that came (``worker.usage.against_output``)."""
     window = None
     context_window = getattr(prices, "context_window", None)
     if context_window is not None:
         window = context_window(meta.model, meta.created_at)
     choices = max(meta.n, len(assembled.choices), 1)
-    return read_usage(
+    reading = read_usage(
         assembled.usage_raw,
         assembled.groq_usage,
         provider=meta.provider,
         model=meta.model,
         bound=bound_for(window, choices),
     )
+    return against_output(reading, produced_output(assembled.choices))
 
 
 def build_result(

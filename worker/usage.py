@@ -21,7 +21,10 @@ blocks). It decides which rule applies from the block's shape and the provider, 
 
 A block is *implausible* (never billed) when a count is missing, negative, fractional, not a number,
 a part larger than its whole, or the counts pass the call's bound (the model's context window times
-its choices). It is *inconsistent* when ``total_tokens`` disagrees with its parts and no rule above
+its choices); and when it counts 0 completion tokens (reasoning included) for a call that produced
+output (``against_output``): LiteLLM answers a usage-less non-streamed upstream with an all-zero
+block, which would settle a real completion at the prompt's price alone. A zero completion with no
+output (a ``length`` finish at ``max_tokens: 0``, an empty ``stop``) stays billable. It is *inconsistent* when ``total_tokens`` disagrees with its parts and no rule above
 explains it; the larger reading is kept so the exposure can be priced at it.
 """
 
@@ -173,6 +176,22 @@ def read_usage(
         usage=usage,
         shape=shape,
         provider_cost_micros=_provider_cost(block if block is not None else groq_block),
+    )
+
+
+def against_output(reading: Reading, produced_output: bool) -> Reading:
+    """``reading`` checked against what the call produced: a billable block of 0 completion tokens
+    (after normalisation, so reasoning counted apart is included) for a call whose choices hold
+    output is implausible, never settled at 0; any other reading is returned as it is."""
+    usage = reading.usage
+    if reading.verdict is not Verdict.BILLABLE or usage is None or not produced_output:
+        return reading
+    if usage.completion_tokens > 0:
+        return reading
+    return Reading(
+        Verdict.IMPLAUSIBLE,
+        problem="0 completion tokens reported for a completion that has output",
+        provider_cost_micros=reading.provider_cost_micros,
     )
 
 

@@ -47,9 +47,10 @@ def test_streamed_and_plain_charge_the_same(
     reserved: int,
 ) -> None:
     at = T0 + timedelta(minutes=minutes)
-    # Within what the model can hold (beyond it, both are unsettled implausible_usage alike).
+    # Within what the model can hold (beyond it, both are unsettled implausible_usage alike), and
+    # at least one completion token: the call has text, and 0 for text is implausible_usage alike.
     window = BOOK.context_window(model, at) or 10**8
-    prompt, completion = prompt % (window // 2 + 1), completion % (window // 2 + 1)
+    prompt, completion = prompt % (window // 2 + 1), 1 + completion % (window // 2)
     block = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -138,9 +139,10 @@ def test_provider_shapes_charge_the_same_streamed_and_plain(
 ) -> None:
     """Each provider family's usage shape, streamed (Groq: in ``x_groq.usage`` on the finish chunk)
     and not, settles at the same charge as the same counts in OpenAI's shape."""
-    # Within what the model can hold (beyond it, both are unsettled implausible_usage alike).
+    # Within what the model can hold (beyond it, both are unsettled implausible_usage alike), and
+    # at least one completion token: the call has text, and 0 for text is implausible_usage alike.
     part = (BOOK.context_window(model, T0) or 10**8) // 3 + 1
-    prompt, completion, reasoning = prompt % part, completion % part, reasoning % part
+    prompt, completion, reasoning = prompt % part, 1 + completion % (part - 1), reasoning % part
     cached = prompt * cached_share // 100
     if shape in ("deepseek", "anthropic"):
         reasoning = 0

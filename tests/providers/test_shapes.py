@@ -91,6 +91,15 @@ EXPECTED = {
     "ollama/usage_final_chunk.json": (*SETTLED, 8, "openai", (24, 0, 58, 0)),
     # n: 2, one choice came and finished: 8 * 0.15 + 1 * 0.60 = 1.2 + 0.6 = 1.8 → 2
     "openai/n_ignored_stream.json": (*SETTLED, 2, "openai", (8, 0, 1, 0)),
+    # LiteLLM's all-zero usage on a usage-less upstream's body: a function call counted as 0
+    # completion tokens is never settled at 0 (nor at the estimate): unsettled, exposure priced
+    "litellm/zero_usage_body.json": (
+        Outcome.UNSETTLED,
+        Reason.IMPLAUSIBLE_USAGE,
+        None,
+        None,
+        None,
+    ),
     # the only usage block came after [DONE]: not part of the call
     "openai/usage_after_done.json": (Outcome.UNSETTLED, Reason.MISSING_USAGE, None, None, None),
 }
@@ -185,3 +194,14 @@ def test_legacy_function_call_is_assembled_and_estimated() -> None:
     # the prompt is 15 (cookbook rules): 15 * 1.50 + 22 * 2.00 = 22.5 + 44 = 66.5 → 67.
     assert (result.estimate.prompt_tokens, result.estimate.completion_tokens) == (15, 22)
     assert result.charge_micros == 67
+
+
+def test_litellm_zero_usage_is_unsettled_with_its_exposure() -> None:
+    """The all-zero block LiteLLM gives a usage-less upstream's body: the call had output, so the
+    block is implausible; its exposure is the estimate's price, as for any unsettled call."""
+    result = reconcile("litellm/zero_usage_body.json")
+    assert result.usage_problem == "0 completion tokens reported for a completion that has output"
+    assert result.charge_micros is None
+    # the estimate: the function call is 22 completion tokens (see the legacy function call test)
+    assert result.estimate.completion_tokens == 22
+    assert result.exposure_micros is not None and result.exposure_micros > 0

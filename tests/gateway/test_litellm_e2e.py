@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from pipeline.waiting import wait_for
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.ledger.database import make_engine
@@ -77,8 +79,10 @@ def proxy_config(upstream: Upstream) -> str:
 
 class Stack:
     def __init__(self, redis: PrivateRedis, upstream: Upstream, proxy: LiteLLMProxy,
-                 worker: BillingWorker, sessions: sessionmaker[Session]) -> None:  # fmt: skip
+                 worker: BillingWorker, sessions: sessionmaker[Session],
+                 spool_dir: Path) -> None:  # fmt: skip
         self.redis = redis
+        self.spool_dir = spool_dir
         self.upstream = upstream
         self.proxy = proxy
         self.worker = worker
@@ -101,6 +105,10 @@ class Stack:
         sent = self.upstream.sent[before:]
         assert len(sent) == 1, f"one upstream call expected, got {len(sent)}"
         return got, sent[0]
+
+    def spooled(self) -> int:
+        """Bytes in the proxy's spool files (its tee empties its file once replayed)."""
+        return sum(path.stat().st_size for path in self.spool_dir.glob("*.spool"))
 
     def decided(self, accounts: list[str], count: int) -> list[Call]:
         return wait_decided(self.sessions, accounts, count, processes=(self.worker, self.proxy))
@@ -129,6 +137,7 @@ def stack(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
         "BILLING_SWEEP_INTERVAL_SECONDS": "1",
         "BILLING_RECHECK_SECONDS": "1",
         "BILLING_CLAIM_IDLE_MS": "3000",
+        "BILLING_SPOOL_DIR": str(workdir / "spool"),
     }
     proxy = LiteLLMProxy(config, env, workdir / "proxy")
     worker = BillingWorker(env, workdir / "worker")
@@ -137,7 +146,7 @@ def stack(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
         proxy.start()
         worker.start()
         proxy.wait_ready()
-        yield Stack(redis_server, upstream, proxy, worker, sessionmaker(engine))
+        yield Stack(redis_server, upstream, proxy, worker, sessionmaker(engine), workdir / "spool")
     finally:
         proxy.stop()
         worker.stop()
@@ -245,6 +254,23 @@ def test_error_finish_is_rewritten_by_litellm(stack: Stack) -> None:
     assert call.charge_micros == oracle_charge(PRICES["deepseek-reasoner"], usage)
 
 
+def test_usage_less_body_gets_zero_usage_from_litellm_and_stays_unsettled(stack: Stack) -> None:
+    """Non-streamed, the usage-less upstream body reaches the client with LiteLLM's all-zero usage
+    (tests/fixtures/providers/litellm/zero_usage_body.json was recorded here): the function call
+    counted as 0 completion tokens is unsettled ``implausible_usage``, never settled at 0."""
+    account = new_account()
+    body, sent = stack.call("usage_less", stream=False, account=account)
+    assert sent.body is not None and "usage" not in sent.body
+    assert (body.usage.prompt_tokens, body.usage.completion_tokens) == (0, 0)
+    assert body.choices[0].message.function_call is not None
+    (call,) = stack.decided([account], 1)
+    assert (call.status, call.reason, call.charge_micros) == (
+        "unsettled",
+        "implausible_usage",
+        None,
+    )
+
+
 def test_usage_less_stream_is_billed_at_litellms_count(stack: Stack) -> None:
     """The upstream sent no usage; LiteLLM counts the tokens itself and sends that block, which is
     what the worker bills (``reported``): the counts the client saw, not a silent zero."""
@@ -281,20 +307,27 @@ def test_client_disconnect_leaves_an_incomplete_call(stack: Stack) -> None:
     assert (call.status, call.reason) == ("unsettled", "incomplete")
 
 
-def test_stopping_redis_mid_run_loses_nothing(stack: Stack) -> None:
-    """Calls published, Redis stopped before the worker could settle them all, started again: every
-    call settles once, at the upstream's usage."""
+def test_calls_made_while_redis_is_down_are_spooled_and_settle_once(stack: Stack) -> None:
+    """Redis stopped mid-run: calls made through the proxy while it is down (streamed and not) go to
+    the hook's spool; Redis comes back, the tee replays the spool, and the worker settles every
+    call exactly once, at the upstream's usage priced by the oracle."""
     account = new_account()
     sents = []
-    for stream in (True, False, True):
-        _, sent = stack.call("clean", stream=stream, account=account)
-        sents.append(sent)
-    stack.redis.restart(down_seconds=2)
-    for stream in (False, True):
-        _, sent = stack.call("clean", stream=stream, account=account)
-        sents.append(sent)
+    _, sent = stack.call("clean", stream=True, account=account)
+    sents.append(sent)
+    stack.decided([account], 1)  # the first call is settled before Redis goes away
+    stack.redis.stop()
+    try:
+        for stream in (True, False, True, False):
+            _, sent = stack.call("clean", stream=stream, account=account)
+            sents.append(sent)
+        wait_for(lambda: stack.spooled() > 0, 20, "the hook spooled", stack.proxy.log_tail)
+    finally:
+        stack.redis.start()
     calls = stack.decided([account], len(sents))
     assert len(calls) == len(sents) == len({c.request_id for c in calls})
+    assert [c.stream for c in calls] == [True, True, False, True, False]
     for call, sent in zip(calls, sents, strict=True):
-        assert call.status == "settled"
+        assert (call.status, call.usage_source) == ("settled", "reported"), calls
         assert call.charge_micros == oracle_charge(PRICES["gpt-4o-mini"], upstream_usage(sent))
+    wait_for(lambda: stack.spooled() == 0, 20, "the spool replayed", stack.proxy.log_tail)

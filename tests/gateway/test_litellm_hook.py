@@ -19,9 +19,6 @@ from typing import Any
 import orjson
 import pytest
 import redis
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at import
-
 from conftest import REDIS_URL
 from litellm import ModelResponse
 

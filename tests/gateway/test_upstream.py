@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from worker.gateway.litellm_hook import account_sources
+from worker.gateway.recorded_upstream import DEMO_SCENARIOS, fold, unfold
+from worker.gateway.recorded_upstream import reply as recorded_reply
 
-from .upstream import SCENARIOS, fold, load, reply, unfold
+from .upstream import SCENARIOS, load, reply
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -54,3 +56,18 @@ def test_account_sources() -> None:
     for bad in (",", "team,owner"):
         with pytest.raises(ValueError, match="BILLING_LITELLM_ACCOUNT"):
             account_sources(bad)
+
+
+@pytest.mark.parametrize("name", sorted(DEMO_SCENARIOS))
+def test_demo_scenarios_load_and_their_twins_carry_the_same_usage(name: str) -> None:
+    scenario = DEMO_SCENARIOS[name]
+    streamed = recorded_reply(
+        name, scenario, {"stream": True, "stream_options": {"include_usage": True}}
+    )
+    plain = recorded_reply(name, scenario, {"stream": False})
+    assert plain.body is not None and plain.body["choices"]
+    usages = [f["usage"] for f in streamed.frames or [] if isinstance(f, dict) and f.get("usage")]
+    if scenario.drop_after is None:
+        assert usages[-1] == plain.body["usage"]
+    else:
+        assert streamed.dropped and not usages

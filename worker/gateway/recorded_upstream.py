@@ -3,33 +3,25 @@
 Gateways under test (the LiteLLM proxy, an ASGI gateway built on the middleware) sit in front of it,
 so an end-to-end test needs no network and knows exactly what the upstream sent.
 
-API::
+It serves the tests (tests/gateway, with their own scenarios over tests/fixtures) and ``make
+demo-gateway`` (``DEMO_SCENARIOS``, recorded in worker/data/examples). API::
 
-    upstream = Upstream.start(port=0)        # a real HTTP server on 127.0.0.1, in a daemon thread
+    upstream = Upstream.start(scenarios, library=None, port=0)   # a real HTTP server on 127.0.0.1
     upstream.base_url                        # "http://127.0.0.1:P/v1"  (the OpenAI ``base_url``)
     upstream.scenario_url("tool_calls")      # "http://127.0.0.1:P/scenario/tool_calls/v1"
     upstream.sent                            # every reply, in order: Sent(scenario, stream, frames, body)
     upstream.stop()
-    base_url = start(port)                   # the same, for callers that only need the URL
 
 A request picks its recorded scenario by, in this order: the ``X-Upstream-Scenario`` header, the
 path prefix ``/scenario/<name>/`` (for gateways whose ``api_base`` is all one can configure, such as
-a LiteLLM ``config.yaml``), else ``clean``. A scenario is a name of ``SCENARIOS`` or a provider fixture
-``<provider>/<name>`` under tests/fixtures/providers. An unknown scenario is a 404 with an OpenAI
-error object.
+a LiteLLM ``config.yaml``), else ``clean``. A scenario is a name of the server's ``scenarios`` (a
+``Scenario``: the recording's path, and whether the connection drops or pauses), or ``<dir>/<name>``
+naming ``<library>/<dir>/<name>.json`` when a ``library`` directory is given (the tests give their
+provider fixtures). An unknown scenario is a 404 with an OpenAI error object.
 
-Each scenario replays one recorded call (every fixture names where its shape comes from):
-
-| scenario | recorded in | what it is |
-|---|---|---|
-| ``clean`` | providers/openai/n_ignored_stream.json | one choice, stop, a ``choices: []`` usage chunk |
-| ``clean_body`` | providers/openai/chat_object_details.json | a non-streamed body with usage details |
-| ``tool_calls`` | streams/tool_calls_parallel.sse | two parallel tool calls by index, usage chunk |
-| ``n2`` | streams/n2_interleaved.sse | two choices interleaved, finishes stop and length |
-| ``usage_less`` | providers/openai/function_call_stream.json | a stream that never carries usage |
-| ``error_finish`` | providers/deepseek/insufficient_system_resource.json | an interrupted generation, usage sent |
-| ``dropped`` | ``clean``, cut | the connection dropped after the first chunk, mid-stream |
-| ``slow`` | ``clean``, paused | three seconds of silence after the first chunk (a client leaves) |
+A recording is an SSE body (``.sse``), a JSON document with ``frames`` (chunk objects and
+``"[DONE]"``) or ``status`` and ``body``, or a bare ``chat.completion`` body; each names where its
+shape comes from (the fixtures' ``source``; worker/data/examples are the worker's own examples).
 
 Streamed replies follow OpenAI's ``stream_options.include_usage``: asked for, the frames go out as
 recorded; not asked for, usage-only chunks (``choices: []``) are left out and ``usage`` is taken off
@@ -56,25 +48,29 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-PROVIDERS = FIXTURES / "providers"
-STREAMS = FIXTURES / "streams"
-
-SCENARIOS: dict[str, str] = {
-    "clean": "providers/openai/n_ignored_stream.json",
-    "clean_body": "providers/openai/chat_object_details.json",
-    "tool_calls": "streams/tool_calls_parallel.sse",
-    "n2": "streams/n2_interleaved.sse",
-    "usage_less": "providers/openai/function_call_stream.json",
-    "error_finish": "providers/deepseek/insufficient_system_resource.json",
-    "dropped": "providers/openai/n_ignored_stream.json",
-    "slow": "providers/openai/n_ignored_stream.json",
-}
-# Scenarios whose connection drops: how many frames go out before the socket closes.
-DROP_AFTER = {"dropped": 1}
-# Scenarios that pause mid-stream (frames sent first, seconds of silence), so a client can go away.
-PAUSE_AFTER = {"slow": (1, 3.0)}
+EXAMPLES = Path(__file__).resolve().parent.parent / "data" / "examples"
 SCENARIO_HEADER = "X-Upstream-Scenario"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A recording and how it is served: ``drop_after`` frames then the socket closes (a stream
+    cut mid-flight; a body cut in half), or ``pause`` = (after this many frames, seconds of
+    silence) so that a client can go away."""
+
+    path: Path
+    drop_after: int | None = None
+    pause: tuple[int, float] | None = None
+
+
+# The demo's calls (``make demo-gateway``), recorded in worker/data/examples.
+DEMO_SCENARIOS: dict[str, Scenario] = {
+    "clean": Scenario(EXAMPLES / "settled.sse"),
+    "clean_body": Scenario(EXAMPLES / "non_streamed.json"),
+    "tool_calls_n2": Scenario(EXAMPLES / "tool_calls_n2.sse"),
+    "error_finish": Scenario(EXAMPLES / "error_finish.sse"),
+    "dropped": Scenario(EXAMPLES / "settled.sse", drop_after=1),
+}
 
 Frame = dict[str, Any] | str  # a chunk object, or "[DONE]"
 
@@ -101,22 +97,28 @@ class Sent:
     dropped: bool
 
 
-def load(scenario: str) -> Recording:
-    """The recording a scenario names; ``KeyError`` for an unknown one."""
-    rel = SCENARIOS.get(scenario)
-    if rel is None:
-        candidate = (PROVIDERS / f"{scenario}.json").resolve()
-        if PROVIDERS.resolve() not in candidate.parents or not candidate.is_file():
-            raise KeyError(scenario)
-        path = candidate
-    else:
-        path = FIXTURES / rel
+def find(scenario: str, scenarios: dict[str, Scenario], library: Path | None = None) -> Scenario:
+    """The scenario a name picks; ``KeyError`` for an unknown one (or a path leaving ``library``)."""
+    found = scenarios.get(scenario)
+    if found is not None:
+        return found
+    if library is not None:
+        candidate = (library / f"{scenario}.json").resolve()
+        if library.resolve() in candidate.parents and candidate.is_file():
+            return Scenario(candidate)
+    raise KeyError(scenario)
+
+
+def load(path: Path) -> Recording:
+    """The recording in ``path``."""
     if path.suffix == ".sse":
         return Recording(frames=_sse_frames(path.read_bytes()), status=200, body=None)
     data = json.loads(path.read_bytes())
     if "frames" in data:
         return Recording(frames=list(data["frames"]), status=200, body=None)
-    return Recording(frames=None, status=int(data.get("status", 200)), body=data["body"])
+    if "body" in data:
+        return Recording(frames=None, status=int(data.get("status", 200)), body=data["body"])
+    return Recording(frames=None, status=200, body=data)
 
 
 def _sse_frames(raw: bytes) -> list[Frame]:
@@ -232,22 +234,22 @@ def unfold(body: dict[str, Any]) -> list[Frame]:
     return frames
 
 
-def reply(scenario: str, request: dict[str, Any]) -> Sent:
-    """What the upstream sends for a request body under a scenario (``KeyError``: unknown)."""
-    recording = load(scenario)
+def reply(name: str, scenario: Scenario, request: dict[str, Any]) -> Sent:
+    """What the upstream sends for a request body under a scenario."""
+    recording = load(scenario.path)
     stream = bool(request.get("stream"))
     include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-    dropped = scenario in DROP_AFTER
+    dropped = scenario.drop_after is not None
     if not stream:
         body = recording.body if recording.body is not None else fold(recording.frames or [])
-        return Sent(scenario, False, include_usage, None, recording.status, body, dropped)
+        return Sent(name, False, include_usage, None, recording.status, body, dropped)
     frames = recording.frames if recording.frames is not None else unfold(recording.body or {})
     frames = copy.deepcopy(frames)
     if not include_usage:
         frames = without_usage(frames)
-    if dropped:
-        frames = frames[: DROP_AFTER[scenario]]
-    return Sent(scenario, True, include_usage, frames, 200, None, dropped)
+    if scenario.drop_after is not None:
+        frames = frames[: scenario.drop_after]
+    return Sent(name, True, include_usage, frames, 200, None, dropped)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -271,7 +273,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             request = json.loads(raw or b"{}")
-            sent = reply(scenario, request)
+            chosen = find(scenario, self.server.scenarios, self.server.library)
+            sent = reply(scenario, chosen, request)
         except KeyError:
             self._json(
                 404, {"error": {"message": f"no scenario {scenario!r}", "type": "not_found"}}
@@ -283,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.sent.append(sent)
         if sent.stream:
-            self._stream(sent)
+            self._stream(sent, chosen.pause or (-1, 0.0))
         elif sent.dropped:
             data = json.dumps(sent.body).encode()
             self.send_response(sent.status)
@@ -304,16 +307,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, sent: Sent) -> None:
+    def _stream(self, sent: Sent, pause: tuple[int, float]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        pause_at, pause = PAUSE_AFTER.get(sent.scenario, (-1, 0.0))
+        pause_at, seconds = pause
         for number, frame in enumerate(sent.frames or []):
             if number == pause_at:
-                time.sleep(pause)
+                time.sleep(seconds)
             data = frame if isinstance(frame, str) else json.dumps(frame, separators=(",", ":"))
             event = f"data: {data}\n\n".encode()
             try:
@@ -333,8 +336,12 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(
+        self, address: tuple[str, int], scenarios: dict[str, Scenario], library: Path | None
+    ) -> None:
         super().__init__(address, _Handler)
+        self.scenarios = scenarios
+        self.library = library
         self.lock = threading.Lock()
         self.sent: list[Sent] = []
 
@@ -350,8 +357,14 @@ class Upstream:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     @classmethod
-    def start(cls, port: int = 0) -> Upstream:
-        return cls(_Server(("127.0.0.1", port)))
+    def start(
+        cls,
+        scenarios: dict[str, Scenario] | None = None,
+        library: Path | None = None,
+        port: int = 0,
+    ) -> Upstream:
+        """Serve ``scenarios`` (default ``DEMO_SCENARIOS``) on ``port`` (0: a free one)."""
+        return cls(_Server(("127.0.0.1", port), scenarios or DEMO_SCENARIOS, library))
 
     def scenario_url(self, scenario: str) -> str:
         """An OpenAI ``base_url`` / LiteLLM ``api_base`` whose every call replays ``scenario``."""
@@ -372,8 +385,3 @@ class Upstream:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def start(port: int = 0) -> str:
-    """Start an upstream on ``port`` (0: a free one) for the life of the process; its base URL."""
-    return Upstream.start(port).base_url

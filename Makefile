@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint chromium bench chaos chaos-busy clean
+.PHONY: demo demo-gateway test lint chromium bench chaos chaos-busy clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -26,6 +26,12 @@ test: lint chromium
 
 demo: $(STAMP)
 	$(BIN)/python -m worker.demo
+
+# The real gateway path instead of the simulator: GATEWAY=asgi (the middleware's example gateway)
+# or GATEWAY=litellm (the LiteLLM proxy with the billing hook).
+GATEWAY ?= asgi
+demo-gateway: $(STAMP)
+	$(BIN)/python -m worker.demo --gateway $(GATEWAY)
 
 # Fault injection and hostile input at full size (20,000 calls per fault, 100,000 fuzz inputs);
 # `make test` runs the same tests at their short size.

@@ -90,12 +90,12 @@ def clear_keys(client: redis.Redis, prefix: str) -> None:
         client.delete(*keys[start : start + 1000])
 
 
-def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    log = open(WORKDIR / "worker.log", "wb")  # noqa: SIM115 - closed with the process
+def start_worker(env: dict[str, str], workdir: Path = WORKDIR) -> subprocess.Popen[bytes]:
+    log = open(workdir / "worker.log", "wb")  # noqa: SIM115 - closed with the process
     argv = [
         sys.executable, "-m", "celery", "-A", "worker.pipeline.app", "worker", "--beat",
         "--concurrency=2", "--loglevel=INFO", "--without-gossip", "--without-mingle",
-        f"--schedule={WORKDIR / 'beat-schedule'}",
+        f"--schedule={workdir / 'beat-schedule'}",
     ]  # fmt: skip
     return subprocess.Popen(
         argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
@@ -317,4 +317,8 @@ def compare_with_simulator(sessions: sessionmaker, calls: list) -> tuple[int, in
 
 
 if __name__ == "__main__":
+    if "--gateway" in " ".join(sys.argv[1:]):  # the real gateway path: worker/demo_gateway.py
+        from worker.demo_gateway import main
+
+        sys.exit(main(sys.argv[1:]))
     sys.exit(run())

@@ -33,9 +33,11 @@ from worker.gateway.spool import spool_name
 from worker.gateway.tee import Tee
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine
+from worker.localservers.redis_server import PrivateRedis
 from worker.pipeline.keys import Keys
 from worker.prices import load_price_book
 
+from .harness import BillingWorker, oracle_charge, wait_decided
 from .serving import served
 from .test_tee import closed_port
 from .upstream import SCENARIO_HEADER, Upstream
@@ -215,4 +217,78 @@ def test_calls_spooled_while_redis_was_away_settle_once_even_when_replayed_twice
             assert ledger_is_balanced(s)
     finally:
         worker.stop()
+        engine.dispose()
+
+
+# USD per 1M tokens for the oracle and the worker's book alike (BILLING_PRICE_BOOK).
+MINI_PRICES = {"input": "0.15", "cached_input": "0.075", "output": "0.60"}
+
+
+def test_calls_made_while_redis_is_stopped_are_spooled_and_settle_once(
+    upstream: Upstream, pg_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The private Redis stops mid-run: the calls made through the ASGI gateway meanwhile go to the
+    tee's spool; Redis comes back, the spool is replayed, and a real ``billing worker`` settles
+    every call once, at the upstream's usage priced by the independent oracle."""
+    server = PrivateRedis(tmp_path / "redis")
+    server.start()
+    book = tmp_path / "prices.toml"
+    book.write_text(
+        f'[[price]]\nmodel = "{MODEL}"\n'
+        + "".join(f'{kind} = "{value}"\n' for kind, value in MINI_PRICES.items())
+    )
+    env = {
+        "REDIS_URL": server.url(0),
+        "CELERY_BROKER_URL": server.url(1),
+        "DATABASE_URL": pg_url,
+        "BILLING_PREFIX": prefix,
+        "BILLING_PRICE_BOOK": str(book),
+        "BILLING_DRAIN_MS": "1000",
+        "BILLING_BLOCK_MS": "100",
+        "BILLING_SWEEP_IDLE_MS": "3000",
+        "BILLING_SWEEP_INTERVAL_SECONDS": "1",
+        "BILLING_CLAIM_IDLE_MS": "3000",
+    }
+    worker = BillingWorker(env, tmp_path / "worker")
+    tee = Tee.from_url(server.url(0), Keys(prefix), spool_dir=tmp_path / "spool", retry_seconds=0.1)
+    engine = make_engine(pg_url)
+    sessions = sessionmaker(engine)
+    account = f"acct-{uuid.uuid4().hex[:8]}"
+    plays = [("clean", True), ("clean", False), ("tool_calls", True), ("clean", True)]
+    try:
+        worker.start()
+        with served(create_app(upstream.base_url, tee)) as url:
+            call(url + "/v1", account, *plays[0])
+            wait_decided(sessions, [account], 1, processes=(worker,))
+            server.stop()
+            try:
+                for scenario, stream in plays[1:]:
+                    call(url + "/v1", account, scenario, stream)
+                wait_for(lambda: tee.spooling, 20, "the tee spooled", lambda: "")
+            finally:
+                server.start()
+            assert tee.flush(timeout=30)
+        calls = wait_decided(sessions, [account], len(plays), timeout=90, processes=(worker,))
+        sent = upstream.sent
+        assert [(s.scenario, s.stream) for s in sent] == plays
+        assert len({c.request_id for c in calls}) == len(plays)
+        for ledger_call, reply in zip(calls, sent, strict=True):
+            usage = (
+                reply.body["usage"]
+                if reply.body is not None
+                else next(
+                    f["usage"]
+                    for f in reversed(reply.frames)
+                    if isinstance(f, dict) and f.get("usage")
+                )
+            )
+            assert (ledger_call.status, ledger_call.usage_source) == ("settled", "reported")
+            assert ledger_call.charge_micros == oracle_charge(MINI_PRICES, usage)
+        with sessions() as s:
+            assert ledger_is_balanced(s)
+        assert server.client(0).xlen(Keys(prefix).dead) == 0
+    finally:
+        tee.stop()
+        worker.stop()
+        server.stop()
         engine.dispose()

@@ -559,7 +559,7 @@ def capacity(ctx: Context) -> list[Row]:
                 check.passed,
             )
         )
-    rows[-1].notes = notes
+    rows[0].notes = notes
     return rows
 
 

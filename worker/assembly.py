@@ -207,13 +207,18 @@ class StreamAssembler:
         if self._meta_pending or self.saw_done:
             return False
         chunk = decode_plain(payload)
-        return chunk is not None and self._take_plain(chunk)
+        if chunk is None or not self._take_plain(chunk):
+            return False
+        self._frames += 1
+        self.chunk_count += 1
+        return True
 
     def _take_plain(self, chunk: PlainChunk) -> bool:
-        """Absorb a decoded plain chunk as ``feed_chunk`` would absorb its dict, or return False
-        having changed nothing when it is one the general path must decide: not exactly one
-        choice, another completion id, a service tier that is not a name, an empty delta, or an
-        argument fragment for a call no earlier fragment began."""
+        """Absorb a decoded plain chunk's content and arguments as ``feed_chunk`` would absorb its
+        dict, leaving the frame counts to the caller; or return False having changed nothing when
+        it is one the general path must decide: not exactly one choice, another completion id, a
+        service tier that is not a name, an empty delta, or an argument fragment for a call no
+        earlier fragment began. Only for a completion identified and not done (``feed_plain``)."""
         choices = chunk.choices
         if len(choices) != 1 or chunk.id != self.completion_id:
             return False
@@ -236,8 +241,6 @@ class StreamAssembler:
             return False
         if tier:
             self.service_tier = tier
-        self._frames += 1
-        self.chunk_count += 1
         if state is None:
             state = self._choices[number] = _ChoiceState()
         text = delta.content
@@ -261,29 +264,33 @@ class StreamAssembler:
         index = first_index
         decode = decode_plain_chunk
         take = self._take_plain
+        plain = 0  # frames taken as plain chunks, counted once at the end
+        # Only the general path below identifies the completion or sees [DONE].
+        ready = not (self._meta_pending or self.saw_done)
         for payload in payloads:
-            if payload[:1] == b"{":
-                if not (self._meta_pending or self.saw_done):
-                    try:
-                        chunk = decode(payload)
-                    except NOT_PLAIN:
-                        chunk = None
-                    if chunk is not None and take(chunk):
-                        index += 1
-                        continue
+            index += 1
+            if ready:
+                try:
+                    chunk = decode(payload)
+                except NOT_PLAIN:
+                    chunk = None
+                if chunk is not None and take(chunk):
+                    plain += 1
+                    continue
+            if payload == b"[DONE]":
+                self.feed_done(index - 1)
+            else:
                 try:
                     obj = _loads(payload)
                 except _JSONDecodeError:
                     obj = None
                 if type(obj) is dict:
-                    self.feed_chunk(obj, index)
-                    index += 1
-                    continue
-            elif payload == b"[DONE]":
-                self.feed_done(index)
-                index += 1
-                continue
-            index = _feed_events(self, b"data: " + payload + b"\n\n", index)
+                    self.feed_chunk(obj, index - 1)
+                else:
+                    _feed_events(self, b"data: " + payload + b"\n\n", index - 1)
+            ready = not (self._meta_pending or self.saw_done)
+        self._frames += plain
+        self.chunk_count += plain
         return index
 
     def feed_json(self, payload: bytes | str, index: int) -> bool:

@@ -73,11 +73,15 @@ def events(chunks: list[dict[str, Any]]) -> list[bytes]:
 
 
 def grouped(draw: st.DrawFn, items: list[bytes]) -> list[bytes]:
-    """The events cut into records of one or more events each (frames the gateway coalesced)."""
+    """The events cut into records of one or more events each (frames the gateway coalesced),
+    each record with its closing blank line or, in some calls, every record without it (a record
+    is the raw event text: docs/events.md)."""
     records: list[bytes] = []
     start = 0
     while start < len(items):
         size = draw(st.integers(1, 3))
         records.append(b"".join(items[start : start + size]))
         start += size
+    if draw(st.booleans()):
+        records = [record.removesuffix(b"\n\n") for record in records]
     return records

@@ -439,7 +439,8 @@ def test_the_argument_fragment_path_is_taken_and_its_edges_are_not() -> None:
 # --- records joined: a call's records taken as one body when each is made of one-line events -----
 
 near_misses = st.sampled_from(
-    [b": keep-alive\n\n", b"data: {}\n", b"data: {}", b"\n\n", b"", b"data: {\"a\"\r:1}\n\n",
+    [b": keep-alive\n\n", b"data: {}\n", b"data: {}", b"data: {}\n\n", b"\n\n", b"",
+     b": keep-alive", b"data: {}\n\ndata: {}", b"data: {}\r", b"\xef\xbb\xbfdata: {}", b"data: {\"a\"\r:1}\n\n",
      b"data:{}\n\n", b"\xef\xbb\xbfdata: {}\n\n", b"data: {\x00}\n\n", b"data: [DONE] \n\n",
      b"event: error\ndata: {}\n\n", b"data: {\"id\":\n1}\n\n", b"data: \n\n", b"data: 7\n\n"]
 )  # fmt: skip

@@ -646,19 +646,26 @@ def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
 
 def _data_payloads(records: list[Any]) -> list[bytes] | None:
     """What follows ``data: `` in each event of ``records``, when they are bytes made only of
-    ``data: …`` events of one line each closed by a blank line, with no CR anywhere; None for
+    ``data: …`` events of one line each, with no CR anywhere, and either every record ends with the
+    blank line that closes its last event or none ends with a line end at all (docs/events.md: a
+    record is the raw event text, which a gateway may record without its blank line); None for
     anything else.
 
     Then the SSE parser finds exactly these events, in this order, whether it reads the records one
-    by one or joined: every record ends an event, and a raw CR or LF can only be whitespace in JSON
-    (strings escape them), so with no CR and no LF but the blank lines that close events, each line
-    is one whole event."""
+    by one or joined: each record ends an event (a record's last event is dispatched where the
+    record ends), and a raw CR or LF can only be whitespace in JSON (strings escape them), so with
+    no CR and no LF but the blank lines that close events, each line is one whole event."""
     try:
-        if not records or not all(map(bytes.endswith, records, repeat(b"\n\n"))):
+        if not records:
             return None
+        if all(map(bytes.endswith, records, repeat(b"\n\n"))):
+            joined = records[0] if len(records) == 1 else b"".join(records)
+        elif any(map(bytes.endswith, records, repeat(b"\n"))):
+            return None
+        else:
+            joined = b"\n\n".join(records) + b"\n\n"
     except TypeError:  # text records, or not bytes at all: the general path
         return None
-    joined = records[0] if len(records) == 1 else b"".join(records)
     if not joined.startswith(b"data: ") or b"\r" in joined:
         return None
     payloads = joined.split(b"\n\ndata: ")

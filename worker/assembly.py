@@ -623,25 +623,32 @@ def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
     (parsed one by one, fed in order, frame positions numbered across records). Never raises."""
     records = [body] if isinstance(body, _Body) else list(body)
     assembler = StreamAssembler()
-    # Nearly every call: records of one-line ``data:`` events, taken all at once.
-    payloads = _data_payloads(records)
-    if payloads is not None:
-        assembler.feed_data(payloads, 0)
-        return assembler.finish()
     next_index = 0
-    for record in records:
-        if not isinstance(record, _Body):
-            assembler.feed_bad(
-                FrameError(next_index, f"record is not bytes or text (got {json_kind(record)})")
-            )
-            next_index += 1
-            continue
-        payloads = _data_payloads([record])
+    for start in range(0, len(records), GROUP_RECORDS):
+        group = records[start : start + GROUP_RECORDS]
+        # Nearly every call: records of one-line ``data:`` events, taken a group at once.
+        payloads = _data_payloads(group)
         if payloads is not None:
             next_index = assembler.feed_data(payloads, next_index)
-        else:
-            next_index = _feed_events(assembler, record, next_index)
+            continue
+        for record in group:
+            if not isinstance(record, _Body):
+                assembler.feed_bad(
+                    FrameError(next_index, f"record is not bytes or text (got {json_kind(record)})")
+                )
+                next_index += 1
+                continue
+            payloads = _data_payloads([record])
+            if payloads is not None:
+                next_index = assembler.feed_data(payloads, next_index)
+            else:
+                next_index = _feed_events(assembler, record, next_index)
     return assembler.finish()
+
+
+# Records are joined this many at a time, so that a call of many frames is copied a group at a time
+# (a call of 30 MiB in 1 kB frames: 2 MiB more while it is assembled, not 60 MiB).
+GROUP_RECORDS = 1024
 
 
 def _data_payloads(records: list[Any]) -> list[bytes] | None:

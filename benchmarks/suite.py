@@ -28,6 +28,7 @@ from benchmarks import (
     bench_report,
     bench_scaling,
 )
+from benchmarks.harness.own_time import describe
 from benchmarks.harness.table import Row, rate
 
 
@@ -66,7 +67,13 @@ def assembly(ctx: Context) -> list[Row]:
             f"≥ {f['target_ratio']:.0f}x",
             bool(f["meets_target"]),
             [
-                f"parse + assemble from SSE bytes; {f['streams']} seeded streams, {f['frames']:,} frames; results checked field by field"
+                f"parse + assemble from SSE bytes; {f['streams']} seeded streams, {f['frames']:,} frames; results checked field by field",
+                f"where ours spends its time (cProfile, own time): {describe(f['ours_profile'])}",
+                "what the consumer pays per frame for a whole call (reconcile_stream: decode, "
+                "assemble, estimate, price), on the simulator's streamed calls as the consumer "
+                f"reads them ({f['calls']:,} calls, {f['call_frames']:,} frame records): "
+                f"{f['reconcile_ns_per_frame']:,.0f} ns/frame, of which assembly "
+                f"{f['assemble_ns_per_frame']:,.0f} ns; own time: {describe(f['reconcile_profile'])}",
             ],
         )
     ]

@@ -156,7 +156,11 @@ def test_a_retired_stream_written_again_after_deletion_is_drained_again(
     assert settled(sessions, first + again) == {Status.SETTLED}
 
 
-def test_the_sweeper_trims_retired_streams(worker_of, redis_client, sessions, prefix) -> None:
+def test_the_sweeper_trims_retired_streams(
+    worker_of, redis_client, sessions, prefix, monkeypatch
+) -> None:
+    # However slow the machine, the drained streams are not quiet long enough to be deleted here.
+    monkeypatch.setattr(partitions, "RETIRE_QUIET_MS", 3_600_000)
     _, ids = publish(redis_client, prefix, 4, 20)
     rt = worker_of(1)
     run_worker(rt)

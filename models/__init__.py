@@ -11,6 +11,7 @@ from models.prices import PriceRow
 from models.reservations import OPEN_STATUSES, Reservation, Status
 from models.rollup import MONEY_COLUMNS, MoneyDaily
 from models.secrets import DeploymentSecret
+from models.upstream import CallRoute, UpstreamCost, UpstreamRevision, UpstreamUsage
 from models.usage import UsageRecord
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "Anomaly",
     "AnomalyKind",
     "Base",
+    "CallRoute",
     "DeploymentSecret",
     "Direction",
     "Entry",
@@ -40,6 +42,9 @@ __all__ = [
     "Reservation",
     "Status",
     "Transaction",
+    "UpstreamCost",
+    "UpstreamRevision",
+    "UpstreamUsage",
     "UsageRecord",
     "Verdict",
     "ledger_account_name",

@@ -24,6 +24,7 @@ class AlertKind(StrEnum):
     PARITY_MISMATCH = "parity_mismatch"
     DRIFT = "drift"
     ANOMALY = "anomaly"
+    UPSTREAM_LEAKAGE = "upstream_leakage"
 
 
 class OutboxStatus(StrEnum):
@@ -54,7 +55,8 @@ class OutboxAlert(Base):
     __tablename__ = "alert_outbox"
     __table_args__ = (
         CheckConstraint(
-            "kind IN ('unsettled', 'unsettled_rate', 'parity_mismatch', 'drift', 'anomaly')",
+            "kind IN ('unsettled', 'unsettled_rate', 'parity_mismatch', 'drift', 'anomaly',"
+            " 'upstream_leakage')",
             name="kind",
         ),
         CheckConstraint("status IN ('pending', 'sending', 'delivered', 'logged')", name="status"),

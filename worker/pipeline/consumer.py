@@ -75,6 +75,7 @@ from worker.prices import PriceBook
 from worker.reconcile import reconcile_response, reconcile_stream
 from worker.request import RequestMeta
 from worker.result import Outcome, Reason, Result
+from worker.upstream.routes import record_routes
 
 __all__ = ["BatchStats", "Consumer", "raw_stream_pipeline", "reconcile_call", "reconcile_record"]
 
@@ -524,6 +525,17 @@ class Consumer:
                     call.effect = "deferred"
                     call.dead_reason = None
                     call.error = type(exc).__name__
+            # Where each call went upstream (``worker.upstream.routes``), with its hold.
+            record_routes(
+                session,
+                [
+                    call.meta
+                    for call in ordered
+                    if call.meta is not None
+                    and call.dead_reason is None
+                    and call.effect not in (None, "deferred")
+                ],
+            )
 
     def _give_up_on_poison(self, stream: str, calls: list[_Call]) -> None:
         """A call deferred on its ``MAX_DELIVERIES``-th delivery becomes a dead letter, so one call

@@ -1,0 +1,8 @@
+"""Upstream reconciliation: what the providers say they served, against what the ledger billed.
+
+``exports`` reads the providers' usage and cost exports (pure), ``store`` imports them idempotently,
+``routes`` records where the gateway sent each call, ``matching`` ties the two sides together per
+day, provider, model and upstream key (pure), ``query`` reads both sides from the database,
+``leakage`` raises the alert, and ``simulated`` writes the export of a simulated run. See
+docs/reports.md, "Upstream reconciliation".
+"""

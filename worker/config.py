@@ -49,6 +49,8 @@ ENV_VARS = (
     "BILLING_DEAD_LETTER_MAXLEN",
     "BILLING_ALERT_RETENTION_DAYS",
     "BILLING_ANOMALY_RETENTION_DAYS",
+    "BILLING_UPSTREAM_LEAK_MICROS",
+    "BILLING_UPSTREAM_LEAK_PCT",
 )
 
 
@@ -134,6 +136,10 @@ class Settings:
     dead_letter_maxlen: int = 100_000
     alert_retention_days: int = 30
     anomaly_retention_days: int = 90
+    # Upstream leakage alert (docs/alerts.md): a day's leaked usage at our prices, micro-USD, and
+    # its share of the day's upstream tokens, percent; either one reached raises it (0: that one off).
+    upstream_leak_micros: int = 1_000_000
+    upstream_leak_pct: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -175,6 +181,8 @@ class Settings:
             dead_letter_maxlen=_int(env, "BILLING_DEAD_LETTER_MAXLEN", 100_000, minimum=1),
             alert_retention_days=_int(env, "BILLING_ALERT_RETENTION_DAYS", 30),
             anomaly_retention_days=_int(env, "BILLING_ANOMALY_RETENTION_DAYS", 90),
+            upstream_leak_micros=_int(env, "BILLING_UPSTREAM_LEAK_MICROS", 1_000_000),
+            upstream_leak_pct=_int(env, "BILLING_UPSTREAM_LEAK_PCT", 1, maximum=100),
         )
 
 

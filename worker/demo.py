@@ -44,6 +44,7 @@ from worker.result import Outcome
 from worker.simulation.calls import plan
 from worker.simulation.driver import play
 from worker.simulation.faults import parse_faults
+from worker.upstream.demo import show_upstream
 
 CALLS = int(os.environ.get("DEMO_CALLS", "3000"))
 SEED = int(os.environ.get("DEMO_SEED", "7"))
@@ -169,6 +170,8 @@ def run() -> int:
         pairs = run_pairing(sessions, Settings.from_env(env))
         console.print(f"parity: {sum(pairs.values())} streamed/non-streamed twins paired {pairs}")
         print_books(engine, sessions, client, calls)
+        if not show_upstream(sessions, calls, console, WORKDIR, seed=SEED):
+            raise DemoError("the upstream reconciliation did not find exactly the injected leakage")
         show_alerts(sessions, env, webhook)
         engine.dispose()
         clear_keys(client, PREFIX)

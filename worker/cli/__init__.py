@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "doctor",
     "alerts",
     "report",
+    "upstream",
 )
 
 

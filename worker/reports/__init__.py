@@ -100,13 +100,29 @@ def connect_args(url: str) -> dict[str, Any]:
     return {"connect_args": {"connect_timeout": 5}} if url.startswith("postgres") else {}
 
 
-def run_report(url: str, spec: ReportSpec, *, progress: Progress | None = None) -> Report:
+def run_report(
+    url: str,
+    spec: ReportSpec,
+    *,
+    progress: Progress | None = None,
+    upstream: bool = False,
+    price_book: str | None = None,
+) -> Report:
+    """The report over ``url``; ``upstream`` adds the upstream reconciliation, its model names
+    matched by the effective price book (the stored rows over ``price_book``'s file rows)."""
     engine = make_engine(url, readonly=True, **connect_args(url))
     try:
         with snapshot(engine) as conn:
             # PostgreSQL: drift runs on a second connection of the same snapshot, beside calls.
             side = exported(engine, conn) if engine.dialect.name == "postgresql" else None
-            return build_report(conn, spec, progress=progress, side=side)
+            book = None
+            if upstream:
+                from sqlalchemy.orm import Session
+
+                from worker.pipeline.pricing import effective_book
+
+                book = effective_book(Session(bind=conn), price_book)
+            return build_report(conn, spec, progress=progress, side=side, upstream_book=book)
     finally:
         engine.dispose()
 

@@ -12,7 +12,7 @@ Names are then matched in Python (``matching.match_model``): a handful of distin
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Date, case, cast, func, literal_column, select
@@ -20,7 +20,6 @@ from sqlalchemy import Connection, Date, case, cast, func, literal_column, selec
 from models import CallRoute, Failure, Reservation, UpstreamCost, UpstreamUsage, UsageRecord
 from models.reservations import Status
 from worker.prices import PriceBook
-from worker.reports.spec import ReportSpec
 from worker.upstream.matching import (
     Grain,
     Ledger,
@@ -44,7 +43,9 @@ def _iso(value: Any) -> str:
     return value.isoformat() if isinstance(value, date) else str(value)
 
 
-def ledger_side(conn: Connection, spec: ReportSpec, book: PriceBook) -> dict[Grain, Ledger]:
+def ledger_side(
+    conn: Connection, since: datetime, until: datetime, book: PriceBook
+) -> dict[Grain, Ledger]:
     r, route = Reservation.__table__, CallRoute.__table__
     u, f = UsageRecord.__table__, Failure.__table__
     dialect = conn.dialect.name
@@ -96,7 +97,7 @@ def ledger_side(conn: Connection, spec: ReportSpec, book: PriceBook) -> dict[Gra
             .outerjoin(u, u.c.reservation_id == r.c.id)
             .outerjoin(f, f.c.reservation_id == r.c.id)
         )
-        .where(r.c.created_at >= spec.since, r.c.created_at < spec.until)
+        .where(r.c.created_at >= since, r.c.created_at < until)
         .group_by("day", "provider", r.c.model, "upstream_key", "cls")
     )
     found: dict[Grain, Ledger] = defaultdict(Ledger)
@@ -129,7 +130,7 @@ def ledger_side(conn: Connection, spec: ReportSpec, book: PriceBook) -> dict[Gra
 
 
 def upstream_side(
-    conn: Connection, spec: ReportSpec, book: PriceBook
+    conn: Connection, since: datetime, until: datetime, book: PriceBook
 ) -> tuple[dict[Grain, Upstream], dict[tuple[str, str, str], int]]:
     t, c = UpstreamUsage.__table__, UpstreamCost.__table__
     dialect = conn.dialect.name
@@ -146,7 +147,7 @@ def upstream_side(
             func.sum(t.c.cached_tokens).label("cached"),
             func.sum(t.c.output_tokens).label("output"),
         )
-        .where(t.c.bucket_start >= spec.since, t.c.bucket_start < spec.until)
+        .where(t.c.bucket_start >= since, t.c.bucket_start < until)
         .group_by("day", t.c.provider, t.c.model, "key")
     )
     found: dict[Grain, Upstream] = defaultdict(Upstream)
@@ -169,7 +170,7 @@ def upstream_side(
             c.c.model,
             func.sum(c.c.amount_micros).label("micros"),
         )
-        .where(c.c.bucket_start >= spec.since, c.c.bucket_start < spec.until)
+        .where(c.c.bucket_start >= since, c.c.bucket_start < until)
         .group_by("day", c.c.provider, c.c.model)
     )
     costs: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -180,7 +181,10 @@ def upstream_side(
     return dict(found), dict(costs)
 
 
-def reconciliation(conn: Connection, spec: ReportSpec, book: PriceBook) -> Reconciliation:
-    ledger = ledger_side(conn, spec, book)
-    upstream, costs = upstream_side(conn, spec, book)
+def reconciliation(
+    conn: Connection, since: datetime, until: datetime, book: PriceBook
+) -> Reconciliation:
+    """Both sides over ``[since, until)`` (calls by creation, exports by bucket start), tied."""
+    ledger = ledger_side(conn, since, until, book)
+    upstream, costs = upstream_side(conn, since, until, book)
     return reconcile(ledger, upstream, costs, book)

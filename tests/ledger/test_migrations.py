@@ -26,6 +26,10 @@ TABLES = {
     "alert_outbox",
     "money_daily",
     "deployment_secrets",
+    "upstream_usage",
+    "upstream_costs",
+    "upstream_revisions",
+    "call_routes",
 }
 
 

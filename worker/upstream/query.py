@@ -31,6 +31,7 @@ from worker.upstream.matching import (
 )
 
 _UTC = literal_column("INTERVAL '0'")
+_FIRST_FIVE = tuple(literal_column(str(position)) for position in range(1, 6))
 
 
 def _day(column: Any, dialect: str) -> Any:
@@ -62,9 +63,9 @@ def ledger_side(
     statement = (
         select(
             _day(r.c.created_at, dialect).label("day"),
-            func.coalesce(route.c.provider, u.c.provider).label("provider"),
+            func.coalesce(route.c.provider, u.c.provider).label("route_provider"),
             r.c.model,
-            func.coalesce(route.c.upstream_key, "").label("upstream_key"),
+            func.coalesce(route.c.upstream_key, "").label("route_key"),
             cls.label("cls"),
             func.count().label("calls"),
             func.coalesce(
@@ -98,16 +99,18 @@ def ledger_side(
             .outerjoin(f, f.c.reservation_id == r.c.id)
         )
         .where(r.c.created_at >= since, r.c.created_at < until)
-        .group_by("day", "provider", r.c.model, "upstream_key", "cls")
+        # By position: a label named like a column is ambiguous on SQLite, and PostgreSQL does not
+        # take an expression with bound parameters as the same one in SELECT and GROUP BY.
+        .group_by(*_FIRST_FIVE)
     )
     found: dict[Grain, Ledger] = defaultdict(Ledger)
     for row in conn.execute(statement):
         day = _iso(row.day)
         grain = (
             day,
-            match_provider(row.provider),
+            match_provider(row.route_provider),
             match_model(book, row.model, date.fromisoformat(day)),
-            row.upstream_key,
+            row.route_key,
         )
         calls, tokens_in, tokens_out = int(row.calls), int(row.input), int(row.output)
         if row.cls in ("billed", "estimate_charged"):

@@ -153,13 +153,22 @@ def provider_counts(
 def injected(published: Iterable[SimCall], forgotten: Iterable[SimCall]) -> dict[Cell, Counted]:
     """The oracle: per (day, gateway model, key), the requests and tokens no call in the ledger
     accounts for — the forgotten calls, and the routed calls never reconciled (a request entry the
-    worker could not read), which the provider counts as a request of 0 tokens."""
+    worker could not read), which the provider counts as a request of 0 tokens. Every simulated
+    call carries a key label, so a leak is expected under its key where the ledger holds a call of
+    that day and model, and under ``*`` (every key summed) where it holds none."""
+    published = list(published)
+    held = {_cell(c)[:2] for c in routed(published) if c.expected.outcome is not None}
     cells: dict[Cell, Counted] = defaultdict(Counted)
+
+    def add(call: SimCall, counted: Counted) -> None:
+        day, model, key = _cell(call)
+        cells[(day, model, key if (day, model) in held else "*")] += counted
+
     for call in routed(forgotten):
-        cells[_cell(call)] += _reported(call) or Counted(1)
+        add(call, _reported(call) or Counted(1))
     for call in routed(published):
         if call.expected.outcome is None:
-            cells[_cell(call)] += Counted(1)
+            add(call, Counted(1))
     return dict(cells)
 
 

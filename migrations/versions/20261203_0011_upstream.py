@@ -66,7 +66,7 @@ def upgrade() -> None:
             "service_tier",
             "batch",
             name="uq_upstream_usage_key",
-        ),  # fmt: skip
+        ),
     )
     op.create_index(op.f("ix_upstream_usage_bucket_start"), "upstream_usage", ["bucket_start"])
     op.create_table(
@@ -91,7 +91,7 @@ def upgrade() -> None:
             "api_key_id",
             "line_item",
             name="uq_upstream_costs_key",
-        ),  # fmt: skip
+        ),
     )
     op.create_index(op.f("ix_upstream_costs_bucket_start"), "upstream_costs", ["bucket_start"])
     op.create_table(

@@ -64,15 +64,20 @@ def row_keys(row: Row) -> tuple[str, str, str, str]:
     return (row.day, row.provider, row.model, row.upstream_key)
 
 
+def _plain(value: int | None) -> int | None:
+    """A plain int (``Micros`` prints as its repr in CSV), or None."""
+    return None if value is None else int(value)
+
+
 def values(row: Row) -> dict[str, int | None]:
-    return {column.name: column.value(row) for column in COLUMNS}
+    return {column.name: _plain(column.value(row)) for column in COLUMNS}
 
 
 def totals(found: Reconciliation) -> dict[str, int | None]:
     """Each column summed over the rows; None only when no row has the figure."""
     summed: dict[str, int | None] = {}
     for column in COLUMNS:
-        present = [v for v in (column.value(row) for row in found.rows) if v is not None]
+        present = [v for v in (_plain(column.value(row)) for row in found.rows) if v is not None]
         summed[column.name] = sum(present) if present else None
     return summed
 

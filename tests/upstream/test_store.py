@@ -24,9 +24,10 @@ def export(name: str, provider: str = "openai") -> Export:
     return read_export(provider, (FIXTURES / name).read_bytes(), name)
 
 
-def counts(session: Session) -> tuple[int, int, int]:
+def counts(session: Session, sources: tuple[str, ...]) -> tuple[int, int, int]:
+    """Rows last imported from ``sources`` (the database is shared with tests that commit)."""
     return tuple(  # type: ignore[return-value]
-        session.scalar(select(func.count()).select_from(t))
+        session.scalar(select(func.count()).select_from(t).where(t.source.in_(sources)))
         for t in (UpstreamUsage, UpstreamCost, UpstreamRevision)
     )
 
@@ -37,14 +38,14 @@ def test_importing_again_changes_nothing(session: Session) -> None:
     first = [import_export(session, e, "a", NOW) for e in (usage, costs, claude)]
     assert [(s.added, s.unchanged, s.replaced) for s in first] == [(2, 0, 0), (3, 0, 0), (1, 0, 0)]
     assert first[1].rounded == 2
-    rows = session.execute(select(UpstreamUsage).order_by(UpstreamUsage.id)).scalars().all()
+    rows = session.scalars(select(UpstreamUsage).where(UpstreamUsage.source == "a")).all()
     snapshot = [(r.model, r.input_tokens, r.requests, r.imported_at) for r in rows]
     again = [import_export(session, e, "b", NOW.replace(hour=1)) for e in (usage, costs, claude)]
     assert [(s.added, s.unchanged, s.replaced) for s in again] == [(0, 2, 0), (0, 3, 0), (0, 1, 0)]
     session.expire_all()
-    rows = session.execute(select(UpstreamUsage).order_by(UpstreamUsage.id)).scalars().all()
+    rows = session.scalars(select(UpstreamUsage).where(UpstreamUsage.source == "a")).all()
     assert [(r.model, r.input_tokens, r.requests, r.imported_at) for r in rows] == snapshot
-    assert counts(session) == (3, 3, 0)
+    assert counts(session, ("a", "b")) == (3, 3, 0)  # unchanged rows keep their source
     cost = session.scalars(select(UpstreamCost).where(UpstreamCost.amount_micros == 12_346)).one()
     assert str(cost.amount) == "0.0123456789"  # the exact amount is kept beside the rounded one
 
@@ -57,11 +58,13 @@ def test_a_changed_figure_replaces_the_row_and_keeps_the_old_one(session: Sessio
     assert (stats.added, stats.unchanged, stats.replaced) == (0, 0, 1)
     row = session.scalars(select(UpstreamUsage).where(UpstreamUsage.api_key_id == "key_abc")).one()
     assert (row.output_tokens, row.source) == (1007, "tuesday.json")
-    revision = session.scalars(select(UpstreamRevision)).one()
+    revision = session.scalars(
+        select(UpstreamRevision).where(UpstreamRevision.source == "tuesday.json")
+    ).one()
     assert (revision.kind, revision.row_id, revision.source) == ("usage", row.id, "tuesday.json")
     assert orjson.loads(revision.before)["output_tokens"] == 1000
     assert orjson.loads(revision.after)["output_tokens"] == 1007
-    assert counts(session) == (2, 0, 1)
+    assert counts(session, ("monday.json", "tuesday.json")) == (2, 0, 1)
 
 
 def test_one_file_with_a_row_twice_and_other_figures_is_refused(session: Session) -> None:

@@ -124,40 +124,52 @@ def render_table(report: Report, width: int = 1000) -> str:
     return out.getvalue()
 
 
-def render_upstream(found: Reconciliation, width: int = 1000) -> str:
-    """The upstream section alone, as text tables (what ``make demo`` prints)."""
+# The columns ``make demo`` shows: what leaked and what was over-counted, beside both sides' counts.
+COMPACT = (
+    "upstream_requests", "calls", "leak_requests", "leak_input", "leak_output", "leak_cost",
+    "over_requests", "over_input", "over_output",
+)  # fmt: skip
+
+
+def render_upstream(found: Reconciliation, width: int = 1000, *, compact: bool = False) -> str:
+    """The upstream section alone, as text tables; ``compact``: the leak and over-count columns
+    only, and no margins (what ``make demo`` prints)."""
     out = io.StringIO()
     console = Console(file=out, width=width, color_system=None, highlight=False, soft_wrap=False)
-    _upstream(console, found)
+    _upstream(console, found, COMPACT if compact else None)
     return out.getvalue()
 
 
-def _upstream(console: Console, found: Reconciliation) -> None:
+def _upstream(
+    console: Console, found: Reconciliation, names: tuple[str, ...] | None = None
+) -> None:
     """The upstream reconciliation: a row per (day, provider, model, key) and a total row, then
     the margin per (day, provider, model)."""
     console.print(
         "upstream: the providers' exports against the ledger (tokens; money in USD); leaked = "
         "upstream beyond the ledger, over-count = the ledger beyond upstream"
     )
+    columns = [c for c in upstream_section.COLUMNS if names is None or c.name in names]
     table = Table(box=box.ASCII)
     for _, label in upstream_section.KEY_COLUMNS:
         table.add_column(label, no_wrap=True)
-    for column in upstream_section.COLUMNS:
+    for column in columns:
         table.add_column(column.label, justify="right", no_wrap=True)
     for row in found.rows:
         figures = upstream_section.values(row)
         table.add_row(
             *(_cell(k) for k in upstream_section.row_keys(row)),
-            *(upstream_section.shown(figures[c.name], c.money) for c in upstream_section.COLUMNS),
+            *(upstream_section.shown(figures[c.name], c.money) for c in columns),
         )
     if found.rows:
         table.rows[-1].end_section = True
     summed = upstream_section.totals(found)
     table.add_row(
-        "total", "", "", "",
-        *(upstream_section.shown(summed[c.name], c.money) for c in upstream_section.COLUMNS),
-    )  # fmt: skip
+        "total", "", "", "", *(upstream_section.shown(summed[c.name], c.money) for c in columns)
+    )
     console.print(table if found.rows else "upstream: no export imported for the window")
+    if names is not None:
+        return
     margins = Table(box=box.ASCII)
     for header in ("day", "provider", "model"):
         margins.add_column(header, no_wrap=True)

@@ -53,7 +53,9 @@ def show_upstream(
     with sessions() as session, session.begin():
         found = reconciliation(session.connection(), since, until, effective_book(session))
     console.print(f"upstream: imported {path} ({stats})")
-    console.print(render_upstream(found), end="")
+    console.print(
+        render_upstream(found, compact=True), end="", markup=False, highlight=False, soft_wrap=True
+    )
     want = simulated.without_cached(simulated.injected(calls, lost))
     got = simulated.found_leaks(found.rows)
     over = [

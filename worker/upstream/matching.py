@@ -191,21 +191,6 @@ class Reconciliation:
     # Providers whose calls are in the window but no export of theirs is: (provider, calls).
     not_imported: tuple[tuple[str, int], ...] = ()
 
-    def total(self) -> Row:
-        ledger, upstream, cost = Ledger(), Upstream(), 0
-        for row in self.rows:
-            ledger, upstream = ledger + row.ledger, upstream + row.upstream
-            cost += int(row.leak_cost or 0)
-        return Row("", "total", "", "", ledger, upstream, Micros(cost))
-
-    def total_leak(self) -> tuple[int, int, int]:
-        """(requests, input tokens, output tokens) leaked, summed over the grains (not netted)."""
-        return (
-            sum(r.leak_requests or 0 for r in self.rows),
-            sum(r.leak_input for r in self.rows),
-            sum(r.leak_output for r in self.rows),
-        )
-
 
 def _keyed(
     ledger: Mapping[Grain, Ledger], upstream: Mapping[Grain, Upstream]

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench chaos chaos-busy clean
+.PHONY: demo test lint chromium bench chaos chaos-busy clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -16,7 +16,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
+# Debian's chromium, which the HTML report test renders in: installed when missing and we are root,
+# otherwise a one-line message with the command to run; instant when it is there.
+chromium:
+	@bash scripts/ensure-chromium
+
+test: lint chromium
 	$(BIN)/pytest -n 2 -p no:cacheprovider
 
 demo: $(STAMP)

@@ -2,6 +2,6 @@
 
 Each ``bench_*`` module measures one thing against a peer in the same run and returns its figures
 from ``run(smoke)``; most also run alone with ``python -m benchmarks.bench_<name> [--smoke]``.
-``suite`` turns the figures into table rows, ``services`` gives every benchmark its own Redis key
-prefix and PostgreSQL database, ``workload`` writes the simulated calls.
+``suite`` runs them in order and turns the figures into table rows; what they all run on (services,
+machine facts, the table, workloads, timing, a consumer in a child process) is in ``harness``.
 """

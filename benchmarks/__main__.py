@@ -21,8 +21,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks import machine, suite
-from benchmarks.table import Row, markdown, render
+from benchmarks import suite
+from benchmarks.harness import machine
+from benchmarks.harness.table import Row, markdown, render
 
 DEFAULT_OUTPUT = Path("BENCHMARKS.md")
 

@@ -21,7 +21,7 @@ from openai._models import construct_type
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from benchmarks.streams import streams, to_sse
+from benchmarks.harness.streams import streams, to_sse
 from worker.assembly import Assembled, assemble_stream
 
 TARGET_RATIO = 30.0

@@ -1,6 +1,6 @@
 """Settle latency, close notification → ledger commit, at half the measured maximum load.
 
-A consumer process (``benchmarks.consumer_process``) runs while this process writes simulated calls
+A consumer process (``benchmarks.harness.consumer_process``) runs while this process writes simulated calls
 at a fixed rate, each whole call at its scheduled instant (its ``close`` carries the time it was
 written). The consumer's ``BatchStats.latencies_ms`` holds commit time - close ``ts`` per reconciled
 call; p50 and p99 are taken over all of them. The rate is half of the end-to-end maximum measured in
@@ -24,8 +24,8 @@ import threading
 import time
 from typing import Any
 
-from benchmarks import cpu, history, services, workload
-from benchmarks.consumer_process import ConsumerProcess, wait_drained
+from benchmarks.harness import cpu, history, services, workload
+from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 

@@ -3,11 +3,11 @@
 Settled results come from reconciling simulated calls offline (no faults, fixed seed): fresh calls,
 each held and then settled. They are written twice, each time into a new database:
 
-* batched (the row's figure) — what ``Consumer._apply_common`` does with a batch whose calls are all
+* batched (the row's figure) — what ``Applier._apply_common`` does with a batch whose calls are all
   on the common path: one transaction per ``BATCH`` calls, and inside it one savepoint around
   ``apply_common(session, holds, results, now=…)`` and ``record_findings_many(…)``, the settled list
   built as the consumer builds it (the call's open is in the batch, so ``opened``);
-* per call (informational) — what ``Consumer._apply`` does for the calls the batched path hands back
+* per call (informational) — what ``Applier._apply_one`` does for the calls the batched path hands back
   (duplicates, failures, voids, true-ups): a savepoint per call around ``hold``, ``apply_result``
   and ``record_findings``, in the same transactions of ``BATCH`` calls.
 
@@ -31,8 +31,8 @@ from typing import Any
 from sqlalchemy import Engine, event, text
 from sqlalchemy.orm import Session
 
-from benchmarks import history, services
-from benchmarks.history import settled_results
+from benchmarks.harness import history, services
+from benchmarks.harness.history import settled_results
 from worker.config import Settings
 from worker.ledger.batch import apply_common
 from worker.ledger.database import make_engine, session_factory
@@ -84,7 +84,7 @@ def batched(session: Session, batch: Work, settings: Settings, now: datetime) ->
 def _settle_one(
     session: Session, meta: RequestMeta, result: Result, settings: Settings, now: datetime
 ) -> None:
-    """A closing call in ``Consumer._apply``: ``apply_result`` then ``record_findings``."""
+    """A closing call in ``Applier._apply_one``: ``apply_result`` then ``record_findings``."""
     effect = apply_result(session, result, now=now, grace=GRACE)
     record_findings(
         session,
@@ -102,7 +102,7 @@ def _settle_one(
 
 def per_call(session: Session, batch: Work, settings: Settings, now: datetime) -> None:
     """One batch call by call, each in its own savepoint: the open's ``hold``, then the close as
-    ``Consumer._apply`` applies it."""
+    ``Applier._apply_one`` applies it."""
     for meta, result in batch:
         with session.begin_nested():
             hold(session, meta, now=now)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from benchmarks import history, services, workload
-from benchmarks.consumer_process import ConsumerProcess, wait_drained
+from benchmarks.harness import history, services, workload
+from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
 from worker.pipeline.keys import Keys
 
 TARGET_RATIO = 1.2

@@ -22,8 +22,8 @@ from typing import Any
 import redis
 from celery import Celery
 
-from benchmarks import history, services, workload
-from benchmarks.consumer_process import ROOT
+from benchmarks.harness import history, services, workload
+from benchmarks.harness.consumer_process import ROOT
 from worker.simulation import SimCall
 from worker.simulation.wire import Close, Frames, Open, Response
 

@@ -21,23 +21,19 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
-from sqlalchemy import Engine
 
-from benchmarks import history, services, workload
-from worker.config import Settings
-from worker.estimate import estimate
-from worker.fingerprint_key import with_key
-from worker.ledger.database import make_engine, session_factory
-from worker.pipeline.consumer import BatchStats, Consumer, raw_stream_pipeline
+from benchmarks.harness import history, services, workload
+from benchmarks.harness.consumer import make_consumer, time_steps, warm
+from worker.pipeline.calls import BatchStats
+from worker.pipeline.consumer import Consumer
 from worker.pipeline.entries import MAX_ENTRIES
 from worker.pipeline.keys import Keys
-from worker.pipeline.runtime import tune_gc
+from worker.pipeline.reading import raw_stream_pipeline
 
 TARGET_RATIO = 0.5
 CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))
@@ -48,31 +44,6 @@ TRANSPORT_GROUP = "bench-transport"
 class Drained:
     seconds: float
     stats: BatchStats
-
-
-def make_consumer(
-    client: redis.Redis, database_url: str, prefix: str, name: str, **settings: Any
-) -> tuple[Consumer, Engine]:
-    """A consumer as ``worker.pipeline.runtime`` builds one, on the benchmark's prefix and database,
-    in a process tuned as the runtime tunes a worker's (``tune_gc``; the transport pass, which runs
-    in the same process, is measured so tuned too)."""
-    tune_gc()
-    config = Settings(
-        redis_url=services.REDIS_URL, database_url=database_url, prefix=prefix, **settings
-    )
-    engine = make_engine(database_url)
-    config = with_key(config, engine)
-    consumer = Consumer(client, session_factory(engine), config, name=name)
-    return consumer, engine
-
-
-def warm(consumer: Consumer) -> None:
-    """Load what a worker loads once per process: the price book and both vocabularies."""
-    consumer.prices.current()
-    for model in ("gpt-4o", "gpt-4"):
-        estimate(model, [{"role": "user", "content": "warm"}], [], [])
-    for stream in consumer.keys.all_events():
-        consumer.ensure_group(stream)
 
 
 def drain(consumer: Consumer, notifications: int, timeout: float = 600.0) -> Drained:
@@ -118,34 +89,14 @@ def transport(client: redis.Redis, keys: Keys, notifications: int, batch_size: i
 STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply", "_apply_common", "_apply")
 
 
-def time_steps(owner: Any, names: Iterable[str], spent: dict[str, list[float]]) -> None:
-    """Wrap each of ``names`` on ``owner`` (an instance: nothing else is touched) so that each call
-    adds to ``spent[name]``: [wall s, the calling thread's CPU s, calls]."""
-    for name in names:
-        inner = getattr(owner, name)
-
-        def timed(*args: Any, _inner: Any = inner, _name: str = name, **kwargs: Any) -> Any:
-            wall, cpu = time.perf_counter(), time.thread_time()
-            try:
-                return _inner(*args, **kwargs)
-            finally:
-                found = spent.setdefault(_name, [0.0, 0.0, 0])
-                found[0] += time.perf_counter() - wall
-                found[1] += time.thread_time() - cpu
-                found[2] += 1
-
-        setattr(owner, name, timed)
-
-
 @contextlib.contextmanager
 def _stepped(consumer: Consumer, spent: dict[str, list[float]]) -> Any:
     """``time_steps`` of ``STEPS`` for the block."""
-    time_steps(consumer, STEPS, spent)
+    restore = time_steps(consumer, STEPS, spent)
     try:
         yield
     finally:
-        for name in STEPS:
-            delattr(consumer, name)
+        restore()
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """``billing report`` over a million settled calls, against one sequential scan of the same table.
 
-``locate_report`` finds ``worker.reports.bench_entry_point`` (a callable taking the database URL);
-while no report is built it returns None and the row says so instead of showing a figure.
+``report_json`` is what is timed: the whole report by day over every call (``run_report``, the
+snapshot and settings ``billing report`` uses), rendered as JSON.
 
 The seed is what the worker writes, in bulk (``INSERT … SELECT`` over ``generate_series``, through
 an unlogged staging table of the calls): ``SETTLED`` settled calls — reservation, hold and charge
@@ -27,7 +27,6 @@ the report's own settings, to say what bounds it.
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -38,9 +37,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
 
-from benchmarks import services
+from benchmarks.harness import services
 from worker.ledger.database import make_engine
+from worker.reports import PG_SETTINGS, ReportSpec, run_report
 from worker.reports.query import rebuild_money, verify_money
+from worker.reports.render_json import render_json
 
 SETTLED = 1_000_000
 TARGET_RATIO = 5.0
@@ -198,15 +199,9 @@ def _not_settled(total: int) -> int:
     return total // 200 + sum((total - r) // 200 + 1 for r in (1, 2) if total >= r)
 
 
-def locate_report() -> Callable[[str], Any] | None:
-    """The report entry point, ``report(database_url)``, or None while it is not built."""
-    for module in ("worker.reports", "worker.report"):
-        try:
-            found = importlib.import_module(module)
-        except ImportError:
-            continue
-        return getattr(found, "bench_entry_point", None)
-    return None
+def report_json(url: str) -> str:
+    """What is timed: the whole report by day over every call, rendered as JSON."""
+    return render_json(run_report(url, whole_spec()))
 
 
 def _in_transaction(url: str, work: Callable[[Any], Any]) -> Any:
@@ -275,8 +270,6 @@ def _best(work: Callable[[], Any], rounds: int = 3) -> float:
 
 def sections(url: str) -> dict[str, float]:
     """Seconds per section of one more report run (the report's own ``progress`` hook)."""
-    from worker.reports import run_report
-
     times: dict[str, float] = {}
 
     @contextmanager
@@ -289,10 +282,8 @@ def sections(url: str) -> dict[str, float]:
     return times
 
 
-def whole_spec() -> Any:
-    """The spec ``bench_entry_point`` reports: by day, over every call."""
-    from worker.reports import ReportSpec
-
+def whole_spec() -> ReportSpec:
+    """The spec ``report_json`` reports: by day, over every call."""
     return ReportSpec(datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC), ("day",))
 
 
@@ -332,8 +323,6 @@ def _nodes(plan: dict[str, Any], found: list[dict[str, Any]]) -> float:
 
 def explain(url: str, section: str) -> dict[str, Any] | None:
     """EXPLAIN (ANALYZE, BUFFERS) of a section's statement, in the report's transaction settings."""
-    from worker.reports import PG_SETTINGS
-
     statement = _statement(section)
     if statement is None:
         return None
@@ -364,9 +353,6 @@ def explain(url: str, section: str) -> dict[str, Any] | None:
 
 
 def run(smoke: bool = False) -> dict[str, Any]:
-    report = locate_report()
-    if report is None:
-        return {"pending": "report not built"}
     settled = 20_000 if smoke else SETTLED
     with services.pg_database("report") as url:
         loaded = seed(url, settled)
@@ -378,10 +364,10 @@ def run(smoke: bool = False) -> dict[str, Any]:
                     conn.execute(text(SCAN_SQL)).one()
 
             scan_s = _best(scan)
-            ours_s = _best(lambda: report(url))
+            ours_s = _best(lambda: report_json(url))
         finally:
             engine.dispose()
-        rendered = json.loads(report(url))
+        rendered = json.loads(report_json(url))
         per_section = sections(url)
         slowest = max(per_section, key=lambda name: per_section[name])
         plan = explain(url, slowest)

@@ -1,7 +1,7 @@
 """Two consumer processes against one, in calls/s, with the servers' CPU share during each run.
 
 For each of 1 and 2 consumers: a fresh database and prefix, the same simulated calls written first,
-then the consumer processes (``benchmarks.consumer_process``, warmed up) are told to go together and
+then the consumer processes (``benchmarks.harness.consumer_process``, warmed up) are told to go together and
 the run is timed until their group has read and acknowledged every notification. CPU shares are
 CPU seconds over wall seconds (1.0 = one core busy); the machine's core count bounds their sum.
 """
@@ -12,8 +12,8 @@ import os
 import time
 from typing import Any
 
-from benchmarks import cpu, history, services, workload
-from benchmarks.consumer_process import ConsumerProcess, wait_drained
+from benchmarks.harness import cpu, history, services, workload
+from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
 from worker.pipeline.keys import Keys
 
 

@@ -4,6 +4,7 @@ from models.accounts import Account, LedgerAccount, LedgerKind, ledger_account_n
 from models.alerts import AlertEvent, AlertKind, OutboxAlert, OutboxStatus
 from models.anomalies import ANOMALY_KINDS, Anomaly, AnomalyKind
 from models.base import NAMING_CONVENTION, Base
+from models.credits import AccountCredit, CreditKind, CreditLimit
 from models.failures import Action, Failure
 from models.ledger import Direction, Entry, Kind, Transaction
 from models.parity import ParityPair, Verdict
@@ -20,6 +21,7 @@ __all__ = [
     "NAMING_CONVENTION",
     "OPEN_STATUSES",
     "Account",
+    "AccountCredit",
     "Action",
     "AlertEvent",
     "AlertKind",
@@ -27,6 +29,8 @@ __all__ = [
     "AnomalyKind",
     "Base",
     "CallRoute",
+    "CreditKind",
+    "CreditLimit",
     "DeploymentSecret",
     "Direction",
     "Entry",

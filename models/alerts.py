@@ -24,6 +24,7 @@ class AlertKind(StrEnum):
     PARITY_MISMATCH = "parity_mismatch"
     DRIFT = "drift"
     ANOMALY = "anomaly"
+    LOW_BALANCE = "low_balance"  # a funded account's spendable balance fell below a level
     UPSTREAM_LEAKAGE = "upstream_leakage"
 
 
@@ -56,6 +57,7 @@ class OutboxAlert(Base):
     __table_args__ = (
         CheckConstraint(
             "kind IN ('unsettled', 'unsettled_rate', 'parity_mismatch', 'drift', 'anomaly',"
+            " 'low_balance',"
             " 'upstream_leakage')",
             name="kind",
         ),

@@ -21,11 +21,12 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.ledger.database import make_engine, upgrade
+from worker.localservers.databases import create_database, drop_database
 
 REDIS_URL = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PG_ADMIN_URL = os.environ.get(
@@ -33,31 +34,16 @@ PG_ADMIN_URL = os.environ.get(
 )
 
 
-def _pg_admin() -> Engine:
-    return make_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-
-
 def create_pg_database(name: str) -> str:
     """Create (or re-create) an empty PostgreSQL database; returns its URL."""
-    admin = _pg_admin()
     try:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        return create_database(PG_ADMIN_URL, name)
     except OperationalError as exc:
         pytest.fail(f"PostgreSQL not available: {str(exc.orig).splitlines()[0]}")
-    finally:
-        admin.dispose()
-    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
 
 
 def drop_pg_database(name: str) -> None:
-    admin = _pg_admin()
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    drop_database(PG_ADMIN_URL, name)
 
 
 @pytest.fixture(scope="session")

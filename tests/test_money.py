@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.money import Micros, round_half_up
+from worker.money import MAX_AMOUNT, Micros, parse_usd, round_half_up
 
 
 def test_refuses_floats_and_fractions() -> None:
@@ -44,3 +44,37 @@ def test_round_half_up(amount: str, expected: int) -> None:
 @given(st.integers(min_value=-(10**15), max_value=10**15))
 def test_usd_round_trips(micros: int) -> None:
     assert int(Decimal(Micros(micros).usd()) * 1_000_000) == micros
+
+
+# --- parse_usd: dollars typed by a person -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "micros"),
+    [("12", 12_000_000), ("12.5", 12_500_000), ("0.000001", 1), ("12.5000000", 12_500_000),
+     (" 3 ", 3_000_000), ("100000000", 100_000_000_000_000), ("007.25", 7_250_000)],
+)  # fmt: skip
+def test_parse_usd(text: str, micros: int) -> None:
+    assert parse_usd(text) == micros and isinstance(parse_usd(text), Micros)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("-1", "negative"), ("0", "more than 0"), ("0.000", "more than 0"),
+     ("0.0000001", "more than 6 decimals"), ("1.00000000000000000000000000001", "6 decimals"),
+     ("100000000.000001", "absurd"), ("9" * 5000, "absurd"), ("1e3", "not an amount"),
+     ("NaN", "not an amount"), ("1,000", "not an amount"), ("$5", "not an amount"),
+     ("", "not an amount"), ("+5", "not an amount"), ("٣", "not an amount")],
+)  # fmt: skip
+def test_parse_usd_refuses(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_usd(text)
+
+
+def test_parse_usd_zero_when_allowed() -> None:
+    assert parse_usd("0", allow_zero=True) == 0
+
+
+@given(st.integers(min_value=1, max_value=int(MAX_AMOUNT)))
+def test_parse_usd_reads_back_what_usd_writes(micros: int) -> None:
+    assert parse_usd(Micros(micros).usd()) == micros

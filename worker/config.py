@@ -1,189 +1,380 @@
 """Configuration from environment variables (12-factor), read once into a frozen object.
 
-Every variable the code reads is named here, so the deployment files can be checked against this list.
-URLs may hold passwords: use ``redact_url`` before a URL reaches a log line or a report.
+Each setting is declared once, as a field of ``Settings``: its attribute name and type, then one call
+that names its environment variable, default, bounds and one-line meaning::
+
+    batch_size: int = integer("BILLING_BATCH_SIZE", 200, "notifications per batch", minimum=1)
+
+``Settings.from_env``, its validation and error messages, ``ENV_VARS`` (for the deployment files and
+their test) and the README's settings table (checked by tests/test_config.py) all derive from these
+declarations. The kinds: ``integer``, ``text``, ``optional_text``, ``secret``, ``flag``, ``choice``,
+``prefixes``, ``usd``. URLs may hold passwords: use ``redact_url`` before a URL reaches a log line or a report.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import Field, dataclass, field, fields
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
+
+from worker.money import parse_usd
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 MAX_PARTITIONS = 256  # notification partitions (docs/events.md §2)
 DEFAULT_DATABASE_URL = "sqlite:///var/billing.db"
-
-# Every environment variable the worker reads, for the deployment files and their test. Kept by hand:
-# tests/deploy checks it against ``Settings.from_env`` and every other read in the package.
-ENV_VARS = (
-    "REDIS_URL",
-    "REDIS_CLUSTER",
-    "CELERY_BROKER_URL",
-    "DATABASE_URL",
-    "BILLING_PREFIX",
-    "BILLING_PARTITIONS",
-    "BILLING_BATCH_SIZE",
-    "BILLING_CLAIM_IDLE_MS",
-    "BILLING_SWEEP_IDLE_MS",
-    "BILLING_GRACE_SECONDS",
-    "BILLING_STREAM_TTL_SECONDS",
-    "BILLING_PRICE_BOOK",
-    "BILLING_HASH_SALT",
-    "BILLING_RESOLVE_POLICY",
-    "BILLING_DRAIN_MS",
-    "BILLING_BLOCK_MS",
-    "BILLING_SWEEP_INTERVAL_SECONDS",
-    "BILLING_RECHECK_SECONDS",
-    "PROMETHEUS_MULTIPROC_DIR",
-    "BILLING_PARITY_WINDOW_SECONDS",
-    "BILLING_DRIFT_ALERT_PCT",
-    "BILLING_DRIFT_WINDOW_SECONDS",
-    "BILLING_NON_STREAMABLE_MODELS",
-    "BILLING_ALERT_WINDOW_SECONDS",
-    "BILLING_UNSETTLED_RATE_PCT",
-    "BILLING_ALERT_WEBHOOK_URL",
-    "BILLING_BATCH_BYTES",
-    "BILLING_DEAD_LETTER_MAXLEN",
-    "BILLING_ALERT_RETENTION_DAYS",
-    "BILLING_ANOMALY_RETENTION_DAYS",
-    "BILLING_UPSTREAM_LEAK_MICROS",
-    "BILLING_UPSTREAM_LEAK_PCT",
-)
-
-
-def _int(
-    env: Mapping[str, str], name: str, default: int, minimum: int = 0, maximum: int | None = None
-) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be at most {maximum}, got {value}")
-    return value
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"{name} must be 1 or 0, got {raw!r}")
-
-
+# What ``billing unsettled expire`` and the sweeper do with a failure past its grace period.
+RESOLVE_POLICIES = ("release", "charge_estimate", "none")
 # A configured key shorter than this is refused as guessable (the old public default had 14).
 MIN_SECRET_LENGTH = 16
 
 
-def _secret(env: Mapping[str, str], name: str) -> str | None:
-    raw = env.get(name) or None
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """One setting's environment variable: how its value is read and checked, and how the README
+    shows it. ``read`` returns the field's value, or raises ``ValueError`` with the message the user
+    sees; ``shown`` is the README's default column."""
+
+    env: str
+    meaning: str
+    default: object
+    shown: str
+    read: Callable[[Mapping[str, str], Declaration], object]
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] = ()
+    same_as: str | None = None  # unset: the value of this other field (as read), not ``default``
+
+
+def _declare(declaration: Declaration, *, in_repr: bool = True) -> Any:
+    return field(default=declaration.default, repr=in_repr, metadata={"setting": declaration})
+
+
+def _read_int(env: Mapping[str, str], d: Declaration) -> int | None:
+    raw = env.get(d.env)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{d.env} must be an integer, got {raw!r}") from None
+    if d.minimum is not None and value < d.minimum:
+        raise ValueError(f"{d.env} must be at least {d.minimum}, got {value}")
+    if d.maximum is not None and value > d.maximum:
+        raise ValueError(f"{d.env} must be at most {d.maximum}, got {value}")
+    return value
+
+
+def _read_text(env: Mapping[str, str], d: Declaration) -> str | None:
+    return env.get(d.env) or None
+
+
+def _read_flag(env: Mapping[str, str], d: Declaration) -> bool:
+    raw = (env.get(d.env) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{d.env} must be 1 or 0, got {raw!r}")
+
+
+def _read_secret(env: Mapping[str, str], d: Declaration) -> str | None:
+    raw = env.get(d.env) or None
     if raw is not None and len(raw) < MIN_SECRET_LENGTH:
         raise ValueError(
-            f"{name} must be a secret of at least {MIN_SECRET_LENGTH} characters, or unset "
+            f"{d.env} must be a secret of at least {MIN_SECRET_LENGTH} characters, or unset "
             "(then `billing db upgrade` generates one per deployment)"
         )
     return raw
 
 
-def _prefixes(raw: str | None) -> tuple[str, ...]:
+def _read_choice(env: Mapping[str, str], d: Declaration) -> str | None:
+    raw = env.get(d.env) or None
+    if raw is not None and raw not in d.choices:
+        listed = ", ".join(d.choices[:-1]) + f" or {d.choices[-1]}"
+        raise ValueError(f"{d.env} must be {listed}")
+    return raw
+
+
+def _read_prefixes(env: Mapping[str, str], d: Declaration) -> tuple[str, ...]:
     """A comma-separated list of model name prefixes; blanks dropped."""
-    return tuple(part.strip() for part in (raw or "").split(",") if part.strip())
+    return tuple(part.strip() for part in (env.get(d.env) or "").split(",") if part.strip())
+
+
+def integer(
+    env: str,
+    default: int,
+    meaning: str,
+    *,
+    minimum: int = 0,
+    maximum: int | None = None,
+    shown: str | None = None,
+) -> Any:
+    """An integer within ``[minimum, maximum]``; unset or empty: ``default``."""
+    shown = shown or f"`{default}`"
+    return _declare(Declaration(env, meaning, default, shown, _read_int, minimum, maximum))
+
+
+def text(
+    env: str, default: str, meaning: str, *, same_as: str | None = None, shown: str | None = None
+) -> Any:
+    """A string; unset or empty: ``default``, or the field ``same_as`` names when given."""
+    shown = shown or f"`{default}`"
+    return _declare(Declaration(env, meaning, default, shown, _read_text, same_as=same_as))
+
+
+def optional_text(env: str, meaning: str, *, shown: str = "unset") -> Any:
+    """A string; unset or empty: ``None``."""
+    return _declare(Declaration(env, meaning, None, shown, _read_text))
+
+
+def secret(env: str, meaning: str, *, shown: str = "unset") -> Any:
+    """A key of at least ``MIN_SECRET_LENGTH`` characters, or ``None``; never in ``repr``."""
+    return _declare(Declaration(env, meaning, None, shown, _read_secret), in_repr=False)
+
+
+def flag(env: str, meaning: str) -> Any:
+    """``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` (any case); unset: false."""
+    return _declare(Declaration(env, meaning, False, "`0`", _read_flag))
+
+
+def choice(env: str, choices: tuple[str, ...], meaning: str) -> Any:
+    """One of ``choices``; unset or empty: the first."""
+    default = choices[0]
+    return _declare(
+        Declaration(env, meaning, default, f"`{default}`", _read_choice, choices=choices)
+    )
+
+
+def prefixes(env: str, meaning: str) -> Any:
+    """A comma-separated list (blanks dropped); unset: empty."""
+    return _declare(Declaration(env, meaning, (), "empty", _read_prefixes))
+
+
+def _read_usd(env: Mapping[str, str], d: Declaration) -> int | None:
+    """An amount in USD as integer micro-USD, read by the one USD parser (``money.parse_usd``)."""
+    raw = env.get(d.env)
+    if raw is None or raw.strip() == "":
+        return None
+    return int(parse_usd(raw, what=d.env, allow_zero=True))
+
+
+def usd(env: str, default_micros: int, meaning: str) -> Any:
+    """An amount in USD (at most 6 decimals, not negative), held as integer micro-USD."""
+    shown = f"`{Decimal(default_micros) / 1_000_000:f}`".replace(".000000", "")
+    return _declare(Declaration(env, meaning, default_micros, shown, _read_usd))
+
+
+def declaration(settings_field: Field[Any]) -> Declaration:
+    found: Declaration = settings_field.metadata["setting"]
+    return found
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    redis_url: str = DEFAULT_REDIS_URL
-    broker_url: str = DEFAULT_REDIS_URL
-    database_url: str = DEFAULT_DATABASE_URL
-    prefix: str = "billing"
-    partitions: int = 1
-    batch_size: int = 200
-    claim_idle_ms: int = 60_000
-    sweep_idle_ms: int = 300_000
-    grace_seconds: int = 3_600
-    stream_ttl_seconds: int = 86_400
-    price_book: str | None = None
+    """Every setting, one declaration each (see the module docstring). ``Settings()`` holds the
+    defaults; ``from_env`` reads and checks the environment."""
+
+    redis_url: str = text(
+        "REDIS_URL", DEFAULT_REDIS_URL, "the event streams (`rediss://` and passwords work)"
+    )
+    broker_url: str = text(
+        "CELERY_BROKER_URL",
+        DEFAULT_REDIS_URL,
+        "Celery's broker",
+        same_as="redis_url",
+        shown="`REDIS_URL`",
+    )
+    redis_cluster: bool = flag(
+        "REDIS_CLUSTER",
+        "`1` when `REDIS_URL` is a Redis Cluster node (the Celery broker must stay a plain Redis)",
+    )
+    database_url: str = text(
+        "DATABASE_URL", DEFAULT_DATABASE_URL, "the ledger; `postgresql://…` in production"
+    )
+    prefix: str = text("BILLING_PREFIX", "billing", "key prefix of every Redis key")
+    # At most MAX_PARTITIONS: streams a count change leaves behind are found by name up to it
+    # (``worker.pipeline.partitions``), so a larger count could strand some.
+    partitions: int = integer(
+        "BILLING_PARTITIONS",
+        1,
+        f"notification streams `billing:events:<p>` (at most {MAX_PARTITIONS}; change it freely,"
+        " see Operations)",
+        minimum=1,
+        maximum=MAX_PARTITIONS,
+    )
+    batch_size: int = integer("BILLING_BATCH_SIZE", 200, "notifications per batch", minimum=1)
+    claim_idle_ms: int = integer(
+        "BILLING_CLAIM_IDLE_MS", 60_000, "claim entries a dead consumer left pending this long"
+    )
+    sweep_idle_ms: int = integer(
+        "BILLING_SWEEP_IDLE_MS",
+        300_000,
+        "finalize a call whose `close` never came after this silence",
+    )
+    grace_seconds: int = integer(
+        "BILLING_GRACE_SECONDS", 3_600, "how long an unsettled call may still settle late"
+    )
+    recheck_seconds: int = integer(
+        "BILLING_RECHECK_SECONDS",
+        30,
+        "how often an unsettled call's stream is re-read for late data",
+        minimum=1,
+    )
+    resolve_policy: str = choice(
+        "BILLING_RESOLVE_POLICY",
+        RESOLVE_POLICIES,
+        "after grace: "
+        + ", ".join(f"`{p}`" for p in RESOLVE_POLICIES[:-1])
+        + f" or `{RESOLVE_POLICIES[-1]}`",
+    )
+    price_book: str | None = optional_text(
+        "BILLING_PRICE_BOOK",
+        "TOML override rows used instead of `worker/data/prices.toml` (the bundled list and the"
+        " database's rows still apply)",
+        shown="bundled",
+    )
     # The fingerprint key when BILLING_HASH_SALT is set; None: the deployment's stored secret, which
     # ``worker.fingerprint_key.with_key`` fills in. There is no default: a known key is no key.
-    hash_salt: str | None = field(default=None, repr=False)
-    resolve_policy: str = "release"
-    drain_ms: int = 2_000
-    block_ms: int = 200
-    sweep_interval_seconds: int = 10
-    recheck_seconds: int = 30
-    redis_cluster: bool = False
-    metrics_dir: str | None = None
-    parity_window_seconds: int = 3_600
-    drift_alert_pct: int = 10
-    drift_window_seconds: int = 3_600
-    non_streamable_models: tuple[str, ...] = ()
-    alert_window_seconds: int = 300
-    unsettled_rate_pct: int = 5
+    hash_salt: str | None = secret(
+        "BILLING_HASH_SALT",
+        "key of the prompt fingerprints; unset, `billing db upgrade` generates one and stores it in"
+        " the database ([operations](docs/operations.md#the-fingerprint-key))",
+        shown="unset: a secret per deployment",
+    )
+    drain_ms: int = integer("BILLING_DRAIN_MS", 2_000, "how long one drain task reads", minimum=100)
+    block_ms: int = integer(
+        "BILLING_BLOCK_MS", 200, "how long a drain task blocks per read", minimum=1
+    )
+    sweep_interval_seconds: int = integer(
+        "BILLING_SWEEP_INTERVAL_SECONDS", 10, "beat period of the sweeper", minimum=1
+    )
+    stream_ttl_seconds: int = integer(
+        "BILLING_STREAM_TTL_SECONDS", 86_400, "TTL the publisher sets on call streams", minimum=1
+    )
+    metrics_dir: str | None = optional_text(
+        "PROMETHEUS_MULTIPROC_DIR",
+        "the empty directory where worker processes write their metrics (`billing worker` uses"
+        " `var/prometheus`; it refuses a directory holding anything but metric files)",
+    )
     # May carry a token in its path (Slack): log it only through ``worker.alerts.config.redact``.
-    alert_webhook_url: str | None = None
-    # Limits and retention (docs/operations.md "Limits and retention"). A retention of 0 days keeps
-    # the rows for ever.
-    batch_bytes: int = 64 << 20
-    dead_letter_maxlen: int = 100_000
-    alert_retention_days: int = 30
-    anomaly_retention_days: int = 90
-    # Upstream leakage alert (docs/alerts.md): a day's leaked usage at our prices, micro-USD, and
-    # its share of the day's upstream tokens, percent; either one reached raises it (0: that one off).
-    upstream_leak_micros: int = 1_000_000
-    upstream_leak_pct: int = 1
+    alert_webhook_url: str | None = optional_text(
+        "BILLING_ALERT_WEBHOOK_URL",
+        "webhook the alerts are POSTed to (Slack-compatible); unset: log only",
+    )
+    alert_window_seconds: int = integer(
+        "BILLING_ALERT_WINDOW_SECONDS",
+        300,
+        "alert window: each alert kind pages at most once per window ([alerts](docs/alerts.md))",
+        minimum=5,
+    )
+    alert_digest_seconds: int = integer(
+        "BILLING_ALERT_DIGEST_SECONDS",
+        3_600,
+        "windows that do not page go to one digest per alert kind this often (a multiple of the"
+        " alert window)",
+        minimum=5,
+    )
+    exposure_page_micros: int = usd(
+        "BILLING_EXPOSURE_PAGE_USD",
+        10_000_000,
+        "page when a window's exposure (USD, up to 6 decimals) reaches this; `0`: never on exposure",
+    )
+    unsettled_rate_pct: int = integer(
+        "BILLING_UNSETTLED_RATE_PCT",
+        5,
+        "page when this share of a window's streams is unsettled",
+        minimum=1,
+    )
+    drift_alert_pct: int = integer(
+        "BILLING_DRIFT_ALERT_PCT",
+        10,
+        "alert when a model's median reported-vs-estimated drift passes this",
+        minimum=1,
+    )
+    drift_window_seconds: int = integer(
+        "BILLING_DRIFT_WINDOW_SECONDS", 3_600, "window of the drift median", minimum=60
+    )
+    parity_window_seconds: int = integer(
+        "BILLING_PARITY_WINDOW_SECONDS",
+        3_600,
+        "streamed/non-streamed twins must be this close in time",
+        minimum=1,
+    )
+    non_streamable_models: tuple[str, ...] = prefixes(
+        "BILLING_NON_STREAMABLE_MODELS", "comma-separated model prefixes that must not stream"
+    )
+    # Limits and retention (docs/operations.md "Limits and retention").
+    batch_bytes: int = integer(
+        "BILLING_BATCH_BYTES",
+        64 << 20,
+        "bytes of call streams (as Redis counts them) one batch reads at most; the rest wait for"
+        " the next batch",
+        minimum=1,
+        shown="`67108864` (64 MiB)",
+    )
+    dead_letter_maxlen: int = integer(
+        "BILLING_DEAD_LETTER_MAXLEN",
+        100_000,
+        "the dead-letter stream is capped near this many entries, oldest dropped first",
+        minimum=1,
+    )
+    alert_retention_days: int = integer(
+        "BILLING_ALERT_RETENTION_DAYS",
+        30,
+        "`alert_events` and `alert_outbox` rows are purged after this many days; `0` keeps them",
+    )
+    anomaly_retention_days: int = integer(
+        "BILLING_ANOMALY_RETENTION_DAYS",
+        90,
+        "`anomalies` rows are purged after this many days; `0` keeps them",
+    )
+    low_balance_micros: int = usd(
+        "BILLING_LOW_BALANCE_USD",
+        0,
+        "alert (`low_balance`) when a funded account's spendable balance falls below this; below"
+        " zero always alerts; `0`: the threshold alert is off",
+    )
+    upstream_leak_micros: int = usd(
+        "BILLING_UPSTREAM_LEAK_USD",
+        1_000_000,
+        "alert (`upstream_leakage`) when a day's upstream usage with no call in the ledger costs this"
+        " much at our prices; `0`: not on cost",
+    )
+    upstream_leak_pct: int = integer(
+        "BILLING_UPSTREAM_LEAK_PCT",
+        1,
+        "...or when its leaked tokens are this share of the day's upstream tokens; `0`: not on share",
+        maximum=100,
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Every declared variable read and checked, in declaration order; the first bad one raises
+        ``ValueError`` naming it. Unset or empty means the default."""
         env = os.environ if env is None else env
-        redis_url = env.get("REDIS_URL") or DEFAULT_REDIS_URL
-        policy = env.get("BILLING_RESOLVE_POLICY") or "release"
-        if policy not in ("release", "charge_estimate", "none"):
-            raise ValueError("BILLING_RESOLVE_POLICY must be release, charge_estimate or none")
-        return cls(
-            redis_url=redis_url,
-            broker_url=env.get("CELERY_BROKER_URL") or redis_url,
-            database_url=env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
-            prefix=env.get("BILLING_PREFIX") or "billing",
-            # At most MAX_PARTITIONS: streams a count change leaves behind are found by name up to
-            # it (``worker.pipeline.partitions``), so a larger count could strand some.
-            partitions=_int(env, "BILLING_PARTITIONS", 1, minimum=1, maximum=MAX_PARTITIONS),
-            batch_size=_int(env, "BILLING_BATCH_SIZE", 200, minimum=1),
-            claim_idle_ms=_int(env, "BILLING_CLAIM_IDLE_MS", 60_000),
-            sweep_idle_ms=_int(env, "BILLING_SWEEP_IDLE_MS", 300_000),
-            grace_seconds=_int(env, "BILLING_GRACE_SECONDS", 3_600),
-            stream_ttl_seconds=_int(env, "BILLING_STREAM_TTL_SECONDS", 86_400, minimum=1),
-            price_book=env.get("BILLING_PRICE_BOOK") or None,
-            hash_salt=_secret(env, "BILLING_HASH_SALT"),
-            resolve_policy=policy,
-            drain_ms=_int(env, "BILLING_DRAIN_MS", 2_000, minimum=100),
-            block_ms=_int(env, "BILLING_BLOCK_MS", 200, minimum=1),
-            sweep_interval_seconds=_int(env, "BILLING_SWEEP_INTERVAL_SECONDS", 10, minimum=1),
-            recheck_seconds=_int(env, "BILLING_RECHECK_SECONDS", 30, minimum=1),
-            redis_cluster=_flag(env, "REDIS_CLUSTER"),
-            metrics_dir=env.get("PROMETHEUS_MULTIPROC_DIR") or None,
-            parity_window_seconds=_int(env, "BILLING_PARITY_WINDOW_SECONDS", 3_600, minimum=1),
-            drift_alert_pct=_int(env, "BILLING_DRIFT_ALERT_PCT", 10, minimum=1),
-            drift_window_seconds=_int(env, "BILLING_DRIFT_WINDOW_SECONDS", 3_600, minimum=60),
-            non_streamable_models=_prefixes(env.get("BILLING_NON_STREAMABLE_MODELS")),
-            alert_window_seconds=_int(env, "BILLING_ALERT_WINDOW_SECONDS", 300, minimum=5),
-            unsettled_rate_pct=_int(env, "BILLING_UNSETTLED_RATE_PCT", 5, minimum=1),
-            alert_webhook_url=env.get("BILLING_ALERT_WEBHOOK_URL") or None,
-            batch_bytes=_int(env, "BILLING_BATCH_BYTES", 64 << 20, minimum=1),
-            dead_letter_maxlen=_int(env, "BILLING_DEAD_LETTER_MAXLEN", 100_000, minimum=1),
-            alert_retention_days=_int(env, "BILLING_ALERT_RETENTION_DAYS", 30),
-            anomaly_retention_days=_int(env, "BILLING_ANOMALY_RETENTION_DAYS", 90),
-            upstream_leak_micros=_int(env, "BILLING_UPSTREAM_LEAK_MICROS", 1_000_000),
-            upstream_leak_pct=_int(env, "BILLING_UPSTREAM_LEAK_PCT", 1, maximum=100),
-        )
+        values: dict[str, Any] = {}
+        for settings_field in fields(cls):
+            d = declaration(settings_field)
+            value = d.read(env, d)
+            if value is None:
+                value = values[d.same_as] if d.same_as else d.default
+            values[settings_field.name] = value
+        if values["alert_digest_seconds"] % values["alert_window_seconds"]:
+            raise ValueError(
+                "BILLING_ALERT_DIGEST_SECONDS must be a multiple of BILLING_ALERT_WINDOW_SECONDS"
+                f" ({values['alert_window_seconds']}), got {values['alert_digest_seconds']}"
+            )
+        return cls(**values)
+
+
+DECLARATIONS: tuple[Declaration, ...] = tuple(declaration(f) for f in fields(Settings))
+# Every environment variable the worker reads, for the deployment files and their test
+# (tests/deploy/test_compose.py checks that nothing else in the package reads another).
+ENV_VARS: tuple[str, ...] = tuple(d.env for d in DECLARATIONS)
 
 
 # Query parameters that carry a secret: libpq's ``password`` and ``sslpassword``, and what other drivers

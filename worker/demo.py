@@ -11,9 +11,7 @@ everything it started.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,13 +25,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import sessionmaker
 
-from models import Failure, Reservation
+from models import AlertEvent, Anomaly, Failure, Reservation
+from worker.alerts.aggregation import window_start
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
 from worker.config import Settings, redact_url
+from worker.demo_funds import fund_demo_account, print_demo_statement
 from worker.demo_webhook import WebhookReceiver
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine, upgrade
+from worker.localservers import MissingBinaryError, ServerStartError
+from worker.localservers.redis_server import PrivateRedis
 from worker.pipeline.keys import Keys
 from worker.reports import snapshot
 from worker.reports.query import build_report
@@ -51,17 +53,12 @@ SEED = int(os.environ.get("DEMO_SEED", "7"))
 WORKDIR = Path("var/demo")
 PREFIX = "demo"
 ALERT_WINDOW_SECONDS = 10
+ALERT_DIGEST_SECONDS = 30
 console = Console(stderr=True)
 
 
 class DemoError(Exception):
     pass
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def find_redis(started: list[subprocess.Popen[bytes]]) -> str:
@@ -71,28 +68,21 @@ def find_redis(started: list[subprocess.Popen[bytes]]) -> str:
         return url
     except redis.RedisError:
         pass
-    binary = shutil.which("redis-server")
-    if binary is None:
+    server = PrivateRedis(WORKDIR / "redis", appendonly=False)
+    try:
+        server.start(timeout=5)
+    except MissingBinaryError:
         raise DemoError(
             f"Redis does not answer at {redact_url(url)} and redis-server is not installed: "
             "install Redis (apt install redis-server) or set REDIS_URL to a running server."
-        )
-    port = _free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    started.append(proc)
-    url = f"redis://127.0.0.1:{port}/0"
-    for _ in range(50):
-        try:
-            redis.Redis.from_url(url).ping()
-            console.print(f"started a private redis-server on 127.0.0.1:{port}")
-            return url
-        except redis.ConnectionError:
-            time.sleep(0.1)
-    raise DemoError(f"the private redis-server on port {port} did not start")
+        ) from None
+    except ServerStartError as exc:
+        raise DemoError(str(exc)) from None
+    finally:
+        if server.proc is not None:
+            started.append(server.proc)
+    console.print(f"started a private redis-server on 127.0.0.1:{server.port}")
+    return server.url()
 
 
 def clear_keys(client: redis.Redis, prefix: str) -> None:
@@ -138,6 +128,7 @@ def run() -> int:
             stale.unlink()
         database_url = f"sqlite:///{db_file}"
         upgrade(database_url)
+        fund_demo_account(database_url)
         clear_keys(client, PREFIX)
         broker_url = redis_url.rsplit("/", 1)[0] + "/15"
         redis.Redis.from_url(broker_url).flushdb()
@@ -153,6 +144,7 @@ def run() -> int:
             "BILLING_DRAIN_MS": "1000",
             "BILLING_ALERT_WEBHOOK_URL": webhook.url,
             "BILLING_ALERT_WINDOW_SECONDS": str(ALERT_WINDOW_SECONDS),
+            "BILLING_ALERT_DIGEST_SECONDS": str(ALERT_DIGEST_SECONDS),
         }
         worker = start_worker(env)
         started.append(worker)
@@ -170,6 +162,7 @@ def run() -> int:
         pairs = run_pairing(sessions, Settings.from_env(env))
         console.print(f"parity: {sum(pairs.values())} streamed/non-streamed twins paired {pairs}")
         print_books(engine, sessions, client, calls)
+        print_demo_statement(database_url)
         if not show_upstream(sessions, calls, console, WORKDIR, seed=SEED):
             raise DemoError("the upstream reconciliation did not find exactly the injected leakage")
         show_alerts(sessions, env, webhook)
@@ -191,22 +184,40 @@ def run() -> int:
 
 
 def show_alerts(sessions: sessionmaker, env: dict[str, str], webhook: WebhookReceiver) -> None:
-    """Deliver the aggregated alerts of the demo's unsettled calls to the local webhook and show them.
+    """Deliver the demo's alerts to the local webhook and show them: a page per alert kind and window
+    past a threshold, a resolved notice when it clears, one digest per kind for the rest.
 
-    The worker's beat runs the same job every 30 s; the demo runs it once itself after the current
-    alert window has closed, so it need not wait for the next tick.
+    The worker's beat runs the same job every 30 s; the demo runs it itself once the digest window
+    holding the last call, and the alert window after it, have closed, so it need not wait for a tick.
     """
     config = AlertConfig.from_settings(Settings.from_env(env), settle_slack=timedelta(0))
-    window = ALERT_WINDOW_SECONDS
-    time.sleep(window - time.time() % window + 0.2)  # let the last window close
+    with sessions() as s:
+        found = [s.scalar(select(func.max(t.detected_at))) for t in (AlertEvent, Anomaly)]
+    last = max((at for at in found if at is not None), default=datetime.now(UTC))
+    until = max(
+        window_start(last, config.digest_window) + config.digest_window,
+        window_start(last, config.window) + 2 * config.window,
+    )
+    wait = (until - datetime.now(UTC)).total_seconds() + 0.2
+    if wait > 0:
+        console.print(f"waiting {wait:.0f} s for the last alert and digest windows to close")
+        time.sleep(wait)
     run_alerts(sessions, config)
     bodies = webhook.received()
     out = Console()
-    out.print(f"alerts received by the webhook at {webhook.url}: {len(bodies)}")
-    for body in bodies[:6]:
-        out.print(f"  • {body.get('text', '')}")
-    if len(bodies) > 6:
-        out.print(f"  … and {len(bodies) - 6} more")
+    windows = Counter((body.get("window_start"), body.get("window_end")) for body in bodies)
+    out.print(
+        f"alerts: {len(bodies)} messages sent to the webhook at {webhook.url}"
+        f" ({', '.join(f'{n} {kind}' for kind, n in sorted(_severities(bodies).items()))};"
+        f" at most {max(windows.values(), default=0)} for one window)"
+    )
+    for body in bodies:
+        out.print(body.get("text", ""), highlight=False, markup=False)
+        out.print()
+
+
+def _severities(bodies: list[dict]) -> Counter[str]:
+    return Counter(str(body.get("severity", body.get("reason"))) for body in bodies)
 
 
 def _decided(sessions: sessionmaker, late_ids: list[str]) -> tuple[int, int]:

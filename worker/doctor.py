@@ -22,8 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from worker import fingerprint_key
 from worker.config import Settings, redact_url
 from worker.pipeline.backlog import dead_letter_count, read_backlog
-from worker.pipeline.consumer import MAX_DELIVERIES
 from worker.pipeline.keys import Keys
+from worker.pipeline.poison import MAX_DELIVERIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,34 +230,28 @@ def check_database(ctx: Context) -> Iterator[Check]:
 
 
 def check_migrations(ctx: Context) -> Iterator[Check]:
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    from worker.ledger.database import alembic_config
+    from worker.schema import revisions
 
     assert ctx.engine is not None
-    heads = set(ScriptDirectory.from_config(alembic_config()).get_heads())
     try:
         with ctx.engine.connect() as conn:
-            current = set(MigrationContext.configure(conn).get_current_heads())
+            found = revisions(conn)
     except SQLAlchemyError as exc:
         yield problem("migrations", first_line(exc), "check the database user's read rights")
         return
-    if current == heads:
-        yield ok("migrations", f"at head {', '.join(sorted(heads))}")
+    if found.at_head:
+        yield ok("migrations", f"at head {found.heads_shown()}")
         return
-    shown = ", ".join(sorted(current)) or "nothing (not migrated)"
-    unknown = current - heads
-    if unknown:
+    if found.ahead:
         yield problem(
             "migrations",
-            f"at {shown}, which this code does not know (head {', '.join(sorted(heads))})",
+            f"at {found.shown()}, which this code does not know (head {found.heads_shown()})",
             "the database is newer than this release: deploy the release that migrated it",
         )
         return
     yield problem(
         "migrations",
-        f"at {shown}, head is {', '.join(sorted(heads))}",
+        f"at {found.shown()}, head is {found.heads_shown()}",
         "run `billing db upgrade` before starting workers of this release",
     )
 

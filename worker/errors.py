@@ -2,7 +2,8 @@
 
 ``BillingError`` is the root. Subclasses of ``InputError`` describe bad input from the gateway: they
 are never retried and end as a dead letter (or a one-line CLI error) with their message as the reason.
-``TransientError`` marks what may succeed on retry (a lost connection, a lock timeout).
+What may succeed on retry (a lost connection, a lock timeout) is decided by ``transient.is_transient``
+from the database's and Redis's own exceptions; the worker raises none of its own.
 """
 
 
@@ -53,7 +54,3 @@ class ConfigError(BillingError):
 
 class LedgerError(BillingError):
     """A ledger operation was refused (e.g. a hold repeated with a different amount)."""
-
-
-class TransientError(BillingError):
-    """A failure that may succeed on retry."""

@@ -107,6 +107,20 @@ INTERRUPTED = Counter(
 ALERT_DELIVERIES = Counter(
     "billing_alert_deliveries_total", "Alert deliveries, by result (ok, failed).", ["result"]
 )
+EXPOSURE = Gauge(
+    "billing_alert_exposure_micros",
+    "Exposure (micro-USD) of the last closed alert window, by alert kind (unsettled: what the held"
+    " calls would cost).",
+    ["kind"],
+    multiprocess_mode="mostrecent",
+)
+DRIFT = Gauge(
+    "billing_drift_median_ppm",
+    "Median reported-vs-estimated completion-token drift (ppm) of the last closed drift window, by"
+    " model.",
+    ["model"],
+    multiprocess_mode="mostrecent",
+)
 
 SWEEP_ACTIONS = ("finalized", "rechecked", "settled_late", "expired", "resolved")
 
@@ -166,6 +180,18 @@ def interrupted(task: str) -> None:
 def alert_delivery(ok: bool) -> None:
     """For the alert senders: one call per delivery attempt that finished (ok) or gave up."""
     ALERT_DELIVERIES.labels("ok" if ok else "failed").inc()
+
+
+def record_alert_window(exposure: dict[str, int], drift: dict[str, int]) -> None:
+    """For the alert aggregation: the last closed window's exposure per kind and the last closed
+    drift window's median per model."""
+    try:
+        for kind, micros in exposure.items():
+            EXPOSURE.labels(kind).set(micros)
+        for model, ppm in drift.items():
+            DRIFT.labels(model).set(ppm)
+    except Exception:
+        log.exception("could not record alert window metrics")
 
 
 class BacklogCollector(Collector):

@@ -56,7 +56,7 @@ def alert_cutoff(settings: Settings, now: datetime) -> datetime | None:
         return None
     config = AlertConfig.from_settings(settings)
     looked_at = config.window * (config.lookback_windows + 2) + config.settle_slack
-    windows = config.drift_window * 3 + config.settle_slack
+    windows = max(config.drift_window, config.digest_window) * 3 + config.settle_slack
     return now - max(timedelta(days=settings.alert_retention_days), looked_at, windows)
 
 

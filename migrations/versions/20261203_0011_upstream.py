@@ -6,7 +6,7 @@ and ``call_routes`` (a call's provider and upstream key label); ``alert_outbox.k
 (the old constraint would fail on them, and say so).
 
 Revision ID: 0011
-Revises: 0009 (the lead relinks it after 0010 at merge)
+Revises: 0010
 Create Date: 2026-12-03 09:00:00.000000
 """
 
@@ -18,13 +18,13 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011"
-down_revision: str | None = "0009"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 WHEN = sa.DateTime(timezone=True)
-OLD_KINDS = ("unsettled", "unsettled_rate", "parity_mismatch", "drift", "anomaly")
+OLD_KINDS = ("unsettled", "unsettled_rate", "parity_mismatch", "drift", "anomaly", "low_balance")
 NEW_KINDS = (*OLD_KINDS, "upstream_leakage")
 
 

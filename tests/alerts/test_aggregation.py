@@ -1,98 +1,170 @@
-"""Aggregation texts, windows, rate and drift decisions: pure, no server."""
+"""Pictures, message texts, windows, rate and exposure decisions: pure, no server."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from models import AlertKind
-from worker.alerts.aggregation import (
-    AnomalyEvent,
-    UnsettledEvent,
-    anomaly_alerts,
-    closed_windows,
-    drift_alerts,
-    median,
-    rate_alert,
-    unsettled_alerts,
-    window_start,
-)
+import pytest
+
+from worker.alerts.aggregation import closed_windows, median, window_start
 from worker.alerts.config import AlertConfig, redact
+from worker.alerts.messages import digest, page, resolved
+from worker.alerts.picture import Finding, Rate, picture
+from worker.alerts.sources import drift_past
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 END = START + timedelta(minutes=5)
 
 
-def events(count: int, reason: str = "error_finish", exposure: int | None = 34_333) -> list:
-    return [
-        UnsettledEvent(f"req_{i}", "acct_7", "gpt-4o", reason, True, exposure) for i in range(count)
+def unsettled(
+    request_id: str,
+    account: str = "acct_7",
+    model: str = "gpt-4o",
+    reason: str = "error_finish",
+    exposure: int | None = 34_333,
+    stream: bool = True,
+) -> Finding:
+    return Finding("unsettled", reason, START, account, model, request_id, exposure, stream)
+
+
+def demo_findings() -> list[Finding]:
+    found = [unsettled(f"req_{i}") for i in range(11)]
+    found.append(unsettled("req_x", exposure=34_337))
+    found += [
+        unsettled(f"req_b{i}", "acct_2", "gpt-4o-mini", "incomplete", 5_000) for i in range(3)
     ]
+    found.append(unsettled("req_u", "acct_2", "gpt-5", "unpriced", None))
+    return found
 
 
-def test_unsettled_text_is_one_line_per_account_model_reason() -> None:
-    group = [*events(11), UnsettledEvent("req_x", "acct_7", "gpt-4o", "error_finish", True, 34_337)]
-    [alert] = unsettled_alerts(group, START, END)
-    assert alert.text == (
-        "12 streams unsettled (error_finish) for acct_7 on gpt-4o in the last 5 min,"
-        " exposure $0.412000"
-    )
-    assert alert.fields["count"] == 12 and alert.fields["exposure_micros"] == 412_000
-    assert alert.payload()["text"] == alert.text and alert.payload()["reason"] == "error_finish"
-
-
-def test_groups_split_and_unpriced_are_counted() -> None:
-    group = events(2) + events(1, "unpriced", None)
-    group.append(UnsettledEvent("req_np", "acct_7", "gpt-4o", "incomplete", False, 10))
-    texts = [alert.text for alert in unsettled_alerts(group, START, END)]
-    assert texts == [
-        "2 streams unsettled (error_finish) for acct_7 on gpt-4o in the last 5 min,"
-        " exposure $0.068666",
-        "1 call unsettled (incomplete) for acct_7 on gpt-4o in the last 5 min, exposure $0.000010",
-        "1 stream unsettled (unpriced) for acct_7 on gpt-4o in the last 5 min, exposure $0.000000"
-        " (+1 unpriced)",
+def test_a_picture_sums_counts_exposure_and_keeps_every_group() -> None:
+    shown = picture("unsettled", demo_findings(), START, END, shown=4)
+    assert (shown.count, shown.exposure_micros, shown.unpriced, shown.streams) == (
+        16, 412_000 + 15_000, 1, 16,
+    )  # fmt: skip
+    assert shown.by_reason == (("error_finish", 12), ("incomplete", 3), ("unpriced", 1))
+    assert [
+        (g.account_id, g.model, g.reason, g.count, g.exposure_micros) for g in shown.groups
+    ] == [
+        ("acct_2", "gpt-4o-mini", "incomplete", 3, 15_000),
+        ("acct_2", "gpt-5", "unpriced", 1, 0),
+        ("acct_7", "gpt-4o", "error_finish", 12, 412_000),
     ]
+    assert [(r.name, r.exposure_micros, r.count) for r in shown.accounts] == [
+        ("acct_7", 412_000, 12), ("acct_2", 15_000, 4),
+    ]  # fmt: skip
+    assert shown.request_ids == ("req_0", "req_1", "req_10", "req_2")
 
 
-def test_dedupe_key_is_per_kind_account_model_reason_and_window() -> None:
-    [a] = unsettled_alerts(events(1), START, END)
-    [b] = unsettled_alerts(events(5), START, END)
-    [c] = unsettled_alerts(events(1), END, END + timedelta(minutes=5))
-    assert a.dedupe_key == b.dedupe_key != c.dedupe_key
+def test_a_finding_of_another_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="anomaly finding in the picture of unsettled"):
+        picture("unsettled", [Finding("anomaly", "no_close", START)], START, END)
 
 
-def test_rate_alert_at_the_threshold_and_not_below() -> None:
-    alert = rate_alert(5, 100, START, END, threshold_pct=5, min_streams=20)
-    assert alert is not None and alert.kind is AlertKind.UNSETTLED_RATE
-    assert alert.text == (
-        "5.0% of streams unsettled in the last 5 min (5 of 100), above the 5% threshold"
+def test_the_page_carries_the_whole_picture() -> None:
+    rate = Rate("streams unsettled", 16, 200, threshold_pct=5, min_total=20)
+    shown = picture(
+        "unsettled", demo_findings(), START, END, rate=rate, exposure_limit_micros=10_000_000
     )
-    assert rate_alert(4, 100, START, END, threshold_pct=5, min_streams=20) is None
-    assert rate_alert(5, 10, START, END, threshold_pct=5, min_streams=20) is None
+    assert shown.pages
+    alert = page(shown)
+    assert alert.text.split("\n") == [
+        "PAGE unsettled: 16 calls unsettled in the 5 min from 2026-11-30 12:00:00 UTC,"
+        " exposure $0.427000 (+1 unpriced)",
+        "thresholds: 8.0% of streams unsettled (16 of 200), crossed the 5% threshold;"
+        " exposure $0.427000, below the $10.000000 threshold",
+        "by reason: error_finish 12, incomplete 3, unpriced 1",
+        "top accounts by exposure: acct_7 $0.412000 (12), acct_2 $0.015000 (4)",
+        "top models by exposure: gpt-4o $0.412000 (12), gpt-4o-mini $0.015000 (3), gpt-5 $0.000000 (1)",
+        "requests: req_0, req_1, req_10, req_2, req_3, req_4, req_5, req_6, req_7, req_8 and 6 more",
+        "list them: billing unsettled list (open ones, oldest first);"
+        " billing report --since 2026-11-30T12:00:00Z --until 2026-11-30T12:05:00Z --by account,model",
+    ]
+    body = alert.payload()
+    assert (body["kind"], body["reason"], body["severity"]) == ("unsettled", "page", "page")
+    assert body["count"] == 16 and body["exposure_micros"] == 427_000
+    assert body["rate"] == {
+        "what": "streams unsettled", "count": 16, "total": 200, "threshold_pct": 5, "crossed": True,
+    }  # fmt: skip
+    assert body["by_reason"] == {"error_finish": 12, "incomplete": 3, "unpriced": 1}
+    assert len(body["groups"]) == 3
 
 
-def test_drift_alert_on_the_median_past_the_threshold() -> None:
+@pytest.mark.parametrize(
+    ("count", "total", "minimum", "crossed"),
+    [
+        (5, 100, 20, True),
+        (4, 100, 20, False),
+        (5, 10, 20, False),
+        (1, 1, 0, True),
+        (0, 0, 0, False),
+    ],
+)
+def test_rate_crosses_at_the_threshold_and_not_below(
+    count: int, total: int, minimum: int, crossed: bool
+) -> None:
+    assert Rate("streams unsettled", count, total, 5, minimum).crossed is crossed
+
+
+def test_exposure_pages_at_its_threshold_and_zero_never_pages() -> None:
+    found = [unsettled("a", exposure=600_000), unsettled("b", exposure=400_000)]
+    assert picture("unsettled", found, START, END, exposure_limit_micros=1_000_000).pages
+    assert not picture("unsettled", found, START, END, exposure_limit_micros=1_000_001).pages
+    assert not picture("unsettled", found, START, END, exposure_limit_micros=0).pages
+    assert not picture("unsettled", found, START, END).pages
+
+
+def test_digest_and_resolved_say_what_they_are() -> None:
+    found = [
+        Finding("anomaly", "no_close", START, "acct_7", "gpt-4o", f"req_{i}") for i in range(3)
+    ]
+    summary = picture("anomaly", found, START, START + timedelta(hours=1))
+    alert = digest(summary, [START + timedelta(minutes=10)], [summary])
+    assert alert.text.split("\n")[:4] == [
+        "DIGEST anomaly: 3 contract anomalies in the hour from 2026-11-30 12:00:00 UTC"
+        " (besides 1 window that paged)",
+        "by reason: no_close 3",
+        "top accounts by count: acct_7 (3)",
+        "top models by count: gpt-4o (3)",
+    ]
+    assert alert.reason == "digest" and alert.payload()["paged_windows"] == [
+        (START + timedelta(minutes=10)).isoformat()
+    ]
+    quiet = picture("unsettled", [], END, END + timedelta(minutes=5), exposure_limit_micros=10)
+    notice = resolved(quiet, [START - timedelta(minutes=5), START])
+    assert notice.text.startswith(
+        "RESOLVED unsettled: back under the thresholds in the 5 min from 2026-11-30 12:05:00 UTC;"
+        " it paged 2 windows since 2026-11-30 11:55:00 UTC"
+    )
+    assert notice.reason == "resolved"
+
+
+def test_dedupe_keys_are_per_kind_severity_and_window() -> None:
+    one = page(picture("unsettled", demo_findings(), START, END, exposure_limit_micros=1))
+    more = page(picture("unsettled", demo_findings()[:3], START, END, exposure_limit_micros=1))
+    later = page(
+        picture(
+            "unsettled", demo_findings(), END, END + timedelta(minutes=5), exposure_limit_micros=1
+        )
+    )
+    same_window_digest = digest(picture("unsettled", demo_findings(), START, END), [], [])
+    assert one.dedupe_key == more.dedupe_key
+    assert len({one.dedupe_key, later.dedupe_key, same_window_digest.dedupe_key}) == 3
+
+
+def test_drift_past_the_threshold_on_the_median() -> None:
     values = [120_000, 110_000, 130_000, -5_000, 150_000]
     assert median(values) == 120_000
-    [alert] = drift_alerts(
+    [found] = drift_past(
         {"gpt-4o": (median(values), 5), "gpt-4o-mini": (20_000, 5)},
-        START,
-        END,
-        threshold_pct=10,
-        min_samples=3,
-    )
-    assert alert.model == "gpt-4o"
-    assert alert.text.startswith("gpt-4o: median completion-token drift +12.00%")
-    assert not drift_alerts({"m": (-200_000, 2)}, START, END, threshold_pct=10, min_samples=3)
-    [negative] = drift_alerts({"m": (-200_000, 3)}, START, END, threshold_pct=10, min_samples=3)
-    assert "-20.00%" in negative.text
-
-
-def test_anomaly_alerts_name_the_requests() -> None:
-    found = [AnomalyEvent(f"req_{i}", "acct_7", "gpt-4o", "no_close") for i in range(3)]
-    [alert] = anomaly_alerts(found, START, END, shown=2)
-    assert alert.text == (
-        "3 contract anomalies (no_close) for acct_7 on gpt-4o in the last 5 min:"
-        " req_0, req_1 and 1 more"
-    )
+        START, END, threshold_pct=10, min_samples=3,
+    )  # fmt: skip
+    assert found.model == "gpt-4o" and found.facts["median_drift_ppm"] == 120_000
+    assert found.note.startswith("gpt-4o: median completion-token drift +12.00%")
+    assert window_start(found.at, END - START) == START  # counted in the window it ends
+    assert not drift_past({"m": (-200_000, 2)}, START, END, threshold_pct=10, min_samples=3)
+    [negative] = drift_past({"m": (-200_000, 3)}, START, END, threshold_pct=10, min_samples=3)
+    assert "-20.00%" in negative.note
 
 
 def test_windows_are_aligned_and_closed_after_the_slack() -> None:
@@ -105,6 +177,13 @@ def test_windows_are_aligned_and_closed_after_the_slack() -> None:
     # 10 s into a window, the previous one is still inside the slack: not closed yet
     early = closed_windows(START + timedelta(seconds=10), window, timedelta(seconds=30), 1)
     assert early == [(START - 2 * window, START - window)]
+
+
+def test_the_digest_window_is_a_multiple_of_the_alert_window() -> None:
+    with pytest.raises(ValueError, match="must be a multiple of the alert window"):
+        AlertConfig(window=timedelta(seconds=300), digest_window=timedelta(seconds=450))
+    with pytest.raises(ValueError, match="must be a multiple"):
+        AlertConfig(window=timedelta(seconds=300), digest_window=timedelta(seconds=60))
 
 
 def test_backoff_doubles_and_is_capped() -> None:

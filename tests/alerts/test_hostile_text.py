@@ -17,10 +17,13 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
 from models import OutboxAlert
-from worker.alerts.aggregation import UnsettledEvent, unsettled_alerts, webhook_text
+from worker.alerts.aggregation import webhook_text
 from worker.alerts.config import AlertConfig
+from worker.alerts.messages import page
 from worker.alerts.outbox import enqueue
+from worker.alerts.picture import Finding, picture
 from worker.alerts.webhook import deliver
+from worker.terminal import printable
 
 MODEL = "gpt\x1b[2J\x07<!channel>"
 ACCOUNT = "acct <http://x|click> & co"
@@ -28,12 +31,11 @@ START = datetime(2031, 6, 1, 12, 0, tzinfo=UTC)
 
 
 def hostile_alert():
-    [alert] = unsettled_alerts(
-        [UnsettledEvent("req_1", ACCOUNT, MODEL, "error_finish", True, 10)],
-        START,
-        START + timedelta(minutes=5),
-    )
-    return alert
+    found = [
+        Finding("unsettled", "error_finish", START, ACCOUNT, MODEL, "req_1\n<!here>", 10, True)
+    ]
+    end = START + timedelta(minutes=5)
+    return page(picture("unsettled", found, START, end, exposure_limit_micros=1))
 
 
 def test_the_webhook_text_escapes_slack_syntax_and_controls() -> None:
@@ -45,16 +47,25 @@ def test_the_webhook_text_escapes_slack_syntax_and_controls() -> None:
     assert "<" not in text and ">" not in text
     assert "\x1b" not in text and "\x07" not in text
     assert "gpt\\x1b[2J\\x07" in text  # visible, not interpreted
-    # The structured fields stay exact (JSON carries them safely), and so does the stored text.
-    assert alert.payload()["model"] == MODEL and alert.payload()["account_id"] == ACCOUNT
-    assert MODEL in alert.text
+    # A newline in a value never starts a line of its own: the lines are the message's.
+    assert "req_1\\n&lt;!here&gt;" in text
+    assert [line.split(":")[0] for line in text.split("\n")] == [
+        "PAGE unsettled", "thresholds", "by reason", "top accounts by exposure",
+        "top models by exposure", "requests", "list them",
+    ]  # fmt: skip
+    # The structured fields stay exact (JSON carries them safely); the stored text has the values
+    # escaped for a terminal.
+    [group] = alert.payload()["groups"]
+    assert group["model"] == MODEL and group["account_id"] == ACCOUNT
+    assert printable(MODEL) in alert.text
 
 
 @given(st.text())
 def test_webhook_text_leaves_no_markup_nor_control(text: str) -> None:
     shown = webhook_text(text)
     assert "<" not in shown and ">" not in shown
-    assert all(c.isprintable() for c in shown)
+    assert all(c.isprintable() for line in shown.split("\n") for c in line)
+    assert shown.count("\n") == text.count("\n")  # only the message's own line breaks
     # every & is the start of one of the three entities
     rest = shown.replace("&amp;", "").replace("&lt;", "").replace("&gt;", "")
     assert "&" not in rest
@@ -79,7 +90,7 @@ def test_delivered_body_and_log_lines_are_escaped(
         assert enqueue(s, [hostile_alert()], datetime.now(UTC)) == 1
     stats = deliver(sessions, AlertConfig(webhook_url=receiver.url))
     assert stats.delivered >= 1
-    [body] = [b for b in receiver.bodies if b.get("model") == MODEL]
+    [body] = [b for b in receiver.bodies if b.get("groups", [{}])[0].get("model") == MODEL]
     assert "&lt;!channel&gt;" in body["text"] and "<" not in body["text"]
     assert "\x1b" not in body["text"] and "\x07" not in body["text"]
     assert "\x1b" not in caplog.text and "\x07" not in caplog.text

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from freezegun import freeze_time
 from parity.calls import meta_dict, run_call, usage
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -165,9 +166,7 @@ def test_two_concurrent_deliverers_never_send_twice(pg_engine: Engine, receiver)
         s.execute(delete(OutboxAlert))
 
 
-def test_unsettled_calls_aggregate_into_one_message_per_window_and_a_rate_alert(
-    sessions, clean, receiver
-) -> None:
+def test_unsettled_calls_page_once_then_resolve_once(sessions, clean, receiver) -> None:
     at = base_time()
     account = f"acct_{uuid.uuid4().hex[:6]}"
     config = AlertConfig(webhook_url=receiver.url, rate_min_streams=4, unsettled_rate_pct=50)
@@ -179,23 +178,59 @@ def test_unsettled_calls_aggregate_into_one_message_per_window_and_a_rate_alert(
     with freeze_time(at + timedelta(minutes=2)):
         assert run_alerts(sessions, config).queued == 0  # the window is still open
     with freeze_time(at + timedelta(minutes=5, seconds=31)):
-        assert run_alerts(sessions, config).queued == 2
+        assert run_alerts(sessions, config).queued == 1
         again = run_alerts(sessions, config)
     assert again.queued == 0 and again.delivery.delivered == 0
-    texts = sorted(body["text"] for body in receiver.bodies)
-    assert len(texts) == 2
-    rate, unsettled_text = texts[1], texts[0]
-    assert rate == "75.0% of streams unsettled in the last 5 min (3 of 4), above the 50% threshold"
+    [body] = receiver.bodies
+    lines = body["text"].split("\n")
     assert re.fullmatch(
-        rf"3 streams unsettled \(error_finish\) for {account} on gpt-4o in the last 5 min,"
-        r" exposure \$0\.\d{6}",
-        unsettled_text,
+        r"PAGE unsettled: 3 calls unsettled in the 5 min from .* UTC, exposure \$0\.\d{6}", lines[0]
     )
-    [unsettled] = [body for body in receiver.bodies if body["kind"] == "unsettled"]
-    assert len(unsettled["request_ids"]) == 3 and unsettled["count"] == 3
+    assert lines[1].startswith(
+        "thresholds: 75.0% of streams unsettled (3 of 4), crossed the 50% threshold"
+    )
+    assert lines[2] == "by reason: error_finish 3"
+    assert (body["kind"], body["reason"], body["count"]) == ("unsettled", "page", 3)
+    assert body["groups"] == [
+        {"account_id": account, "model": "gpt-4o", "reason": "error_finish", "count": 3,
+         "exposure_micros": body["exposure_micros"], "unpriced": 0},
+    ]  # fmt: skip
+    assert len(body["request_ids"]) == 3
+    # the exposure gauge of the last closed window says the same
+    exposure = REGISTRY.get_sample_value("billing_alert_exposure_micros", {"kind": "unsettled"})
+    assert exposure == body["exposure_micros"] > 0
+    # the next window is quiet: one resolved notice, once
+    with freeze_time(at + timedelta(minutes=10, seconds=31)):
+        assert run_alerts(sessions, config).queued == 1
+    with freeze_time(at + timedelta(minutes=15, seconds=31)):
+        assert run_alerts(sessions, config).queued == 0
+    assert [b["reason"] for b in receiver.bodies] == ["page", "resolved"]
+    assert receiver.bodies[1]["text"].startswith("RESOLVED unsettled: back under the thresholds")
+    # the digest of the hour has nothing left: the one window with findings paged
+    with freeze_time(at + timedelta(hours=1, seconds=31)):
+        assert run_alerts(sessions, config).queued == 0
 
 
-def test_drift_is_stored_and_a_median_past_the_threshold_alerts(sessions, clean) -> None:
+def test_quiet_windows_go_to_one_digest(sessions, clean, receiver) -> None:
+    at = base_time()
+    account = f"acct_{uuid.uuid4().hex[:6]}"
+    config = AlertConfig(webhook_url=receiver.url, rate_min_streams=1_000)
+    with sessions() as s, s.begin():
+        for minute in (1, 12, 31):
+            data = meta_dict(stream=True, account=account, created_at=at)
+            run_call(s, data, finish="error", now=at + timedelta(minutes=minute))
+    with freeze_time(at + timedelta(minutes=55)):
+        assert run_alerts(sessions, config).queued == 0  # below every threshold: no page
+    with freeze_time(at + timedelta(hours=1, seconds=31)):
+        assert run_alerts(sessions, config).queued == 1
+        assert run_alerts(sessions, config).queued == 0
+    [body] = receiver.bodies
+    assert (body["kind"], body["reason"], body["count"]) == ("unsettled", "digest", 3)
+    assert body["text"].startswith("DIGEST unsettled: 3 calls unsettled in the hour from")
+    assert [w["groups"][0]["count"] for w in body["windows"]] == [1, 1, 1]
+
+
+def test_drift_is_stored_and_a_median_past_the_threshold_is_in_the_digest(sessions, clean) -> None:
     at = base_time()
     model = "gpt-4o-mini"
     config = AlertConfig(drift_min_samples=3, drift_alert_pct=10)
@@ -206,8 +241,11 @@ def test_drift_is_stored_and_a_median_past_the_threshold_alerts(sessions, clean)
     with freeze_time(at + timedelta(hours=1, seconds=31)):
         run = run_alerts(sessions, config)
     assert run.delivery.logged >= 1
-    drift = [row for row in rows(sessions) if row.kind == "drift" and row.model == model]
-    assert len(drift) == 1
+    drift = [row for row in rows(sessions) if row.kind == "drift"]
+    assert len(drift) == 1 and drift[0].reason == "digest"
     body = orjson.loads(drift[0].payload)
-    assert body["samples"] == 3 and body["median_drift_ppm"] > 100_000
-    assert drift[0].text.startswith(f"{model}: median completion-token drift +")
+    [detail] = [d for d in body["details"] if d["model"] == model]
+    assert detail["samples"] == 3 and detail["median_drift_ppm"] > 100_000
+    assert f"details: {model}: median completion-token drift +" in drift[0].text
+    gauge = REGISTRY.get_sample_value("billing_drift_median_ppm", {"model": model})
+    assert gauge == detail["median_drift_ppm"]

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from worker.localservers.postgres_server import PrivatePostgres
+from worker.localservers.redis_server import PrivateRedis
+
 from .harness import Figures
-from .services import PrivatePostgres, PrivateRedis
 
 REPO = Path(__file__).resolve().parents[2]
 FIGURES_FILE = REPO / "var" / "chaos" / "figures.txt"

@@ -22,7 +22,8 @@ from sqlalchemy import text
 
 from tests.chaos.fuzzing import meta, streamed_entries
 from worker.pipeline.backlog import stream_backlog
-from worker.pipeline.consumer import BatchStats, reconcile_record
+from worker.pipeline.calls import BatchStats
+from worker.pipeline.reconciling import reconcile_record
 from worker.pipeline.runtime import Runtime
 
 

@@ -8,7 +8,6 @@ which the consumer group shares out.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import random
 import signal
@@ -17,15 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from worker.localservers.processes import die_with_parent
+
 REPO = Path(__file__).resolve().parents[2]
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """In a child before exec: the kernel sends it SIGTERM when the test process dies, however it
-    dies (a timeout's SIGKILL included), so no worker or server outlives its run as an orphan."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def worker_env(

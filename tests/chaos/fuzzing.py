@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 
 from worker.errors import InputError
-from worker.pipeline.consumer import reconcile_record
+from worker.pipeline.reconciling import reconcile_record
 from worker.prices import PriceBook, load_price_book
 from worker.result import Outcome, Result
 from worker.simulation.calls import plan

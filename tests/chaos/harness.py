@@ -23,13 +23,15 @@ from typing import Any
 from sqlalchemy.orm import sessionmaker
 
 from worker.ledger.database import make_engine
+from worker.localservers.postgres_server import PrivatePostgres
+from worker.localservers.processes import die_with_parent
+from worker.localservers.redis_server import PrivateRedis
 from worker.pipeline.backlog import stream_backlog
 from worker.pipeline.keys import Keys
 from worker.simulation.calls import SimCall
 
-from .fleet import Fleet, die_with_parent, worker_env
+from .fleet import Fleet, worker_env
 from .model import Verdict, check, dead_letter_ids, decided, digest, read_ledger
-from .services import PrivatePostgres, PrivateRedis
 
 
 @dataclass

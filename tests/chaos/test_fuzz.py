@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from worker.pipeline.consumer import reconcile_record
+from worker.pipeline.reconciling import reconcile_record
 from worker.result import Outcome, UsageSource
 
 from .fuzzing import (

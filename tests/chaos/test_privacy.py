@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import text
 
 from worker.ledger.database import make_engine
+from worker.localservers.redis_server import PrivateRedis
 from worker.pipeline.keys import Keys
 from worker.simulation.calls import plan
 from worker.simulation.driver import play
@@ -28,7 +29,6 @@ from worker.sse import iter_frames
 
 from .fleet import REPO, Fleet, worker_env
 from .harness import ChaosRun, assert_clean
-from .services import PrivateRedis
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e, pytest.mark.postgres]
 

@@ -13,12 +13,11 @@ from sqlalchemy.orm import sessionmaker
 from worker.config import Settings
 from worker.ledger.database import make_engine, upgrade
 from worker.ledger.operations import hold
+from worker.localservers.redis_server import PrivateRedis
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
 from worker.pipeline.sweeper import Sweeper
 from worker.request import request_from_dict
-
-from .services import PrivateRedis
 
 pytestmark = [pytest.mark.chaos]
 

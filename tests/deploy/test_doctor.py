@@ -12,10 +12,9 @@ from conftest import REDIS_URL
 
 from worker.cli import main
 from worker.config import ENV_VARS
-from worker.ledger.database import make_engine, upgrade
+from worker.ledger.database import downgrade, make_engine, upgrade
+from worker.localservers.ports import free_port
 from worker.pipeline.keys import Keys
-
-from .servers import free_port
 
 pytestmark = pytest.mark.redis
 
@@ -82,6 +81,18 @@ def test_unmigrated_database_is_a_problem(tmp_path: Path, prefix: str) -> None:
     assert status == "PROBLEM" and "not migrated" in line
     assert "billing db upgrade" in advice
     assert found["database"][0] == "ok" and found["redis"][0] == "ok"
+
+
+def test_database_behind_head_is_a_problem_with_upgrade_advice(tmp_path: Path, prefix: str) -> None:
+    """A known revision short of head is behind, not "newer than this release"."""
+    url = f"sqlite:///{tmp_path / 'behind.db'}"
+    upgrade(url)
+    downgrade(url, "-1")
+    result, found = doctor(base_env(prefix, url))
+    assert result.exit_code == 1
+    status, line, advice = found["migrations"]
+    assert status == "PROBLEM" and ", head is " in line and "does not know" not in line
+    assert "billing db upgrade" in advice
 
 
 def test_missing_sqlite_file_is_reported_and_not_created(tmp_path: Path, prefix: str) -> None:

@@ -16,17 +16,16 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from worker.cli.metrics import prepare_multiprocess_dir
-from worker.pipeline.consumer import BatchStats
+from worker.localservers.ports import free_port
+from worker.pipeline.calls import BatchStats
 from worker.pipeline.keys import Keys
-
-from .servers import free_port
 
 BILLING = str(Path(sys.executable).parent / "billing")
 
 RECORDER = textwrap.dedent(
     """
     from worker import metrics
-    from worker.pipeline.consumer import BatchStats
+    from worker.pipeline.calls import BatchStats
     from worker.pipeline.sweeper import SweepStats
 
     stats = BatchStats(
@@ -152,7 +151,7 @@ def test_in_process_metrics_without_a_directory(redis_client: redis.Redis, prefi
         f"""
         import threading, urllib.request
         from worker import metrics
-        from worker.pipeline.consumer import BatchStats
+        from worker.pipeline.calls import BatchStats
         from worker.pipeline.keys import Keys
         from worker.pipeline.runtime import redis_client
         from prometheus_client import start_http_server

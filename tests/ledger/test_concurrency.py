@@ -14,7 +14,8 @@ from ledger.factories import make_meta, settled, unsettled
 from models import Reservation, Transaction
 from worker.errors import LedgerError
 from worker.ledger.balances import balance, unbalanced_transactions
-from worker.ledger.operations import apply_result, hold, is_transient, resolve
+from worker.ledger.operations import apply_result, hold, resolve
+from worker.transient import is_transient
 
 pytestmark = pytest.mark.postgres
 GRACE = timedelta(hours=1)

@@ -26,6 +26,8 @@ TABLES = {
     "alert_outbox",
     "money_daily",
     "deployment_secrets",
+    "account_credits",
+    "credit_limits",
     "upstream_usage",
     "upstream_costs",
     "upstream_revisions",

@@ -9,6 +9,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import OutboxAlert, ParityPair, Reservation, UsageRecord
+from worker.alerts.config import AlertConfig
+from worker.alerts.messages import digest
+from worker.alerts.picture import picture
+from worker.alerts.sources import parity_mismatch
 from worker.ledger.parity_ops import pair_twins
 from worker.parity import drift_ppm
 
@@ -56,13 +60,21 @@ def test_a_mismatch_raises_an_alert_with_both_request_ids(session: Session, uniq
     assert pair_twins(session, window=WINDOW, now=T0, book=BOOK)["mismatch"] == 1
     [pair] = pairs(session)
     assert pair.mismatched == "prompt_tokens,completion_tokens,charge"
-    [alert] = session.scalars(select(OutboxAlert))
-    assert alert.kind == "parity_mismatch" and alert.status == "pending"
+    # the pair is the finding; the aggregation turns it into its kind's message (no row at once)
+    assert session.scalar(select(OutboxAlert.id)) is None
+    config = AlertConfig(window=timedelta(minutes=5))
+    [found] = parity_mismatch(session, T0, T0 + timedelta(minutes=5), config)
+    assert (found.kind, found.reason) == (
+        "parity_mismatch",
+        "prompt_tokens,completion_tokens,charge",
+    )
+    assert found.facts["streamed_request_id"] == streamed["request_id"]
+    assert found.facts["plain_request_id"] == plain["request_id"]
+    summary = picture("parity_mismatch", [found], T0, T0 + timedelta(hours=1))
+    alert = digest(summary, [], [summary])
     assert streamed["request_id"] in alert.text and plain["request_id"] in alert.text
-    body = orjson.loads(alert.payload)
-    assert body["streamed_request_id"] == streamed["request_id"]
-    assert body["plain_request_id"] == plain["request_id"]
-    assert body["text"] == alert.text
+    body = orjson.loads(orjson.dumps(alert.payload()))
+    assert body["details"][0]["plain_request_id"] == plain["request_id"]
 
 
 def test_different_outputs_compare_prompt_tokens_and_rates_only(

@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from models.reservations import Reservation
 from worker.config import Settings
 from worker.ledger.database import make_engine
-from worker.pipeline.consumer import BatchStats, Consumer
+from worker.pipeline.calls import BatchStats
+from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 

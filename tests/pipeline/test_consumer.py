@@ -125,7 +125,7 @@ def test_redelivery_after_a_crash_before_ack_changes_nothing(
     m = meta(account)
     play(publisher, m, frames(usage=False))  # unsettled: stream kept, so a redo re-reads it
     stream = consumer.keys.events()
-    consumer.ensure_group(stream)
+    consumer.intake.ensure_group(stream)
     entries = consumer.read(stream, None)
     consumer.process(stream, entries)
     # the same entries delivered again, as if the first consumer died before XACK
@@ -143,7 +143,7 @@ def test_pending_entries_of_a_dead_consumer_are_claimed(
     play(publisher, m, frames())
     dead = Consumer(redis_client, sessions, settings, name="dead")
     stream = dead.keys.events()
-    dead.ensure_group(stream)
+    dead.intake.ensure_group(stream)
     assert len(dead.read(stream, None)) == 2  # read, never processed, never acked
     survivor = Consumer(
         redis_client,
@@ -288,17 +288,18 @@ def test_late_usage_of_an_unpriced_model_turns_the_reason_to_unpriced(
 def test_a_call_that_always_fails_is_dead_lettered_after_max_deliveries(
     redis_client, sessions, settings, publisher, account, monkeypatch
 ) -> None:
-    import worker.pipeline.consumer as consumer_module
+    import worker.pipeline.poison as poison_module
+    import worker.pipeline.reconciling as reconciling_module
 
     poison, good = meta(account), meta(account)
-    real_reconcile = consumer_module.reconcile_call
+    real_reconcile = reconciling_module.reconcile_call
 
     def flaky(entries, request_id, book):
         if request_id == poison["request_id"]:
             raise RuntimeError("a bug")
         return real_reconcile(entries, request_id, book)
 
-    monkeypatch.setattr(consumer_module, "reconcile_call", flaky)
+    monkeypatch.setattr(reconciling_module, "reconcile_call", flaky)
     eager = Consumer(
         redis_client,
         sessions,
@@ -307,15 +308,13 @@ def test_a_call_that_always_fails_is_dead_lettered_after_max_deliveries(
     )
     play(publisher, poison, frames())
     play(publisher, good, frames())
-    for _ in range(consumer_module.MAX_DELIVERIES + 2):
+    for _ in range(poison_module.MAX_DELIVERIES + 2):
         eager.poll(block_ms=None)
     assert status(sessions, good["request_id"]) == "settled"
     keys = eager.keys
     reasons = [fields[b"reason"].decode() for _, fields in redis_client.xrange(keys.dead)]
     # one dead letter per original notification (its open and its close)
-    assert (
-        reasons == [f"gave up after {consumer_module.MAX_DELIVERIES} deliveries: RuntimeError"] * 2
-    )
+    assert reasons == [f"gave up after {poison_module.MAX_DELIVERIES} deliveries: RuntimeError"] * 2
     assert redis_client.xpending(keys.events(), keys.group)["pending"] == 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-import worker.pipeline.consumer as consumer_module
+import worker.pipeline.gathering as gathering_module
 import worker.pipeline.sweeper as sweeper_module
 from worker.config import Settings
 from worker.pipeline import entries, reading
@@ -48,7 +48,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, int]]]:
         seen.append([(rid, count) for rid, count in asked if count > 0])
         return real(client, keys, asked)
 
-    monkeypatch.setattr(consumer_module, "read_streams", spy)
+    monkeypatch.setattr(gathering_module, "read_streams", spy)
     monkeypatch.setattr(sweeper_module, "read_streams", spy)
     return seen
 
@@ -102,7 +102,7 @@ def test_calls_past_the_budget_stay_pending_until_their_own_commit(
     assert redis_client.xpending(stream, consumer.keys.group)["pending"] == 2
     # Another consumer that claimed and finished them meanwhile: they are not redone here.
     redis_client.xack(stream, consumer.keys.group, *[entry_id for entry_id, _ in batch.rest])
-    assert consumer._keep(stream, batch.rest) == []
+    assert consumer.intake.keep(stream, batch.rest) == []
 
 
 def test_a_stream_with_too_many_entries_is_refused_unread_and_deleted(

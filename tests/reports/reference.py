@@ -1,182 +1,195 @@
-"""The report's statements as they were before the calls pass was split (``report-speed``), kept as the
-oracle the faster ones must equal: one LEFT JOIN of every call to its estimated usage record and its
-failure with a FILTER aggregate per figure, the day as ``timezone('UTC', …)``, the money of a partial
-window from the ledger join with that day, and anomalies joined to the window's reservations.
+"""An oracle for the report that shares nothing with it but the schema: plain ``SELECT``s of the raw
+rows (reservations, usage records, failures, transactions, entries, ledger accounts, anomalies) and
+every figure counted and summed in Python.
 
-``reference_report`` assembles them as ``build_report`` does (grain rows, then the group rows, the
-per-day series and the total as sums of them), so a test compares whole reports.
+Where the report groups and filters in SQL, picks the money rollup for whole days, computes the UTC
+day in the database and chooses between two anomaly statements, this reads rows and does the
+arithmetic by the figures' definitions (docs/reports.md): a call is in the window when its
+reservation was created in ``[since, until)``; its day is the UTC date of that instant; money is read
+from the ledger's entries alone, whatever the window (the rollup must equal the ledger).
+``reference_report`` returns the group rows, the per-day series, the total and the anomalies.
 """
 
 from __future__ import annotations
 
-from datetime import date
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Date, case, cast, func, select, true
-from sqlalchemy.sql import ColumnElement
+from sqlalchemy import Connection, bindparam, text
 
-from models import MONEY_COLUMNS
-from worker.reports.model import REASONS, GroupRow, Tally
-from worker.reports.query import (
-    RESOLVE_ACTIONS,
-    anomalies,
-    entries,
-    failures,
-    grain,
-    ledger_accounts,
-    money_statement,
-    reservations,
-    transactions,
-    usage_records,
-    whole_days,
-    window_clause,
-)
+from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, GroupRow, Tally
 from worker.reports.spec import ReportSpec
 
 
-def _day(dialect: str) -> ColumnElement[Any]:
-    created = reservations.c.created_at
-    if dialect == "postgresql":
-        return cast(func.timezone("UTC", created), Date)
-    return func.date(created)
+@dataclass(frozen=True)
+class _Call:
+    id: int
+    account: str
+    model: str
+    created_at: datetime
+    status: str
+    stream: bool
+    reserved: int
+
+    def value(self, key: str) -> str:
+        if key == "day":
+            return self.created_at.date().isoformat()
+        return {"account": self.account, "model": self.model}[key]
 
 
-def _dimension(key: str, dialect: str) -> ColumnElement[Any]:
-    if key == "day":
-        return _day(dialect)
-    return {"account": reservations.c.account_id, "model": reservations.c.model}[key]
+def _utc(value: Any) -> datetime:
+    """A stored instant as an aware UTC datetime: PostgreSQL returns one, SQLite returns text."""
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
 
 
-def _key(row: Any, keys: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(
-        row[key].isoformat() if isinstance(row[key], date) else str(row[key]) for key in keys
-    )
+def _rows(conn: Connection, sql: str, ids: Sequence[int] | None = None) -> list[Any]:
+    """``sql``'s rows; with ``ids``, its ``:ids`` is the list (nothing to fetch when it is empty)."""
+    if ids is None:
+        return list(conn.execute(text(sql)).all())
+    if not ids:
+        return []
+    statement = text(sql).bindparams(bindparam("ids", expanding=True))
+    return list(conn.execute(statement, {"ids": list(ids)}).all())
 
 
-def calls_statement(spec: ReportSpec, dialect: str) -> Any:
-    r, f = reservations, failures
-    estimated = (
-        select(usage_records.c.reservation_id)
-        .where(usage_records.c.usage_source == "estimated")
-        .subquery("estimated")
-    )
-    count = func.count
-    dims = [_dimension(key, dialect).label(key) for key in grain(spec)]
-    measures = [
-        count().label("calls"),
-        count().filter(r.c.stream == true()).label("streamed"),
-        count().filter(r.c.status == "settled").label("settled"),
-        count(estimated.c.reservation_id).label("settled_estimated"),
-        *(count().filter(f.c.reason == reason).label(f"unsettled_{reason}") for reason in REASONS),
-        *(
-            count().filter(f.c.action == action).label(f"resolved_{action}")
-            for action in RESOLVE_ACTIONS
-        ),
-        count().filter(r.c.status == "voided").label("void"),
-        count().filter(r.c.status == "held").label("pending"),
-        func.sum(r.c.reserved_micros)
-        .filter(r.c.status.in_(("held", "unsettled")))
-        .label("still_held"),
-        func.sum(f.c.exposure_micros).filter(f.c.action.is_(None)).label("exposure"),
-    ]
-    return (
-        select(*dims, *measures)
-        .select_from(
-            r.outerjoin(estimated, estimated.c.reservation_id == r.c.id).outerjoin(
-                f, f.c.reservation_id == r.c.id
-            )
-        )
-        .where(window_clause(spec))
-        .group_by(*dims)
-    )
-
-
-def calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str, int]]:
-    keys = grain(spec)
+def _window_calls(conn: Connection, spec: ReportSpec) -> dict[int, _Call]:
+    since, until = spec.since.astimezone(UTC), spec.until.astimezone(UTC)
     found = {}
-    for row in conn.execute(calls_statement(spec, conn.dialect.name)).mappings():
-        values = {name: int(row[name] or 0) for name in row if name not in keys}
-        values["settled_reported"] = values.pop("settled") - values["settled_estimated"]
-        values["non_streamed"] = values["calls"] - values["streamed"]
-        found[_key(row, keys)] = values
+    for row in _rows(
+        conn,
+        "SELECT id, account_id, model, created_at, status, stream, reserved_micros"
+        " FROM reservations",
+    ):
+        created = _utc(row.created_at)
+        if since <= created < until:
+            found[row.id] = _Call(
+                row.id, str(row.account_id), str(row.model), created, str(row.status),
+                bool(row.stream), int(row.reserved_micros),
+            )  # fmt: skip
     return found
 
 
-def ledger_money_statement(keys: tuple[str, ...], dialect: str, spec: ReportSpec) -> Any:
-    e, t, la = entries, transactions, ledger_accounts
-    calls = select(reservations.c.id, *(_dimension(key, dialect).label(key) for key in keys))
-    window = calls.where(window_clause(spec)).subquery("calls")
-    credit = e.c.direction == "credit"
-    measures = [
-        func.sum(e.c.amount).filter(t.c.kind == "hold", credit).label("held"),
-        func.sum(case((credit, e.c.amount), else_=-e.c.amount)).filter(la.c.kind == "revenue")
-        .label("charged"),
-        func.sum(e.c.amount).filter(t.c.kind == "true_up", la.c.kind == "revenue", credit)
-        .label("true_ups"),
-        func.sum(e.c.amount).filter(la.c.kind == "available", credit).label("released"),
-    ]  # fmt: skip
-    dims = [window.c[key] for key in keys]
-    return (
-        select(*dims, *measures)
-        .select_from(
-            e.join(t, t.c.id == e.c.transaction_id)
-            .join(window, window.c.id == t.c.reservation_id)
-            .join(la, la.c.id == e.c.ledger_account_id)
+def _counts(conn: Connection, calls: dict[int, _Call]) -> dict[int, Counter[str]]:
+    """Each call's count figures (0 or 1 each) and its still-held and open exposure amounts."""
+    ids = list(calls)
+    usage = {
+        row.reservation_id: str(row.usage_source)
+        for row in _rows(
+            conn,
+            "SELECT reservation_id, usage_source FROM usage_records WHERE reservation_id IN :ids",
+            ids,
         )
-        .group_by(*dims)
-    )
-
-
-def money(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str, int]]:
-    keys = grain(spec)
-    if whole_days(spec):  # the rollup's path, which this branch does not change
-        statement = money_statement(spec, conn.dialect.name)
-    else:
-        statement = ledger_money_statement(keys, conn.dialect.name, spec)
-    return {
-        _key(row, keys): {name: int(row[name] or 0) for name in MONEY_COLUMNS}
-        for row in conn.execute(statement).mappings()
     }
+    per_call: dict[int, Counter[str]] = {}
+    for call in calls.values():
+        counts: Counter[str] = Counter(calls=1)
+        counts["streamed" if call.stream else "non_streamed"] += 1
+        if call.status == "settled":
+            source = usage.get(call.id)
+            counts["settled_estimated" if source == "estimated" else "settled_reported"] += 1
+        elif call.status == "voided":
+            counts["void"] += 1
+        elif call.status == "held":
+            counts["pending"] += 1
+        if call.status in ("held", "unsettled"):
+            counts["still_held"] += call.reserved
+        per_call[call.id] = counts
+    for row in _rows(
+        conn,
+        "SELECT reservation_id, reason, action, exposure_micros FROM failures"
+        " WHERE reservation_id IN :ids",
+        ids,
+    ):
+        counts = per_call[row.reservation_id]
+        counts[f"unsettled_{row.reason}"] += 1
+        if row.action is None:
+            counts["exposure"] += int(row.exposure_micros or 0)
+        else:
+            counts[f"resolved_{row.action}"] += 1
+    return per_call
 
 
-def anomaly_counts(conn: Connection, spec: ReportSpec) -> dict[str, int]:
-    a = anomalies
-    statement = (
-        select(a.c.kind, func.count())
-        .select_from(a.join(reservations, reservations.c.id == a.c.reservation_id))
-        .where(window_clause(spec))
-        .group_by(a.c.kind)
-        .order_by(a.c.kind)
+def _money(conn: Connection, calls: dict[int, _Call]) -> dict[int, Counter[str]]:
+    """Each call's held, charged, true-ups and released, from its ledger entries."""
+    account_kind = {
+        row.id: str(row.kind) for row in _rows(conn, "SELECT id, kind FROM ledger_accounts")
+    }
+    transactions = {
+        row.id: (row.reservation_id, str(row.kind))
+        for row in _rows(
+            conn,
+            "SELECT id, reservation_id, kind FROM transactions WHERE reservation_id IN :ids",
+            list(calls),
+        )
+    }
+    per_call: dict[int, Counter[str]] = defaultdict(Counter)
+    for row in _rows(
+        conn,
+        "SELECT transaction_id, ledger_account_id, amount, direction FROM entries"
+        " WHERE transaction_id IN :ids",
+        list(transactions),
+    ):
+        reservation_id, transaction_kind = transactions[row.transaction_id]
+        kind, amount = account_kind[row.ledger_account_id], int(row.amount)
+        credit = row.direction == "credit"
+        money = per_call[reservation_id]
+        if transaction_kind == "hold" and credit:
+            money["held"] += amount
+        if kind == "revenue":
+            money["charged"] += amount if credit else -amount
+            if transaction_kind == "true_up" and credit:
+                money["true_ups"] += amount
+        if kind == "available" and credit:
+            money["released"] += amount
+    return per_call
+
+
+def _anomalies(conn: Connection, calls: dict[int, _Call]) -> dict[str, int]:
+    kinds = Counter(
+        str(row.kind)
+        for row in _rows(
+            conn,
+            "SELECT reservation_id, kind FROM anomalies WHERE reservation_id IN :ids",
+            list(calls),
+        )
     )
-    return {str(kind): int(n) for kind, n in conn.execute(statement).all()}
+    return dict(sorted(kinds.items()))
 
 
-def _roll_up(
-    grains: dict[tuple[str, ...], Tally], positions: tuple[int, ...]
+def _rows_by(
+    calls: Iterable[_Call], keys: tuple[str, ...], figures: dict[int, Counter[str]]
 ) -> tuple[GroupRow, ...]:
-    rolled: dict[tuple[str, ...], Tally] = {}
-    for key, tally in grains.items():
-        projected = tuple(key[i] for i in positions)
-        rolled[projected] = rolled[projected] + tally if projected in rolled else tally
-    return tuple(GroupRow(key, rolled[key]) for key in sorted(rolled))
+    summed: dict[tuple[str, ...], Counter[str]] = defaultdict(Counter)
+    for call in calls:
+        summed[tuple(call.value(key) for key in keys)].update(figures[call.id])
+    return tuple(
+        GroupRow(key, Tally.of(_only(summed[key], COUNT_FIELDS), _only(summed[key], MONEY_FIELDS)))
+        for key in sorted(summed)
+    )
+
+
+def _only(figures: Counter[str], names: tuple[str, ...]) -> dict[str, int]:
+    return {name: figures[name] for name in names}
 
 
 def reference_report(conn: Connection, spec: ReportSpec) -> dict[str, Any]:
-    """Groups, days, total and anomalies, as the report computed them before."""
-    counted = calls(conn, spec)
-    found_money = money(conn, spec)
-    grains = {
-        key: Tally.of(counts, {**found_money.get(key, {}), **counts})
-        for key, counts in counted.items()
-    }
-    keys = grain(spec)
-    days = _roll_up(grains, (keys.index("day"),))
-    overall = Tally()
-    for row in days:
-        overall = overall + row.tally
+    """Groups, days, total and anomalies of ``spec``'s window, from the raw rows."""
+    calls = _window_calls(conn, spec)
+    figures = _counts(conn, calls)
+    for call_id, money in _money(conn, calls).items():
+        figures[call_id].update(money)
+    overall: Counter[str] = Counter()
+    for counts in figures.values():
+        overall.update(counts)
     return {
-        "groups": _roll_up(grains, tuple(range(len(spec.by)))),
-        "days": days,
-        "total": overall,
-        "anomalies": anomaly_counts(conn, spec),
+        "groups": _rows_by(calls.values(), spec.by, figures),
+        "days": _rows_by(calls.values(), ("day",), figures),
+        "total": Tally.of(_only(overall, COUNT_FIELDS), _only(overall, MONEY_FIELDS)),
+        "anomalies": _anomalies(conn, calls),
     }

@@ -1,5 +1,6 @@
-"""The report's split calls pass and its anomaly complement give exactly what the single statements
-they replaced gave (``reports.reference``), for any ledger, window and grouping, on both engines.
+"""The report's split calls pass, its money rollup and its anomaly complement give exactly what an
+independent oracle computes from the raw rows in Python (``reports.reference``), for any ledger,
+window and grouping, on both engines.
 
 Each example posts random calls — every outcome, charges below and above the hold (a true-up, and its
 ``charge_above_hold`` anomaly), on both sides of midnight and of the window — through the real

@@ -135,7 +135,7 @@ CHROMIUM_FLAGS = (
 def chromium_dom(page: Path, profile: Path) -> str:
     binary = shutil.which("chromium")
     if binary is None:
-        pytest.fail("chromium is not installed: apt-get install -y chromium (.ci/run does it)")
+        pytest.fail("chromium is not installed: run scripts/ensure-chromium (make test does)")
     done = subprocess.run(
         [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
         capture_output=True,

@@ -19,7 +19,7 @@ from reports.book import (
     post,
     scenario,
 )
-from worker.alerts.outbox import drift_medians
+from worker.alerts.sources import drift_medians
 from worker.ledger.balances import balance
 from worker.reports.model import MONEY_FIELDS, Tally
 from worker.reports.query import build_report

@@ -1,5 +1,8 @@
 """Alert settings: the environment's (``worker.config.Settings``) plus the fixed tuning constants.
 
+The fields that come from the environment take their defaults from the settings' declarations
+(``Settings()``), never restated here.
+
 Webhook URLs carry their secret in the path (Slack: ``/services/T…/B…/<token>``) or the query, not
 only in a password, so ``redact`` keeps the scheme and host alone: the one form of the URL that may
 reach a log line, an error message or the outbox.
@@ -7,7 +10,7 @@ reach a log line, an error message or the outbox.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -30,13 +33,20 @@ def redact(url: str | None) -> str:
     return f"{parts.scheme}://{host}/…"
 
 
+_DEFAULTS = Settings()
+
+
 @dataclass(frozen=True, slots=True)
 class AlertConfig:
-    webhook_url: str | None = None
-    window: timedelta = timedelta(seconds=300)
-    unsettled_rate_pct: int = 5
-    drift_alert_pct: int = 10
-    drift_window: timedelta = timedelta(seconds=3_600)
+    webhook_url: str | None = _DEFAULTS.alert_webhook_url
+    window: timedelta = timedelta(seconds=_DEFAULTS.alert_window_seconds)
+    unsettled_rate_pct: int = _DEFAULTS.unsettled_rate_pct
+    # Windows that do not page go to one digest per kind this often (a whole number of windows).
+    digest_window: timedelta = timedelta(seconds=_DEFAULTS.alert_digest_seconds)
+    # A window's exposure at which its kind pages; 0: never on exposure.
+    exposure_page_micros: int = _DEFAULTS.exposure_page_micros
+    drift_alert_pct: int = _DEFAULTS.drift_alert_pct
+    drift_window: timedelta = timedelta(seconds=_DEFAULTS.drift_window_seconds)
     # A window is aggregated once it ended this long ago: batches committing late still count.
     settle_slack: timedelta = timedelta(seconds=30)
     # Closed windows looked at again on every run (dedupe keys make it idempotent); older ones that
@@ -50,7 +60,16 @@ class AlertConfig:
     lease: timedelta = timedelta(seconds=60)  # a claimed row a sender died on is retried after it
     batch_size: int = 50
     request_ids_shown: int = 10
-    non_streamable_models: tuple[str, ...] = field(default_factory=tuple)
+    non_streamable_models: tuple[str, ...] = _DEFAULTS.non_streamable_models
+    # the low-balance alert's threshold (``worker.alerts.low_balance``)
+    low_balance_micros: int = _DEFAULTS.low_balance_micros
+
+    def __post_init__(self) -> None:
+        if self.digest_window < self.window or self.digest_window % self.window:
+            raise ValueError(
+                f"the digest window ({self.digest_window}) must be a multiple of the alert window"
+                f" ({self.window})"
+            )
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: object) -> AlertConfig:
@@ -58,9 +77,17 @@ class AlertConfig:
             "webhook_url": settings.alert_webhook_url,
             "window": timedelta(seconds=settings.alert_window_seconds),
             "unsettled_rate_pct": settings.unsettled_rate_pct,
+            # a whole number of windows (``Settings.from_env`` refuses others; this rounds up for a
+            # ``Settings`` built in code)
+            "digest_window": timedelta(
+                seconds=-(-settings.alert_digest_seconds // settings.alert_window_seconds)
+                * settings.alert_window_seconds
+            ),
+            "exposure_page_micros": settings.exposure_page_micros,
             "drift_alert_pct": settings.drift_alert_pct,
             "drift_window": timedelta(seconds=settings.drift_window_seconds),
             "non_streamable_models": settings.non_streamable_models,
+            "low_balance_micros": settings.low_balance_micros,
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

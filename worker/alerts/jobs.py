@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from worker.alerts.collect import collect
 from worker.alerts.config import AlertConfig
-from worker.alerts.outbox import collect
 from worker.alerts.webhook import DeliveryStats, deliver
 from worker.config import Settings
 from worker.ledger.findings import record_true_ups

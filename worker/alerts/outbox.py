@@ -15,7 +15,6 @@ row claimed meanwhile is not taken. A claim is a lease: a sender that dies mid-s
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,27 +23,8 @@ import orjson
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from models import (
-    AlertEvent,
-    Anomaly,
-    Failure,
-    OutboxAlert,
-    OutboxStatus,
-    Reservation,
-    UsageRecord,
-)
-from worker.alerts.aggregation import (
-    Alert,
-    AnomalyEvent,
-    UnsettledEvent,
-    anomaly_alerts,
-    closed_windows,
-    drift_alerts,
-    median,
-    rate_alert,
-    unsettled_alerts,
-    window_start,
-)
+from models import AlertEvent, Failure, OutboxAlert, OutboxStatus, Reservation
+from worker.alerts.aggregation import Alert
 from worker.alerts.config import AlertConfig
 from worker.ledger.postings import insert_ignore
 
@@ -52,10 +32,8 @@ log = logging.getLogger(__name__)
 
 alert_events = AlertEvent.__table__
 outbox = OutboxAlert.__table__
-anomalies = Anomaly.__table__
 reservations = Reservation.__table__
 failures = Failure.__table__
-usage_records = UsageRecord.__table__
 
 
 # --- alert events -----------------------------------------------------------------------------------
@@ -139,134 +117,6 @@ def enqueue(session: Session, alerts: list[Alert], now: datetime) -> int:
     for row in rows:  # one by one: RETURNING says which were new; rowcount is not portable here
         added += session.execute(statement, row).scalar_one_or_none() is not None
     return added
-
-
-def _unsettled_events(session: Session, start: datetime, end: datetime) -> list[Any]:
-    return session.execute(
-        select(
-            alert_events.c.detected_at,
-            reservations.c.request_id,
-            alert_events.c.account_id,
-            alert_events.c.model,
-            alert_events.c.reason,
-            alert_events.c.stream,
-            alert_events.c.exposure_micros,
-        )
-        .select_from(
-            alert_events.join(reservations, reservations.c.id == alert_events.c.reservation_id)
-        )
-        .where(alert_events.c.detected_at >= start, alert_events.c.detected_at < end)
-    ).all()
-
-
-def _anomaly_events(session: Session, start: datetime, end: datetime) -> list[Any]:
-    return session.execute(
-        select(
-            anomalies.c.detected_at,
-            reservations.c.request_id,
-            reservations.c.account_id,
-            reservations.c.model,
-            anomalies.c.kind,
-        )
-        .select_from(anomalies.join(reservations, reservations.c.id == anomalies.c.reservation_id))
-        .where(anomalies.c.detected_at >= start, anomalies.c.detected_at < end)
-    ).all()
-
-
-def _settled_streams(session: Session, start: datetime, end: datetime) -> int:
-    return session.scalar(
-        select(func.count())
-        .select_from(
-            usage_records.join(reservations, reservations.c.id == usage_records.c.reservation_id)
-        )
-        .where(
-            reservations.c.stream.is_(True),
-            usage_records.c.created_at >= start,
-            usage_records.c.created_at < end,
-        )
-    )
-
-
-def drift_medians(session: Session, start: datetime, end: datetime) -> dict[str, tuple[int, int]]:
-    """Per model: (low median of ``drift_ppm``, samples) of streamed calls settled in the window."""
-    where = (
-        reservations.c.stream.is_(True),
-        usage_records.c.drift_ppm.is_not(None),
-        usage_records.c.created_at >= start,
-        usage_records.c.created_at < end,
-    )
-    joined = usage_records.join(reservations, reservations.c.id == usage_records.c.reservation_id)
-    if session.get_bind().dialect.name == "postgresql":
-        rows = session.execute(
-            select(
-                reservations.c.model,
-                func.percentile_disc(0.5).within_group(usage_records.c.drift_ppm),
-                func.count(),
-            )
-            .select_from(joined)
-            .where(*where)
-            .group_by(reservations.c.model)
-        ).all()
-        return {model: (int(middle), count) for model, middle, count in rows}
-    samples: dict[str, list[int]] = defaultdict(list)
-    for model, drift in session.execute(
-        select(reservations.c.model, usage_records.c.drift_ppm).select_from(joined).where(*where)
-    ):
-        samples[model].append(drift)
-    return {model: (median(values), len(values)) for model, values in samples.items()}
-
-
-def collect(session: Session, config: AlertConfig, now: datetime) -> int:
-    """Aggregate every closed window of the lookback into outbox rows; returns how many are new.
-
-    Unsettled calls per (account, model, reason), the unsettled rate of streams, contract anomalies
-    per (account, model, kind) over the alert window; median drift per model over the drift window.
-    """
-    windows = closed_windows(now, config.window, config.settle_slack, config.lookback_windows)
-    first, last = windows[0][0], windows[-1][1]
-    backfill_unsettled_events(session, first)
-    by_window: dict[datetime, list[UnsettledEvent]] = defaultdict(list)
-    for row in _unsettled_events(session, first, last):
-        by_window[window_start(row.detected_at, config.window)].append(
-            UnsettledEvent(
-                row.request_id, row.account_id, row.model, row.reason, row.stream,
-                row.exposure_micros,
-            )
-        )  # fmt: skip
-    anomalies_by_window: dict[datetime, list[AnomalyEvent]] = defaultdict(list)
-    for row in _anomaly_events(session, first, last):
-        anomalies_by_window[window_start(row.detected_at, config.window)].append(
-            AnomalyEvent(row.request_id, row.account_id, row.model, row.kind)
-        )
-    alerts: list[Alert] = []
-    for start, end in windows:
-        events = by_window.get(start, [])
-        alerts += unsettled_alerts(events, start, end, shown=config.request_ids_shown)
-        alerts += anomaly_alerts(
-            anomalies_by_window.get(start, []), start, end, shown=config.request_ids_shown
-        )
-        unsettled_streams = sum(1 for event in events if event.stream)
-        if unsettled_streams:
-            streams = unsettled_streams + _settled_streams(session, start, end)
-            rate = rate_alert(
-                unsettled_streams,
-                streams,
-                start,
-                end,
-                threshold_pct=config.unsettled_rate_pct,
-                min_streams=config.rate_min_streams,
-            )
-            if rate is not None:
-                alerts.append(rate)
-    for start, end in closed_windows(now, config.drift_window, config.settle_slack, 2):
-        alerts += drift_alerts(
-            drift_medians(session, start, end),
-            start,
-            end,
-            threshold_pct=config.drift_alert_pct,
-            min_samples=config.drift_min_samples,
-        )
-    return enqueue(session, alerts, now)
 
 
 # --- claiming and finishing (the sender's short transactions) --------------------------------------

@@ -17,7 +17,7 @@ from worker.terminal import printable
 
 @main.group("alerts")
 def alerts_group() -> None:
-    """Alerts: unsettled calls, their rate, parity mismatches, drift, contract anomalies."""
+    """Alerts: one page per kind per window past a threshold, digests, resolved notices."""
 
 
 @alerts_group.command("list")
@@ -30,7 +30,7 @@ def alerts_group() -> None:
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array.")
 def list_command(status: str | None, limit: int, as_json: bool) -> None:
-    """Outbox rows, newest first."""
+    """Outbox rows, newest first: each message's headline (--json has the whole text)."""
     with ledger_session("alerts list", readonly=True) as session:
         rows = listing(session, status=status, limit=limit)
     if as_json:
@@ -40,10 +40,11 @@ def list_command(status: str | None, limit: int, as_json: bool) -> None:
         click.echo("no alerts")
     for row in rows:
         tail = f"  last error: {row['last_error']}" if row["last_error"] else ""
+        headline = row["text"].split("\n", 1)[0]
         click.echo(
             printable(
                 f"#{row['id']}  {row['status']:<9}  attempts {row['attempts']}  {row['kind']}"
-                f"  {row['text']}{tail}"
+                f"  {headline}{tail}"
             )
         )
 

@@ -3,6 +3,9 @@
 ``ledger_session`` gives a command one transaction: committed when the command's body returns, rolled
 back on any error, so a failing command leaves nothing half-written. Expected errors (bad input, a
 refused ledger operation, an unreachable or unmigrated database) print one line and exit with 2.
+
+Light at import (``worker.cli``'s rule: every command imports these helpers): SQLAlchemy and the
+ledger's database module are imported inside the functions that use them.
 """
 
 from __future__ import annotations
@@ -10,18 +13,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import orjson
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
 from worker.cli import main
 from worker.config import Settings, redact_url
 from worker.errors import BillingError
-from worker.ledger import database
 from worker.terminal import printable
+
+if TYPE_CHECKING:
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.orm import Session
 
 
 def fail(command: str, message: str) -> NoReturn:
@@ -49,6 +53,10 @@ def ledger_session(command: str, *, readonly: bool = False) -> Iterator[Session]
     """A session in one transaction for one command; errors end the command with status 2.
     ``readonly`` for a command that only reads: its transaction never holds a writer out
     (``database.read_only``)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from worker.ledger import database
+
     engine = database.make_engine(settings(command).database_url, readonly=readonly)
     try:
         with database.session_factory(engine)() as session, session.begin():
@@ -71,6 +79,8 @@ def db_group() -> None:
 
 
 def _migrate(command: str, action: Any, revision: str) -> None:
+    from sqlalchemy.exc import SQLAlchemyError
+
     url = settings(command).database_url
     try:
         action(url, revision)
@@ -86,6 +96,8 @@ def _migrate(command: str, action: Any, revision: str) -> None:
 def upgrade_command(revision: str) -> None:
     """Migrate up to REVISION (creates the SQLite file and its directory if needed), and make sure
     the deployment has its fingerprint key (generated and stored when BILLING_HASH_SALT is unset)."""
+    from worker.ledger import database
+
     _migrate("db upgrade", database.upgrade, revision)
     _ensure_fingerprint_key()
 
@@ -94,9 +106,11 @@ def _ensure_fingerprint_key() -> None:
     """Store a fresh key if the schema has the table and holds none; say where the key comes from
     (never its value)."""
     from sqlalchemy import inspect
+    from sqlalchemy.exc import SQLAlchemyError
 
     from models import DeploymentSecret
     from worker import fingerprint_key
+    from worker.ledger import database
 
     current = settings("db upgrade")
     engine = database.make_engine(current.database_url)
@@ -117,12 +131,16 @@ def _ensure_fingerprint_key() -> None:
 @click.argument("revision")
 def downgrade_command(revision: str) -> None:
     """Migrate down to REVISION (``base`` drops every table)."""
+    from worker.ledger import database
+
     _migrate("db downgrade", database.downgrade, revision)
 
 
 @db_group.command("check")
 def check_command() -> None:
     """Fail if the models and the migrations disagree."""
+    from worker.ledger import database
+
     url = settings("db check").database_url
     try:
         database.check(url)

@@ -8,7 +8,6 @@ import click
 
 from worker.cli import main
 from worker.cli.db import echo_json, fail, ledger_session
-from worker.ledger.queries import show
 from worker.money import Micros
 from worker.terminal import printable
 
@@ -76,6 +75,8 @@ def _text(answer: dict[str, Any]) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def show_command(request_id: str, as_json: bool) -> None:
     """Everything the ledger knows about REQUEST_ID: status, usage, charge, entries, failure."""
+    from worker.ledger.queries import show
+
     with ledger_session("show", readonly=True) as session:
         answer = show(session, request_id)
     if answer is None:

@@ -9,6 +9,7 @@ import click
 
 from worker.cli import main
 from worker.cli.db import echo_json, fail, ledger_session, settings
+from worker.config import RESOLVE_POLICIES
 from worker.ledger.operations import resolve, resolve_expired
 from worker.ledger.queries import unsettled
 from worker.money import Micros
@@ -80,7 +81,7 @@ def resolve_command(request_id: str, action: str | None, note: str, who: str | N
 @unsettled_group.command("expire")
 @click.option(
     "--policy",
-    type=click.Choice(["release", "charge_estimate", "none"]),
+    type=click.Choice(RESOLVE_POLICIES),
     default=None,
     help="Default: BILLING_RESOLVE_POLICY.",
 )

@@ -9,9 +9,10 @@ back for the per-call operations to decide (duplicates, late and unpriced result
 commits.
 
 Why: per call, the operations cost 5 to 7 round trips (savepoint, lock, transaction, entries, usage,
-status). Here one batch costs about ten, whatever its size, and the rules stay in one place: this
-module only takes the cases whose outcome the rules leave no choice about, and checks them under the
-same row locks. The batch's money is queued for ``money_daily`` like every posting's
+status). Here one batch costs about ten, whatever its size. The rules are not restated here: each
+reservation is decided by ``transitions.decide`` under the same row locks, its legs and rows come
+from ``legs`` and ``rows``, and ``postings.write`` writes them, as on the per-call path; this module
+only chooses which decisions it writes in bulk (``BULK_EFFECTS``). The batch's money is queued for ``money_daily`` like every posting's
 (``rollup``). If a bulk statement fails (a race on a unique key), the caller rolls back the savepoint
 around this function and sends every call down the per-call path.
 """
@@ -21,24 +22,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, NamedTuple
+from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import any_, bindparam, select
-from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models import Kind, LedgerKind, Status
+from models import LedgerKind, Status
 from worker.errors import LedgerError
-from worker.ledger import bulk, postings
-from worker.ledger.operations import (
-    failure_values,
-    other_call,
-    reservation_values,
-    usage_values,
-)
+from worker.ledger import bulk, legs, postings, transitions
+from worker.ledger.effects import Effect
+from worker.ledger.operations import other_call
+from worker.ledger.rows import failure_values, reservation_values, usage_values
 from worker.request import RequestMeta
-from worker.result import Outcome, Reason, Result
+from worker.result import Outcome, Result
 
 log = logging.getLogger(__name__)
 
@@ -46,23 +43,9 @@ reservations = postings.reservations
 ledger_accounts = postings.ledger_accounts
 
 transactions = postings.transactions
+NO_GRACE = timedelta(0)  # grace matters only to an unsettled reservation, never decided here
 
 
-def _one_of(column: Any, name: str) -> dict[str, Any]:
-    """``column`` is one of the list bound to ``name``, per dialect: ``= ANY(array)`` on PostgreSQL
-    (one statement text whatever the list's length), an expanding ``IN`` on SQLite."""
-    return {
-        "postgresql": column == any_(bindparam(name, type_=pg.ARRAY(column.type))),
-        "sqlite": column.in_(bindparam(name, expanding=True)),
-    }
-
-
-CUSTOMER_IDS = {
-    dialect: select(
-        ledger_accounts.c.account_id, ledger_accounts.c.kind, ledger_accounts.c.id
-    ).where(where)
-    for dialect, where in _one_of(ledger_accounts.c.account_id, "b_accounts").items()
-}
 LOCK_MANY = {
     dialect: select(
         reservations.c.id,
@@ -79,7 +62,7 @@ LOCK_MANY = {
     # whose batches share calls wait for each other instead of deadlocking.
     .order_by(reservations.c.request_id)
     .with_for_update()
-    for dialect, where in _one_of(reservations.c.request_id, "b_ids").items()
+    for dialect, where in postings.one_of(reservations.c.request_id, "b_ids").items()
 }
 
 
@@ -108,93 +91,11 @@ class Applied:
     unsettled: dict[str, int] = field(default_factory=dict)
 
 
-def _customer_ids(
-    session: Session, accounts: set[str], now: datetime
-) -> dict[str, tuple[int, int]]:
-    found: dict[str, dict[str, int]] = {}
-    if accounts:
-        statement = CUSTOMER_IDS[postings._dialect(session)]
-        for account, kind, ledger_id in session.execute(
-            statement, {"b_accounts": sorted(accounts)}
-        ):
-            found.setdefault(account, {})[kind] = ledger_id
-    ids = {}
-    for account in accounts:
-        kinds = found.get(account, {})
-        if LedgerKind.AVAILABLE in kinds and LedgerKind.HELD in kinds:
-            ids[account] = (kinds[LedgerKind.AVAILABLE], kinds[LedgerKind.HELD])
-        else:  # first sight of this customer: create its accounts the ordinary way
-            ids[account] = postings.customer_ids(session, account, now)
-    return ids
-
-
-class Posting(NamedTuple):
-    reservation_id: int
-    kind: Kind
-    legs: list[tuple[int, int]]
-    flagged: bool
-    grain: postings.Grain
-    available_id: int
-
-
-def _post_many(
-    session: Session, postings_: list[Posting], now: datetime, deltas: postings.Deltas
-) -> None:
-    """Write balanced transactions in two statements: transactions, then all their entries. Their
-    money is added to ``deltas``, which the caller writes to ``money_daily`` once per batch."""
-    if not postings_:
-        return
-    written = bulk.insert(
-        session,
-        transactions,
-        [
-            {
-                "reservation_id": p.reservation_id,
-                "kind": str(p.kind),
-                "flagged": p.flagged,
-                "created_at": now,
-            }
-            for p in postings_
-        ],
-        returning=("id", "reservation_id", "kind"),
-    )
-    # (reservation, kind) is unique, so it names each new transaction whatever order rows return in.
-    txn_ids = {(reservation_id, kind): txn_id for txn_id, reservation_id, kind in written}
-    revenue = postings.system_account_id(session, LedgerKind.REVENUE)
-    rows = []
-    for posting in postings_:
-        txn_id = txn_ids[(posting.reservation_id, str(posting.kind))]
-        legs = posting.legs
-        if sum(amount for _, amount in legs) != 0:
-            raise LedgerError(f"refusing an unbalanced {posting.kind} transaction: {legs}")
-        rows.extend(
-            {
-                "transaction_id": txn_id,
-                "ledger_account_id": account,
-                "amount": abs(amount),
-                "direction": "credit" if amount > 0 else "debit",
-            }
-            for account, amount in legs
-            if amount != 0
-        )
-        postings.money_deltas(
-            deltas, posting.grain, posting.kind, legs,
-            available_id=posting.available_id, revenue_id=revenue,
-        )  # fmt: skip
-    bulk.insert(session, postings.entries, rows)
-
-
-def _holds(
-    session: Session,
-    metas: Sequence[RequestMeta],
-    now: datetime,
-    applied: Applied,
-    deltas: postings.Deltas,
-) -> None:
+def _holds(session: Session, metas: Sequence[RequestMeta], now: datetime, applied: Applied) -> None:
     fresh = {m.request_id: m for m in metas if m.reserved_micros > 0}
     if not fresh:
         return
-    ids = _customer_ids(session, {m.account_id for m in fresh.values()}, now)
+    ids = postings.customers_of(session, {m.account_id for m in fresh.values()}, now)
     inserted = dict(
         bulk.insert(
             session,
@@ -207,13 +108,15 @@ def _holds(
     moves = []
     for request_id, reservation_id in inserted.items():
         meta = fresh[request_id]
-        available_id, held_id = ids[meta.account_id]
-        amount = int(meta.reserved_micros)
         grain = postings.Grain.of(meta.account_id, meta.model, meta.created_at)
-        legs = [(available_id, -amount), (held_id, amount)]
-        moves.append(Posting(reservation_id, Kind.HOLD, legs, False, grain, available_id))
+        moves += legs.hold(reservation_id, int(meta.reserved_micros), ids[meta.account_id], grain)
         applied.held.add(request_id)
-    _post_many(session, moves, now, deltas)
+    postings.write(session, moves, now)
+
+
+# The effects this path writes in bulk: from a ``held`` reservation, a charge or a failure. Every
+# other decision (duplicates, late results, voids, unpriced results) goes to the per-call path.
+BULK_EFFECTS = (Effect.SETTLED, Effect.UNSETTLED)
 
 
 def _results(
@@ -221,40 +124,45 @@ def _results(
     results: Sequence[Result],
     now: datetime,
     applied: Applied,
-    deltas: postings.Deltas,
     columns: Columns,
     digests: Mapping[str, str | None],
 ) -> None:
-    """Lock the reservations of the batch's settled, priced results and of its unsettled ones in
-    one statement (request-id order), then settle, or mark unsettled, those that are ``held`` by
-    the same call (``digests``: of the request entry each result was read with)."""
+    """Lock the reservations of the batch's results with a hold (request-id order), decide each
+    (``transitions.decide``, the rule both paths follow) and write the settlements and failures of
+    those ``held`` by the same call (``digests``: of the request entry each result was read with).
+    A ``held`` reservation has no failure, so no failure is read."""
     candidates = {
         r.request_id: r
         for r in results
-        if r.reserved_micros > 0
-        and (
-            (r.outcome is Outcome.SETTLED and r.charge_micros is not None)
-            or (r.outcome is Outcome.UNSETTLED and r.reason is not None)
-        )
+        if r.reserved_micros > 0 and r.outcome in (Outcome.SETTLED, Outcome.UNSETTLED)
     }
     if not candidates:
         return
-    dialect = postings._dialect(session)
+    dialect = postings.dialect(session)
     settling, failing = [], []
     for row in session.execute(LOCK_MANY[dialect], {"b_ids": sorted(candidates)}).all():
         result = candidates[row.request_id]
         if not (
-            row.status == Status.HELD
-            and row.reserved_micros == result.reserved_micros
+            row.reserved_micros == result.reserved_micros
             and row.account_id == result.account_id
             and not other_call(row.request_digest, digests.get(row.request_id))
         ):
+            continue  # the per-call path refuses it, with the reason
+        if row.status != Status.HELD:
             continue
-        if result.outcome is Outcome.UNSETTLED:
-            failing.append((row, result))
-        elif result.charge_micros >= 0:
+        try:
+            decision = transitions.decide(
+                result, row.status, detected_at=None, resolved_at=None, now=now, grace=NO_GRACE
+            )
+        except LedgerError:
+            continue  # the per-call path refuses it, with the reason
+        # An unpriced settled result is decided ``unsettled`` too: the per-call path records it,
+        # with the findings that go with it.
+        if decision.effect is Effect.SETTLED:
             settling.append((row, result))
-    _settlements(session, settling, now, applied, deltas, columns)
+        elif decision.effect is Effect.UNSETTLED and result.outcome is Outcome.UNSETTLED:
+            failing.append((row, result, decision))
+    _settlements(session, settling, now, applied, columns)
     _failures(session, failing, now, applied, columns)
 
 
@@ -263,31 +171,20 @@ def _settlements(
     common: list[tuple[Any, Result]],
     now: datetime,
     applied: Applied,
-    deltas: postings.Deltas,
     columns: Columns,
 ) -> None:
     if not common:
         return
-    ids = _customer_ids(session, {row.account_id for row, _ in common}, now)
+    ids = postings.customers_of(session, {row.account_id for row, _ in common}, now)
     revenue = postings.system_account_id(session, LedgerKind.REVENUE)
-    moves: list[Posting] = []
+    moves = []
     for row, result in common:
-        available_id, held_id = ids[row.account_id]
-        reserved, charge = row.reserved_micros, int(result.charge_micros)
-        posted = min(charge, reserved)
         grain = postings.Grain.of(row.account_id, row.model, row.created_at)
-        legs = [(held_id, -reserved), (revenue, posted), (available_id, reserved - posted)]
-        moves.append(Posting(row.id, Kind.CHARGE, legs, False, grain, available_id))
-        if charge > reserved:
-            # As postings.charge: the whole hold is posted, the excess is a separate, flagged
-            # true-up from available; never a silent cap, never a negative hold.
-            excess = charge - reserved
-            legs = [(available_id, -excess), (revenue, excess)]
-            moves.append(Posting(row.id, Kind.TRUE_UP, legs, True, grain, available_id))
-            log.warning(
-                "charge above hold: reservation=%s charge=%s hold=%s", row.id, charge, reserved
-            )
-    _post_many(session, moves, now, deltas)
+        moves += legs.charge(
+            row.id, row.reserved_micros, int(result.charge_micros), ids[row.account_id], revenue,
+            grain,
+        )  # fmt: skip
+    postings.write(session, moves, now)
     usage = []
     for row, result in common:
         values = usage_values(row.id, result, now)
@@ -299,21 +196,19 @@ def _settlements(
 
 def _failures(
     session: Session,
-    common: list[tuple[Any, Result]],
+    common: list[tuple[Any, Result, transitions.Decision]],
     now: datetime,
     applied: Applied,
     columns: Columns,
 ) -> None:
-    """As ``operations.mark_unsettled`` for held reservations: the hold stays, the failure is
-    recorded with its exposure. No money moves, so ``money_daily`` is untouched."""
+    """The hold stays, the failure is recorded with its exposure. No money moves, so
+    ``money_daily`` is untouched."""
     if not common:
         return
-    bulk.insert(
-        session,
-        postings.failures,
-        [failure_values(row.id, r, Reason(r.reason), now) for row, r in common],
-    )
-    _set_status(session, common, Status.UNSETTLED, now, columns.fingerprints, applied.unsettled)
+    rows = [failure_values(row.id, r, decision.reason, now) for row, r, decision in common]
+    bulk.insert(session, postings.failures, rows)
+    decided = [(row, r) for row, r, _ in common]
+    _set_status(session, decided, Status.UNSETTLED, now, columns.fingerprints, applied.unsettled)
 
 
 def _set_status(
@@ -354,10 +249,8 @@ def apply_common(
     ``Columns``).
     """
     applied = Applied()
-    deltas: postings.Deltas = {}
     columns = columns or Columns()
-    _holds(session, holds, now, applied, deltas)
+    _holds(session, holds, now, applied)
     digests = {meta.request_id: meta.digest for meta in holds}
-    _results(session, results, now, applied, deltas, columns, digests)
-    postings.add_money(session, deltas)
+    _results(session, results, now, applied, columns, digests)
     return applied

@@ -23,6 +23,7 @@ from worker.alerts.outbox import record_unsettled_event, record_unsettled_events
 from worker.anomalies import classify
 from worker.ledger import bulk
 from worker.ledger.batch import Columns
+from worker.ledger.effects import NO_CHANGE, SETTLED_EFFECTS, Effect
 from worker.ledger.postings import insert_ignore
 from worker.parity import drift_ppm, fingerprint, output_hash
 from worker.request import RequestMeta
@@ -35,7 +36,6 @@ usage_records = UsageRecord.__table__
 anomalies = Anomaly.__table__
 transactions = Transaction.__table__
 
-SETTLED_EFFECTS = ("settled", "settled_late")
 
 RESERVATION = select(reservations.c.id, reservations.c.fingerprint).where(
     reservations.c.request_id == bindparam("b_request_id")
@@ -85,7 +85,7 @@ def record_anomalies(
 def record_findings(
     session: Session,
     result: Result,
-    effect: str,
+    effect: Effect,
     *,
     salt: str,
     now: datetime,
@@ -117,7 +117,7 @@ def record_findings(
 def _record(
     session: Session,
     result: Result,
-    effect: str,
+    effect: Effect,
     *,
     salt: str,
     now: datetime,
@@ -155,7 +155,7 @@ def _record(
     )
     # A redelivered close (``duplicate``) or a closed reservation (``final``) was recorded the first
     # time; only the first application records anomalies.
-    if effect not in ("duplicate", "final"):
+    if effect not in NO_CHANGE:
         record_anomalies(
             session,
             reservation_id,
@@ -168,9 +168,9 @@ def _record(
             ),
             now,
         )
-    if effect == "unsettled":
+    if effect == Effect.UNSETTLED:
         record_unsettled_event(session, reservation_id)
-    if effect == "settled_late":
+    if effect == Effect.SETTLED_LATE:
         # Finalized as abandoned, then completed by its close or by late data: it was slow, not
         # abandoned, so the sweeper's suspicion is withdrawn.
         _withdraw(session, [reservation_id], AnomalyKind.NO_CLOSE)
@@ -208,7 +208,7 @@ def record_findings_many(
     found, failed = [], []
     for reservation_id, result, opened, effect in items:
         settled = effect in SETTLED_EFFECTS
-        if effect == "unsettled":
+        if effect == Effect.UNSETTLED:
             failed.append(reservation_id)
         above = (
             settled

@@ -12,13 +12,7 @@ every writer of a reservation, its transactions, usage record and failure first 
 processes settling the same request post one charge; the other sees ``settled`` and returns
 ``duplicate``. UNIQUE (reservation_id, kind) is the backstop if a path ever forgets the lock.
 
-Transient errors (roll back, then retry the whole unit of work in a new transaction; see
-``is_transient``):
-
-* ``sqlalchemy.exc.IntegrityError`` for a *unique* violation: two transactions raced to record the same
-  reservation, account or (reservation, kind). On retry the loser finds the winner's rows.
-* ``sqlalchemy.exc.OperationalError`` / ``DBAPIError`` for deadlocks, serialization failures, lock or
-  statement timeouts, a lost connection, and SQLite's "database is locked" after the busy timeout.
+What may be retried after a rollback is decided in one place, ``worker.transient``.
 
 ``LedgerError`` is never transient: the input contradicts the ledger (a hold repeated with another
 amount, a second resolution, charging an unpriced estimate). A CHECK violation or an unbalanced
@@ -28,18 +22,19 @@ transaction is a bug, not a race, and is not transient either.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Row, bindparam, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from models import Action, Failure, Kind, Status
+from models import Action, Failure, Kind, LedgerKind, Status
+from worker.config import RESOLVE_POLICIES
 from worker.errors import LedgerError, RequestIdReused
-from worker.ledger import postings
+from worker.ledger import legs, postings, transitions
+from worker.ledger.effects import Effect
+from worker.ledger.rows import aware, failure_values, micros, reservation_values, usage_values
 from worker.money import Micros
 from worker.request import RequestMeta
 from worker.result import Outcome, Reason, Result
@@ -51,7 +46,6 @@ failures = postings.failures
 
 WORKER = "worker"
 RESOLVE_ACTIONS = (Action.RELEASE, Action.CHARGE_ESTIMATE)
-POLICIES = ("release", "charge_estimate", "none")
 
 
 class HoldOutcome(StrEnum):
@@ -60,51 +54,7 @@ class HoldOutcome(StrEnum):
     DUPLICATE = "duplicate"  # the same hold again: nothing changed
 
 
-# --- small pieces ----------------------------------------------------------------------------------
-
-
-def _micros(value: Any) -> Micros:
-    """Money in, as Micros; floats (and anything not integral) are refused by ``Micros`` itself."""
-    return value if isinstance(value, Micros) else Micros(value)
-
-
-def _aware(now: datetime) -> datetime:
-    if now.tzinfo is None:
-        raise LedgerError(f"naive timestamp {now!r}: pass an aware UTC datetime")
-    return now
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for the errors a unit of work may be retried on (see the module docstring)."""
-    if isinstance(exc, IntegrityError):
-        code = getattr(exc.orig, "sqlstate", None)
-        return code == "23505" or "UNIQUE constraint failed" in str(exc.orig)
-    if isinstance(exc, OperationalError | DBAPIError):
-        if exc.connection_invalidated:
-            return True
-        code = getattr(exc.orig, "sqlstate", None)
-        if code in ("40001", "40P01", "55P03", "57014"):
-            return True
-        return "database is locked" in str(exc.orig)
-    return False
-
-
 # --- hold ------------------------------------------------------------------------------------------
-
-
-def reservation_values(meta: RequestMeta, now: datetime) -> dict[str, Any]:
-    """The reservation row of a request (shared with the batched path in ``batch``)."""
-    return {
-        "request_id": meta.request_id,
-        "account_id": meta.account_id,
-        "model": meta.model,
-        "stream": meta.stream,
-        "reserved_micros": int(meta.reserved_micros),
-        "status": str(Status.HELD),
-        "created_at": _aware(meta.created_at),
-        "updated_at": now,
-        "request_digest": meta.digest,
-    }
 
 
 RECORDED = select(reservations.c.id, reservations.c.request_digest).where(
@@ -128,43 +78,6 @@ def recorded_from(session: Session, request_id: str) -> Row[Any] | None:
     return session.execute(RECORDED, {"b_request_id": request_id}).first()
 
 
-def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str, Any]:
-    """The usage record of a settled, priced result (shared with the batched path)."""
-    billed = result.billed_usage
-    if billed is None or result.charge_micros is None:
-        raise LedgerError(f"{result.request_id}: settled result without billed usage or charge")
-    return {
-        "reservation_id": reservation_id,
-        "prompt_tokens": billed.prompt_tokens,
-        "cached_tokens": billed.cached_tokens,
-        "completion_tokens": billed.completion_tokens,
-        "reasoning_tokens": billed.reasoning_tokens,
-        "usage_source": str(result.usage_source),
-        "finish_reasons": _joined(result.finish_reasons),
-        "charge_micros": int(result.charge_micros),
-        "estimate_prompt_tokens": result.estimate.prompt_tokens,
-        "estimate_completion_tokens": result.estimate.completion_tokens,
-        "estimate_approximate": result.estimate.approximate,
-        "system_fingerprint": result.system_fingerprint,
-        "completion_id": result.completion_id,
-        "anomalies": _joined(result.anomalies),
-        "created_at": now,
-        # The request's model and creation time, as its reservation holds them (both come from the
-        # same request metadata): the report reads usage records without joining reservations.
-        "model": result.model,
-        "requested_at": result.created_at,
-        "cache_write_tokens": billed.cache_write_tokens,
-        "audio_prompt_tokens": billed.audio_prompt_tokens,
-        "audio_completion_tokens": billed.audio_completion_tokens,
-        "provider": result.provider,
-        "usage_shape": result.usage_shape,
-        "service_tier": result.service_tier,
-        "provider_cost_micros": (
-            None if result.provider_cost_micros is None else int(result.provider_cost_micros)
-        ),
-    }
-
-
 def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
     """Record a request's reservation and hold its amount. Idempotent on ``request_id``.
 
@@ -172,11 +85,11 @@ def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
     digest differs: ``other_call``) raises ``RequestIdReused``, the same request with another amount
     or account ``LedgerError``. A reservation of 0 micros is recorded with no hold transaction.
     """
-    now = _aware(now)
-    amount = _micros(meta.reserved_micros)
+    now = aware(now)
+    amount = micros(meta.reserved_micros)
     if amount < 0:
         raise LedgerError(f"{meta.request_id}: reserved_micros must not be negative")
-    available_id, held_id = postings.customer_ids(session, meta.account_id, now)
+    customer = postings.customer_ids(session, meta.account_id, now)
     reservation_id = postings.insert_reservation(session, reservation_values(meta, now))
     if reservation_id is None:
         existing = session.execute(EXISTING_HOLD, {"b_request_id": meta.request_id}).one()
@@ -190,15 +103,8 @@ def hold(session: Session, meta: RequestMeta, *, now: datetime) -> HoldOutcome:
         return HoldOutcome.DUPLICATE
     if amount == 0:
         return HoldOutcome.RECORDED
-    postings.post(
-        session,
-        reservation_id,
-        Kind.HOLD,
-        [(available_id, -int(amount)), (held_id, int(amount))],
-        now=now,
-        grain=postings.Grain.of(meta.account_id, meta.model, meta.created_at),
-        available_id=available_id,
-    )
+    grain = postings.Grain.of(meta.account_id, meta.model, meta.created_at)
+    postings.write(session, legs.hold(reservation_id, int(amount), customer, grain), now)
     return HoldOutcome.HELD
 
 
@@ -233,27 +139,24 @@ def _lock_for(session: Session, result: Result, now: datetime) -> postings.Locke
 # --- results ---------------------------------------------------------------------------------------
 
 
-def apply_result(session: Session, result: Result, *, now: datetime, grace: timedelta) -> str:
+def apply_result(session: Session, result: Result, *, now: datetime, grace: timedelta) -> Effect:
     """Apply a reconciled result to its reservation; the one entry point for the pipeline.
 
-    Returns what happened: ``settled``, ``settled_late``, ``voided``, ``unsettled``, ``duplicate``
-    (this result was applied before) or ``final`` (the reservation is closed; nothing changed).
-    A result arriving before its hold records the hold first, in the same transaction.
+    Returns what happened (``transitions.decide``): ``settled``, ``settled_late``, ``voided``,
+    ``unsettled``, ``duplicate`` (this result was applied before) or ``final`` (the reservation is
+    closed; nothing changed). A result arriving before its hold records the hold first, in the same
+    transaction.
     """
-    now = _aware(now)
+    now = aware(now)
     row = _lock_for(session, result, now)
-    if result.outcome is Outcome.SETTLED:
-        return _settle(session, row, result, now=now, grace=grace)
-    if result.outcome is Outcome.VOID:
-        return _void(session, row, now=now)
-    if result.outcome is Outcome.UNSETTLED:
-        if result.reason is None:
-            raise LedgerError(f"{result.request_id}: unsettled result without a reason")
-        return _mark_unsettled(session, row, result, Reason(result.reason), now=now)
-    raise LedgerError(f"{result.request_id}: unknown outcome {result.outcome!r}")
+    decision = transitions.decide(
+        result, row.status, detected_at=row.detected_at, resolved_at=row.resolved_at,
+        now=now, grace=grace,
+    )  # fmt: skip
+    return execute(session, row, result, decision, now)
 
 
-def settle(session: Session, result: Result, *, now: datetime, grace: timedelta) -> str:
+def settle(session: Session, result: Result, *, now: datetime, grace: timedelta) -> Effect:
     """Settle a settled result: charge, release the rest, write the usage record. Idempotent.
 
     An unpriced result (no charge) is marked unsettled with reason ``unpriced`` instead. A result for
@@ -264,110 +167,70 @@ def settle(session: Session, result: Result, *, now: datetime, grace: timedelta)
         raise LedgerError(
             f"{result.request_id}: settle needs a settled result, not {result.outcome}"
         )
-    now = _aware(now)
-    return _settle(session, _lock_for(session, result, now), result, now=now, grace=grace)
+    return apply_result(session, result, now=now, grace=grace)
 
 
-def void(session: Session, result: Result, *, now: datetime) -> str:
+def void(session: Session, result: Result, *, now: datetime) -> Effect:
     """Release the whole hold of a void result (the call never ran or cost nothing)."""
-    now = _aware(now)
-    return _void(session, _lock_for(session, result, now), now=now)
+    now = aware(now)
+    row = _lock_for(session, result, now)
+    return execute(session, row, result, transitions.void(row.status), now)
 
 
 def mark_unsettled(
     session: Session, result: Result, *, now: datetime, reason: Reason | None = None
-) -> str:
+) -> Effect:
     """Keep the hold and record the failure (reason, estimate, exposure) for a later resolution."""
-    now = _aware(now)
+    now = aware(now)
     reason = reason or result.reason
     if reason is None:
         raise LedgerError(f"{result.request_id}: unsettled result without a reason")
-    return _mark_unsettled(
-        session, _lock_for(session, result, now), result, Reason(reason), now=now
-    )
+    row = _lock_for(session, result, now)
+    return execute(session, row, result, transitions.unsettled(row.status, Reason(reason)), now)
 
 
-def _settle(
-    session: Session, row: postings.Locked, result: Result, *, now: datetime, grace: timedelta
-) -> str:
-    if result.charge_micros is None:
-        if row.status == Status.UNSETTLED and row.resolved_at is None:
-            # Late data completed the call, and what now blocks it is the missing price: say so.
-            session.execute(
-                update(Failure)
-                .where(Failure.reservation_id == row.id, Failure.reason != str(Reason.UNPRICED))
-                .values(reason=str(Reason.UNPRICED), exposure_micros=None)
-            )
-            return "duplicate"
-        return _mark_unsettled(session, row, result, Reason.UNPRICED, now=now)
-    charge = _micros(result.charge_micros)
-    if charge < 0:
-        raise LedgerError(f"{result.request_id}: negative charge {int(charge)}")
-    if row.status == Status.SETTLED:
-        return "duplicate"
-    late = row.status == Status.UNSETTLED
-    if late:
-        if row.detected_at is None:
-            raise LedgerError(f"{result.request_id}: unsettled without a recorded failure")
-        if row.resolved_at is not None or now > row.detected_at + grace:
-            return "final"
-    elif row.status != Status.HELD:
-        return "final"
-    billed = result.billed_usage
-    if billed is None:
-        raise LedgerError(f"{result.request_id}: settled result without billed usage")
-    postings.charge(session, row, charge, Kind.CHARGE, now)
-    session.execute(postings.INSERT_USAGE, usage_values(row.id, result, now))
-    postings.set_status(session, row, Status.SETTLED, now)
-    if late:
-        postings.close_failure(
-            session, row, Action.SETTLED_LATE, who=WORKER, note="a late result settled it", now=now
+def execute(
+    session: Session,
+    row: postings.Locked,
+    result: Result,
+    decision: transitions.Decision,
+    now: datetime,
+) -> Effect:
+    """Write what ``decision`` says for one locked reservation; returns its effect."""
+    effect = decision.effect
+    if effect in (Effect.SETTLED, Effect.SETTLED_LATE):
+        if result.billed_usage is None or result.charge_micros is None:
+            raise LedgerError(f"{result.request_id}: settled result without billed usage")
+        revenue = postings.system_account_id(session, LedgerKind.REVENUE)
+        charged = legs.charge(
+            row.id, row.reserved, int(micros(result.charge_micros)), row.customer, revenue,
+            row.grain,
+        )  # fmt: skip
+        postings.write(session, charged, now)
+        session.execute(postings.INSERT_USAGE, usage_values(row.id, result, now))
+        postings.set_status(session, row, Status.SETTLED, now)
+        if effect is Effect.SETTLED_LATE:
+            postings.close_failure(
+                session, row, Action.SETTLED_LATE, who=WORKER, note="a late result settled it",
+                now=now,
+            )  # fmt: skip
+    elif effect is Effect.VOIDED:
+        released = legs.release(row.id, row.reserved, row.customer, row.grain, Kind.RELEASE)
+        postings.write(session, released, now)
+        postings.set_status(session, row, Status.VOIDED, now)
+    elif effect is Effect.UNSETTLED:
+        if decision.reason is None:
+            raise LedgerError(f"{result.request_id}: unsettled without a reason")
+        failure = failure_values(row.id, result, decision.reason, now)
+        session.execute(postings.INSERT_FAILURE, failure)
+        postings.set_status(session, row, Status.UNSETTLED, now)
+    elif decision.relabel_unpriced:
+        session.execute(
+            update(Failure)
+            .where(Failure.reservation_id == row.id, Failure.reason != str(Reason.UNPRICED))
+            .values(reason=str(Reason.UNPRICED), exposure_micros=None)
         )
-        return "settled_late"
-    return "settled"
-
-
-def _void(session: Session, row: postings.Locked, *, now: datetime) -> str:
-    if row.status == Status.VOIDED:
-        return "duplicate"
-    if row.status != Status.HELD:
-        return "final"
-    postings.release(session, row, Kind.RELEASE, now)
-    postings.set_status(session, row, Status.VOIDED, now)
-    return "voided"
-
-
-def _mark_unsettled(
-    session: Session, row: postings.Locked, result: Result, reason: Reason, *, now: datetime
-) -> str:
-    if row.status == Status.UNSETTLED:
-        return "duplicate"
-    if row.status != Status.HELD:
-        return "final"
-    session.execute(postings.INSERT_FAILURE, failure_values(row.id, result, reason, now))
-    postings.set_status(session, row, Status.UNSETTLED, now)
-    return "unsettled"
-
-
-def failure_values(
-    reservation_id: int, result: Result, reason: Reason, now: datetime
-) -> dict[str, Any]:
-    """The failure row of an unsettled result (shared with the batched path in ``batch``): its
-    exposure is the estimate's price, none when the model is unpriced."""
-    exposure = None if reason is Reason.UNPRICED else result.exposure_micros
-    return {
-        "reservation_id": reservation_id,
-        "reason": str(reason),
-        "estimate_prompt_tokens": result.estimate.prompt_tokens,
-        "estimate_completion_tokens": result.estimate.completion_tokens,
-        "exposure_micros": None if exposure is None else int(_micros(exposure)),
-        "finish_reasons": _joined(result.finish_reasons),
-        "detected_at": now,
-    }
-
-
-def _joined(values: Sequence[str | None]) -> str | None:
-    return ",".join("" if v is None else str(v) for v in values) if values else None
+    return effect
 
 
 # --- resolution ------------------------------------------------------------------------------------
@@ -383,7 +246,7 @@ def resolve(
     request with no failure, or charging the estimate of an unpriced model raise ``LedgerError``.
     Returns the new status: ``released`` or ``settled_from_estimate``.
     """
-    now = _aware(now)
+    now = aware(now)
     if action not in RESOLVE_ACTIONS:
         raise LedgerError(f"unknown resolution {action!r}: use release or charge_estimate")
     if not who:
@@ -396,13 +259,18 @@ def resolve(
     if row.resolved_at is not None:
         raise LedgerError(f"{request_id}: already resolved ({row.action})")
     if action == Action.RELEASE:
-        postings.release(session, row, Kind.RESOLVE_RELEASE, now)
+        moved = legs.release(row.id, row.reserved, row.customer, row.grain, Kind.RESOLVE_RELEASE)
         status = Status.RELEASED
     else:
         if row.exposure is None:
             raise LedgerError(f"{request_id}: the model is unpriced, its estimate has no price")
-        postings.charge(session, row, Micros(row.exposure), Kind.RESOLVE_CHARGE, now)
+        revenue = postings.system_account_id(session, LedgerKind.REVENUE)
+        moved = legs.charge(
+            row.id, row.reserved, int(Micros(row.exposure)), row.customer, revenue, row.grain,
+            Kind.RESOLVE_CHARGE,
+        )  # fmt: skip
         status = Status.SETTLED_FROM_ESTIMATE
+    postings.write(session, moved, now)
     postings.close_failure(session, row, Action(action), who=who, note=note, now=now)
     postings.set_status(session, row, status, now)
     return str(status)
@@ -423,8 +291,8 @@ def resolve_expired(
     ``charge_estimate`` an unpriced failure is released (there is no price to charge); ``none``
     leaves everything for a person. Rows locked by another process are skipped, not waited for.
     """
-    now = _aware(now)
-    if policy not in POLICIES:
+    now = aware(now)
+    if policy not in RESOLVE_POLICIES:
         raise LedgerError(f"unknown resolve policy {policy!r}")
     if policy == "none":
         return 0

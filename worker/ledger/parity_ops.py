@@ -3,8 +3,8 @@ both settled, made within the parity window of each other.
 
 Contract of ``pair_twins``: runs in the caller's transaction and never commits; safe to run from any
 number of processes at once — each reservation is in at most one pair (UNIQUE on both sides of
-``parity_pairs``), so a pair found twice is inserted once, and only the inserting transaction queues
-the mismatch alert. Candidates are found by one SQL join over the fingerprint index, bounded by
+``parity_pairs``), so a pair found twice is inserted once. A mismatched pair is the finding its alert
+is made of: the aggregation reads it by ``paired_at`` (``worker.alerts.sources.parity_mismatch``). Candidates are found by one SQL join over the fingerprint index, bounded by
 ``lookback`` and ``limit``; Python only chooses among the candidates of one batch (nearest in time
 first) and computes the verdicts.
 """
@@ -18,8 +18,6 @@ from sqlalchemy import Float, and_, cast, func, literal, select
 from sqlalchemy.orm import Session
 
 from models import ParityPair, Reservation, Status, UsageRecord, Verdict
-from worker.alerts.aggregation import parity_alert
-from worker.alerts.outbox import enqueue
 from worker.ledger.postings import insert_ignore
 from worker.parity import Side, compare
 from worker.prices import PriceBook
@@ -178,17 +176,4 @@ def pair_twins(
         if pair_id is None:  # another pairer took one of the two meanwhile
             continue
         counts[str(verdict)] += 1
-        if verdict is Verdict.MISMATCH:
-            alert = parity_alert(
-                pair_id=pair_id,
-                fingerprint_prefix=row.fingerprint[:12],
-                account_ids=(row.streamed_account_id, row.plain_account_id),
-                model=row.model,
-                streamed_request_id=row.streamed_request_id,
-                plain_request_id=row.plain_request_id,
-                mismatched=mismatched,
-                facts=facts,
-                at=now,
-            )
-            enqueue(session, [alert], now)
     return counts

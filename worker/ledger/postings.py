@@ -1,12 +1,14 @@
-"""The ledger's moving parts: ledger account ids, balanced postings, the reservation lock.
+"""The ledger's write plumbing: ledger account ids, the one writer of balanced transactions, the
+reservation lock.
 
-Private to ``operations``, which holds the rules; this module only writes what it is told, a few
-prebuilt Core statements per call (built once at import, so a call pays for parameters, not for
-statement construction and cache keys).
+Contract. Nothing here decides anything: the rules (which legs, which transition) are pure functions
+in ``legs``, ``transitions`` and ``rows``, and both write paths (``batch`` for many calls in a few
+statements, ``operations`` for one call) execute what those return through these functions, inside
+the caller's transaction (never a commit). Statements are built once, at import.
 
-Every posting also adds its money to ``money_daily`` (``models.rollup``), the report's per-day sums,
-in the same database transaction: the deltas are queued and written once, in key order, just before
-the transaction commits (``worker.ledger.rollup``, which also holds the one definition of them).
+Every transaction's money is also added to ``money_daily`` (``models.rollup``), the report's per-day
+sums, in the same database transaction: the deltas are queued and written once, in key order, just
+before the transaction commits (``worker.ledger.rollup``, which also holds the one definition of them).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, and_, bindparam, event, insert, select, update
+from sqlalchemy import Engine, and_, any_, bindparam, event, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from models import (
@@ -36,8 +39,9 @@ from models import (
     ledger_account_name,
 )
 from worker.errors import LedgerError
+from worker.ledger import bulk
+from worker.ledger.legs import Customer, Posting, check_balanced
 from worker.ledger.rollup import Deltas, Grain, add_money, money_deltas
-from worker.money import Micros
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +54,13 @@ usage_records = UsageRecord.__table__
 failures = Failure.__table__
 
 
-def _dialect(session: Session) -> str:
+def dialect(session: Session) -> str:
     return session.get_bind().dialect.name
 
 
 def insert_ignore(session: Session, table: Any) -> Any:
     """INSERT … ON CONFLICT DO NOTHING (any unique constraint) for the session's dialect."""
-    module = postgresql if _dialect(session) == "postgresql" else sqlite
+    module = postgresql if dialect(session) == "postgresql" else sqlite
     return module.insert(table).on_conflict_do_nothing()
 
 
@@ -98,7 +102,7 @@ LEDGER_IDS = select(ledger_accounts.c.kind, ledger_accounts.c.id).where(
 
 def insert_reservation(session: Session, values: dict[str, Any]) -> int | None:
     """The new reservation's id, or None when the request is already recorded."""
-    return session.execute(INSERT_RESERVATION[_dialect(session)], values).scalar_one_or_none()
+    return session.execute(INSERT_RESERVATION[dialect(session)], values).scalar_one_or_none()
 
 
 # --- ledger account ids ----------------------------------------------------------------------------
@@ -114,7 +118,7 @@ def _forget_ids(session: Session, *_: Any) -> None:
     session.info.pop(_SESSION_KEY, None)
 
 
-def _session_ids(session: Session) -> dict[str, tuple[int, int]]:
+def _session_ids(session: Session) -> dict[str, Customer]:
     ids = session.info.get(_SESSION_KEY)
     if ids is None:
         ids = session.info[_SESSION_KEY] = {}
@@ -141,101 +145,144 @@ def system_account_id(session: Session, kind: LedgerKind) -> int:
     return found
 
 
-def customer_ids(session: Session, account_id: str, now: datetime) -> tuple[int, int]:
-    """(available, held) ledger account ids of a customer, creating the account on first use."""
+def customer_ids(session: Session, account_id: str, now: datetime) -> Customer:
+    """A customer's ledger account ids, creating the account on first use."""
     ids = _session_ids(session)
     found = ids.get(account_id)
     if found is not None:
         return found
-    dialect = _dialect(session)
-    session.execute(INSERT_ACCOUNT[dialect], {"id": account_id, "created_at": now})
+    name = dialect(session)
+    session.execute(INSERT_ACCOUNT[name], {"id": account_id, "created_at": now})
     names = [
         ledger_account_name(kind, account_id) for kind in (LedgerKind.AVAILABLE, LedgerKind.HELD)
     ]
     session.execute(
-        INSERT_LEDGER_ACCOUNT[dialect],
+        INSERT_LEDGER_ACCOUNT[name],
         [
             {"name": name, "kind": str(kind), "account_id": account_id}
             for name, kind in zip(names, (LedgerKind.AVAILABLE, LedgerKind.HELD), strict=True)
         ],
     )
     by_kind = dict(session.execute(LEDGER_IDS, {"b_names": names}).all())
-    found = (by_kind[LedgerKind.AVAILABLE], by_kind[LedgerKind.HELD])
+    found = Customer(by_kind[LedgerKind.AVAILABLE], by_kind[LedgerKind.HELD])
     ids[account_id] = found
     return found
+
+
+def one_of(column: Any, name: str) -> dict[str, Any]:
+    """``column`` is one of the list bound to ``name``, per dialect: ``= ANY(array)`` on PostgreSQL
+    (one statement text whatever the list's length), an expanding ``IN`` on SQLite."""
+    return {
+        "postgresql": column == any_(bindparam(name, type_=ARRAY(column.type))),
+        "sqlite": column.in_(bindparam(name, expanding=True)),
+    }
+
+
+CUSTOMERS = {
+    name: select(ledger_accounts.c.account_id, ledger_accounts.c.kind, ledger_accounts.c.id).where(
+        where
+    )
+    for name, where in one_of(ledger_accounts.c.account_id, "b_accounts").items()
+}
+
+
+def customers_of(session: Session, accounts: set[str], now: datetime) -> dict[str, Customer]:
+    """``customer_ids`` of many customers in one statement (the new ones one by one)."""
+    found: dict[str, dict[str, int]] = {}
+    if accounts:
+        statement = CUSTOMERS[dialect(session)]
+        for account, kind, ledger_id in session.execute(
+            statement, {"b_accounts": sorted(accounts)}
+        ):
+            found.setdefault(account, {})[kind] = ledger_id
+    ids = {}
+    for account in accounts:
+        kinds = found.get(account, {})
+        if LedgerKind.AVAILABLE in kinds and LedgerKind.HELD in kinds:
+            ids[account] = Customer(kinds[LedgerKind.AVAILABLE], kinds[LedgerKind.HELD])
+        else:  # first sight of this customer: create its accounts the ordinary way
+            ids[account] = customer_ids(session, account, now)
+    return ids
 
 
 # --- posting ---------------------------------------------------------------------------------------
 
 
-def post(
-    session: Session,
-    reservation_id: int,
-    kind: Kind,
-    legs: Sequence[tuple[int, int]],
-    *,
-    now: datetime,
-    grain: Grain,
-    available_id: int,
-    flagged: bool = False,
-) -> int | None:
-    """Write one balanced transaction and queue its money for ``money_daily``; ``legs`` are (ledger
-    account id, signed amount), credit > 0, and ``available_id`` is the customer's available account.
-
-    Zero legs are dropped (entries are strictly positive); a transaction left with nothing to move
-    is not written and None is returned.
-    """
-    deltas: Deltas = {}
-    txn_id = _transaction(
-        session, reservation_id, kind, legs, now=now, flagged=flagged, grain=grain,
-        available_id=available_id, deltas=deltas,
-    )  # fmt: skip
-    add_money(session, deltas)
-    return txn_id
-
-
-def _transaction(
-    session: Session,
-    reservation_id: int,
-    kind: Kind,
-    legs: Sequence[tuple[int, int]],
-    *,
-    now: datetime,
-    flagged: bool,
-    grain: Grain,
-    available_id: int,
-    deltas: Deltas,
-) -> int | None:
-    """Write one balanced transaction (no rollup write); its money is added to ``deltas``."""
-    moving = [(account, amount) for account, amount in legs if amount != 0]
-    if sum(amount for _, amount in moving) != 0:
-        raise LedgerError(f"refusing an unbalanced {kind} transaction: {moving}")
+def write(session: Session, postings: Sequence[Posting], now: datetime) -> None:
+    """Write balanced transactions (``legs``) in two statements, transactions then entries, and
+    queue their money for ``money_daily``. Zero legs are dropped (entries are strictly positive);
+    a posting left with nothing to move is not written. A charge above its hold (a true-up) is
+    logged as a warning."""
+    moving = []
+    for posting in postings:
+        check_balanced(posting)
+        legs = tuple((account, amount) for account, amount in posting.legs if amount != 0)
+        if legs:
+            moving.append(posting._replace(legs=legs))
     if not moving:
-        return None
-    txn_id = session.execute(
-        INSERT_TRANSACTION,
-        {
-            "reservation_id": reservation_id,
-            "kind": str(kind),
-            "flagged": flagged,
-            "created_at": now,
-        },
-    ).scalar_one()
-    session.execute(
-        INSERT_ENTRY,
+        return
+    written = bulk.insert(
+        session,
+        transactions,
         [
             {
-                "transaction_id": txn_id,
-                "ledger_account_id": account,
-                "amount": abs(amount),
-                "direction": "credit" if amount > 0 else "debit",
+                "reservation_id": p.reservation_id,
+                "kind": str(p.kind),
+                "flagged": p.flagged,
+                "created_at": now,
             }
-            for account, amount in moving
+            for p in moving
         ],
+        returning=("id", "reservation_id", "kind"),
     )
-    revenue_id = system_account_id(session, LedgerKind.REVENUE)
-    money_deltas(deltas, grain, kind, moving, available_id=available_id, revenue_id=revenue_id)
-    return txn_id
+    # (reservation, kind) is unique, so it names each new transaction whatever order rows return in.
+    txn_ids = {(reservation_id, kind): txn_id for txn_id, reservation_id, kind in written}
+    revenue = system_account_id(session, LedgerKind.REVENUE)
+    rows = []
+    deltas: Deltas = {}
+    for posting in moving:
+        txn_id = txn_ids[(posting.reservation_id, str(posting.kind))]
+        rows.extend(_entry_rows(txn_id, posting.legs))
+        money_deltas(
+            deltas, posting.grain, posting.kind, posting.legs,
+            available_id=posting.available_id, revenue_id=revenue,
+        )  # fmt: skip
+        if posting.kind == Kind.TRUE_UP:
+            log.warning(
+                "charge above hold: reservation=%s true-up=%s micros",
+                posting.reservation_id, sum(a for _, a in posting.legs if a > 0),
+            )  # fmt: skip
+    bulk.insert(session, entries, rows)
+    add_money(session, deltas)
+
+
+def _entry_rows(txn_id: int, legs: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+    """The entries of a transaction: one per non-zero leg, amount positive, direction its sign."""
+    return [
+        {
+            "transaction_id": txn_id,
+            "ledger_account_id": account,
+            "amount": abs(amount),
+            "direction": "credit" if amount > 0 else "debit",
+        }
+        for account, amount in legs
+        if amount != 0
+    ]
+
+
+def write_unreserved(
+    session: Session, kind: Kind, legs: Sequence[tuple[int, int]], now: datetime
+) -> int:
+    """Write one balanced transaction that belongs to no reservation (funding an account); its id.
+    No call's money moves, so nothing reaches ``money_daily``."""
+    if sum(amount for _, amount in legs) != 0 or any(amount == 0 for _, amount in legs):
+        raise LedgerError(f"refusing an unbalanced {kind} transaction: {list(legs)}")
+    txn_id = session.execute(
+        INSERT_TRANSACTION,
+        {"reservation_id": None, "kind": str(kind), "flagged": False, "created_at": now},
+    ).scalar_one()
+    session.execute(INSERT_ENTRY, _entry_rows(txn_id, legs))
+    return int(txn_id)
 
 
 class Locked(NamedTuple):
@@ -258,6 +305,10 @@ class Locked(NamedTuple):
     @property
     def grain(self) -> Grain:
         return Grain.of(self.account_id, self.model, self.created_at)
+
+    @property
+    def customer(self) -> Customer:
+        return Customer(self.available_id, self.held_id)
 
 
 _available = ledger_accounts.alias("available")
@@ -318,49 +369,6 @@ def lock(session: Session, request_id: str) -> Locked | None:
 
 def set_status(session: Session, row: Locked, status: Status, now: datetime) -> None:
     session.execute(SET_STATUS, {"b_id": row.id, "b_status": str(status), "b_now": now})
-
-
-def charge(session: Session, row: Locked, amount: Micros, kind: Kind, now: datetime) -> bool:
-    """Charge ``amount`` against the hold and release the rest; True if a true-up was needed.
-
-    A charge above the hold posts the whole hold, and the excess moves from available to revenue in
-    a separate, flagged ``true_up`` transaction: never a silent cap, never a negative hold.
-    """
-    reserved = row.reserved
-    posted = min(int(amount), reserved)
-    revenue = system_account_id(session, LedgerKind.REVENUE)
-    grain = row.grain
-    deltas: Deltas = {}
-    _transaction(
-        session,
-        row.id,
-        kind,
-        [(row.held_id, -reserved), (revenue, posted), (row.available_id, reserved - posted)],
-        now=now, flagged=False, grain=grain, available_id=row.available_id, deltas=deltas,
-    )  # fmt: skip
-    excess = int(amount) - posted
-    if excess > 0:
-        _transaction(
-            session,
-            row.id,
-            Kind.TRUE_UP,
-            [(row.available_id, -excess), (revenue, excess)],
-            now=now, flagged=True, grain=grain, available_id=row.available_id, deltas=deltas,
-        )  # fmt: skip
-    add_money(session, deltas)
-    if excess > 0:
-        log.warning(
-            "charge above hold: reservation=%s charge=%s hold=%s", row.id, int(amount), reserved
-        )
-    return excess > 0
-
-
-def release(session: Session, row: Locked, kind: Kind, now: datetime) -> None:
-    """Move the whole hold back to available."""
-    post(
-        session, row.id, kind, [(row.held_id, -row.reserved), (row.available_id, row.reserved)],
-        now=now, grain=row.grain, available_id=row.available_id,
-    )  # fmt: skip
 
 
 def close_failure(

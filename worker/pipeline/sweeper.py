@@ -31,13 +31,15 @@ from sqlalchemy.orm import Session
 from models.failures import Failure
 from models.reservations import Reservation, Status
 from worker.errors import InputError
+from worker.ledger.effects import Effect
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, other_call, resolve_expired
 from worker.pipeline import partitions
-from worker.pipeline.consumer import Consumer, reconcile_call
+from worker.pipeline.consumer import Consumer
 from worker.pipeline.dead_letters import write_dead_letters
 from worker.pipeline.entries import dead_letter_fields
 from worker.pipeline.reading import StreamSize, read_streams, size_streams, within_budget
+from worker.pipeline.reconciling import reconcile_call
 from worker.reconcile import reconcile_stream
 from worker.request import RequestMeta
 from worker.result import Outcome, Result
@@ -173,7 +175,7 @@ class Sweeper:
         """Finalize the abandoned calls, in groups whose streams fit the byte budget
         (``batch_bytes``), one transaction per group, each row in its own savepoint."""
         now = datetime.now(UTC)
-        # Locks are taken in request-id order, as the consumer takes them (``Consumer.prepare``).
+        # Locks are taken in request-id order, as the consumer takes them (``gathering.group``).
         rows = sorted(self.abandoned(now), key=lambda row: row.request_id)
         if not rows:
             return
@@ -350,7 +352,7 @@ class Sweeper:
                         if result.outcome is Outcome.SETTLED:
                             effect = apply_result(session, result, now=now, grace=grace)
                             self._findings(session, result, effect, now)
-                            if effect == "settled_late":
+                            if effect is Effect.SETTLED_LATE:
                                 stats.settled_late += 1
                             done.append(request_id)
                             continue

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import logging
 
-import redis
-from sqlalchemy.exc import OperationalError
-
 from worker import metrics
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
@@ -18,15 +15,10 @@ from worker.pipeline import partitions, runtime
 from worker.pipeline.app import RETIRED_INTERVAL_SECONDS, app
 from worker.pipeline.backlog import stream_backlog
 from worker.retention import purge as purge_retained
+from worker.transient import is_transient
 
 log = logging.getLogger("worker.pipeline")
 
-TRANSIENT = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.exceptions.ClusterError,
-    OperationalError,
-)
 # A retired stream's drain is sent again at the next look if it expired unstarted.
 RETIRED_DRAIN_EXPIRES = 2 * RETIRED_INTERVAL_SECONDS
 
@@ -36,7 +28,9 @@ def _runtime(task: str) -> runtime.Runtime | None:
     None, with the usual warning, when the database or Redis is down; beat sends the task again."""
     try:
         return runtime.current()
-    except TRANSIENT as exc:
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
         log.warning("%s not started: %s", task, type(exc).__name__)
         metrics.interrupted(task)
         return None
@@ -59,7 +53,9 @@ def drain(partition: int = 0, stream: str | None = None) -> None:
             until_idle=stream is not None,
             stream=stream,
         )
-    except TRANSIENT as exc:
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
         log.warning("drain of %s interrupted: %s", name, type(exc).__name__)
         metrics.interrupted("drain")
         return
@@ -89,7 +85,9 @@ def drain_retired() -> None:
                 drain.apply_async(kwargs={"stream": stream}, expires=RETIRED_DRAIN_EXPIRES)
             elif partitions.retire(client, stream):
                 log.info("%s: drained and quiet, deleted", stream)
-    except TRANSIENT as exc:
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
         log.warning("retired streams interrupted: %s", type(exc).__name__)
         metrics.interrupted("drain")
 
@@ -101,7 +99,9 @@ def sweep() -> None:
         return
     try:
         stats = rt.sweeper.run()
-    except TRANSIENT as exc:
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
         log.warning("sweep interrupted: %s", type(exc).__name__)
         metrics.interrupted("sweep")
         return
@@ -118,7 +118,9 @@ def parity() -> None:
     try:
         book = rt.consumer.prices.current()  # before the transaction (SQLite: one writer)
         counts = run_pairing(rt.consumer.sessions, rt.settings, book=book)
-    except TRANSIENT as exc:
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
         log.warning("parity pairing interrupted: %s", type(exc).__name__)
         metrics.interrupted("parity")
         return
@@ -133,7 +135,9 @@ def alerts() -> None:
         return
     try:
         run = run_alerts(rt.consumer.sessions, AlertConfig.from_settings(rt.settings))
-    except TRANSIENT as exc:
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
         log.warning("alerts interrupted: %s", type(exc).__name__)
         metrics.interrupted("alerts")
         return
@@ -148,7 +152,9 @@ def purge() -> None:
         return
     try:
         stats = purge_retained(rt.consumer.sessions, rt.client, rt.settings)
-    except TRANSIENT as exc:
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
         log.warning("purge interrupted: %s", type(exc).__name__)
         metrics.interrupted("purge")
         return

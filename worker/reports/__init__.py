@@ -4,7 +4,9 @@
 one renderer per format writes it (``render_table``, ``render_csv``, ``render_json``,
 ``render_html``). ``run_report`` is the whole thing against a database URL; see docs/reports.md.
 ``run_verify`` compares the money rollup (``money_daily``) with the ledger, ``run_rebuild``
-recomputes it from the ledger (``billing report --verify-ledger`` / ``--rebuild-rollup``).
+recomputes it from the ledger (``billing report --verify-ledger`` / ``--rebuild-rollup``). Each of the
+three refuses a database that is not at the migrations' head (``ReportError``: run
+``billing db upgrade``), since the queries read every table the migrations create.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -28,13 +29,13 @@ from worker.reports.query import (
     verify_money,
 )
 from worker.reports.spec import ReportError, ReportSpec
+from worker.schema import revisions
 
 __all__ = [
     "MoneyDifference",
     "Report",
     "ReportError",
     "ReportSpec",
-    "bench_entry_point",
     "build_report",
     "exported",
     "run_rebuild",
@@ -44,8 +45,8 @@ __all__ = [
 
 # Per-transaction planner settings for the report on PostgreSQL: the joins and the per-model sorts fit
 # in memory instead of spilling, and JIT compilation (tens of ms per query) does not pay off here.
-# random_page_cost at the usual SSD / cached value: a lookup by primary key of each of the window's
-# failures (10k of 1M calls) is then planned as such, not as a pass over every call (23 vs 74 ms).
+# random_page_cost at the usual SSD / cached value, so the window's failures are looked up by primary
+# key rather than by a pass over every call.
 PG_SETTINGS = (
     "SET LOCAL work_mem = '256MB'",
     "SET LOCAL jit = off",
@@ -96,6 +97,22 @@ def exported(engine: Engine, conn: Connection) -> Side:
     return side
 
 
+def require_head(conn: Connection) -> None:
+    """Raise ``ReportError`` unless the database is at the migrations' head."""
+    found = revisions(conn)
+    if found.at_head:
+        return
+    if found.ahead:
+        raise ReportError(
+            f"database: at migration {found.shown()}, which this release does not know "
+            f"(head {found.heads_shown()}): report with the release that migrated it"
+        )
+    raise ReportError(
+        f"database: at migration {found.shown()}, head is {found.heads_shown()} "
+        "(run `billing db upgrade`)"
+    )
+
+
 def connect_args(url: str) -> dict[str, Any]:
     return {"connect_args": {"connect_timeout": 5}} if url.startswith("postgres") else {}
 
@@ -113,6 +130,7 @@ def run_report(
     engine = make_engine(url, readonly=True, **connect_args(url))
     try:
         with snapshot(engine) as conn:
+            require_head(conn)
             # PostgreSQL: drift runs on a second connection of the same snapshot, beside calls.
             side = exported(engine, conn) if engine.dialect.name == "postgresql" else None
             book = None
@@ -132,6 +150,7 @@ def run_verify(url: str, spec: ReportSpec | None = None) -> tuple[int, list[Mone
     engine = make_engine(url, readonly=True, **connect_args(url))
     try:
         with snapshot(engine) as conn:
+            require_head(conn)
             return verify_money(conn, spec)
     finally:
         engine.dispose()
@@ -142,14 +161,7 @@ def run_rebuild(url: str) -> int:
     engine = make_engine(url, **connect_args(url))
     try:
         with engine.begin() as conn:
+            require_head(conn)
             return rebuild_money(conn)
     finally:
         engine.dispose()
-
-
-def bench_entry_point(url: str) -> str:
-    """What ``make bench`` times: the whole report by day over every call, rendered as JSON."""
-    from worker.reports.render_json import render_json
-
-    spec = ReportSpec(datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC), ("day",))
-    return render_json(run_report(url, spec))

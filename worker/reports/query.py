@@ -17,7 +17,7 @@ Shape (each one statement, portable between PostgreSQL and SQLite unless said):
    rollup from the ledger (``billing report --verify-ledger`` / ``--rebuild-rollup``).
 3. drift — percentiles per model of ``usage_records.drift_ppm``, from usage records alone
    (``worker.reports.drift``).
-4. parity and 5. anomalies — only when their tables exist. Anomalies are all anomalies minus those
+4. parity and 5. anomalies. Anomalies are all anomalies minus those
    of the calls outside the window when those are the fewer (``ix_reservations_created_at``), else
    joined to the window's calls; both exact.
 
@@ -45,13 +45,10 @@ from sqlalchemy import (
     Date,
     case,
     cast,
-    column,
     func,
     insert,
-    inspect,
     literal_column,
     select,
-    table,
     true,
     union_all,
 )
@@ -59,10 +56,12 @@ from sqlalchemy.sql import ColumnElement
 
 from models import (
     MONEY_COLUMNS,
+    Anomaly,
     Entry,
     Failure,
     LedgerAccount,
     MoneyDaily,
+    ParityPair,
     Reservation,
     Transaction,
     UsageRecord,
@@ -89,16 +88,8 @@ transactions = Transaction.__table__
 entries = Entry.__table__
 ledger_accounts = LedgerAccount.__table__
 money_daily = MoneyDaily.__table__
-
-# The other tables are read only when a migration has created them; named here, not imported, so
-# this module does not depend on their models.
-parity_pairs = table(
-    "parity_pairs",
-    column("streamed_reservation_id"),
-    column("verdict"),
-    column("mismatched"),
-)
-anomalies = table("anomalies", column("reservation_id"), column("kind"))
+parity_pairs = ParityPair.__table__
+anomalies = Anomaly.__table__
 
 SECTIONS = ("calls", "money", "drift", "parity", "anomalies")
 RESOLVE_ACTIONS = ("release", "charge_estimate", "settled_late")
@@ -109,7 +100,7 @@ Side = Callable[[], AbstractContextManager[Connection]]
 
 
 # ``timezone(INTERVAL '0', t)``: the UTC wall-clock time of ``t`` by arithmetic. The same value as
-# ``timezone('UTC', t)``, which looks the zone up by name for every row (a sixth of the calls pass).
+# ``timezone('UTC', t)``, which looks the zone up by name for every row.
 # Migration 0005's statistics are on exactly this expression: the planner knows there are few days.
 _UTC = literal_column("INTERVAL '0'")
 
@@ -480,6 +471,9 @@ def build_report(
 ) -> Report:
     """Run the report's queries on ``conn`` (in the caller's transaction) and assemble the model.
 
+    The database must be at the migrations' head (``run_report`` checks it): every section reads
+    its table unconditionally.
+
     ``progress(section)`` is entered around each section's query. Read-only; the caller owns the
     transaction and should give it one snapshot (``worker.reports.snapshot``) so the sections agree.
     With ``side`` (a second connection of that snapshot, ``worker.reports.exported``) the drift
@@ -500,7 +494,6 @@ def build_report(
 
     with ThreadPoolExecutor(max_workers=1) as pool:  # leaving waits for drift, even on an error
         pending = None if side is None else pool.submit(drift_beside, side)
-        present = set(inspect(conn).get_table_names())
         with step("calls"):
             calls = _calls(conn, spec)
         with step("money"):
@@ -512,15 +505,11 @@ def build_report(
     keys = grain(spec)
     groups = _roll_up(grains, tuple(range(len(spec.by))))
     days = _roll_up(grains, (keys.index("day"),))
-    found_parity = None
-    if "parity_pairs" in present:
-        with step("parity"):
-            found_parity = parity(conn, spec)
-    found_anomalies = None
-    if "anomalies" in present:
-        inside = sum(counts["calls"] for counts in calls.values())
-        with step("anomalies"):
-            found_anomalies = anomaly_counts(conn, spec, inside)
+    with step("parity"):
+        found_parity = parity(conn, spec)
+    inside = sum(counts["calls"] for counts in calls.values())
+    with step("anomalies"):
+        found_anomalies = anomaly_counts(conn, spec, inside)
     with step("providers"):
         found_providers = providers_query.per_provider(conn, spec)
     found_upstream = None

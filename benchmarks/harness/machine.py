@@ -9,7 +9,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import services
+from benchmarks.harness import services
 
 
 def _cpu_model() -> str:

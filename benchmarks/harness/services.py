@@ -18,6 +18,7 @@ import redis
 from sqlalchemy import text
 
 from worker.ledger.database import make_engine, upgrade
+from worker.localservers.databases import create_database, drop_database
 from worker.pipeline.runtime import redis_client
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -60,30 +61,17 @@ def redis_prefix(name: str) -> Iterator[tuple[redis.Redis, str]]:
         client.close()
 
 
-def _admin_execute(*statements: str) -> None:
-    admin = make_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            for statement in statements:
-                conn.execute(text(statement))
-    finally:
-        admin.dispose()
-
-
 @contextmanager
 def pg_database(name: str, *, migrate: bool = True) -> Iterator[str]:
     """A new PostgreSQL database migrated to head; yields its URL and drops it at the end."""
     database = f"billing_bench_{name}_{os.getpid()}"
-    _admin_execute(
-        f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', f'CREATE DATABASE "{database}"'
-    )
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + database
+    url = create_database(PG_ADMIN_URL, database)
     try:
         if migrate:
             upgrade(url)
         yield url
     finally:
-        _admin_execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        drop_database(PG_ADMIN_URL, database)
 
 
 @contextmanager
@@ -94,8 +82,8 @@ def autovacuum(
 
     This server runs with ``autovacuum = off`` (its CI configuration), so tables that grow from empty
     during a benchmark are never analyzed: PostgreSQL keeps planning them as empty (the foreign-key
-    checks of the ledger inserts included) and a consumer slowed from ~570 to ~20 tiny calls/s by
-    50,000 calls. Production runs autovacuum; this stands in for it, and its cost lands in the run.
+    checks of the ledger inserts included), and a consumer slows down the longer it runs.
+    Production runs autovacuum; this stands in for it, and its cost lands in the run.
     ``log`` gets the (start, end) ``time.perf_counter()`` of each run.
     """
     stop = threading.Event()

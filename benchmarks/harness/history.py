@@ -4,12 +4,11 @@ history, and analyzed.
 This server runs with ``autovacuum = off``. On a database whose tables were created empty and never
 analyzed, PostgreSQL plans the foreign-key checks of the ledger's inserts (``transactions`` and
 ``usage_records`` → ``reservations``) as sequential scans and keeps those plans for the life of the
-connection, so every insert scans the whole of ``reservations``: measured on row 6, 13,428 such scans
-reading 20 million rows for 3,000 settlements, and the rate falling as the table grows (1,166 → 1,005
-settlements/s from 3,000 to 6,000). In production autovacuum analyzes a table after its first 50
-changed rows; here ``warm`` writes ``WARM_CALLS`` settled calls through the ledger's batched path and
-runs ``VACUUM ANALYZE`` once, before anything is timed. Every end-to-end row and its peers (the naive
-design's database included) start from this state.
+connection, so every insert scans the whole of ``reservations`` and the rate falls as the table
+grows. In production autovacuum analyzes a table after its first 50 changed rows; here ``warm``
+writes ``WARM_CALLS`` settled calls through the ledger's batched path and runs ``VACUUM ANALYZE``
+once, before anything is timed. Every end-to-end row and its peers (the naive design's database
+included) start from this state.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import text
 
-from benchmarks.workload import SEED
+from benchmarks.harness.workload import SEED
 from worker.ledger.batch import apply_common
 from worker.ledger.database import make_engine, session_factory
 from worker.prices import load_price_book

@@ -7,7 +7,7 @@ short windows — the code the Celery drain task runs — until stdin says ``sto
 JSON line of totals (including every close → commit latency) and exits. Its RSS is read by the parent
 from ``/proc/<pid>/status``.
 
-    python -m benchmarks.consumer_process PREFIX DATABASE_URL NAME
+    python -m benchmarks.harness.consumer_process PREFIX DATABASE_URL NAME
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks import services
+from benchmarks.harness import services
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_delay_ns() -> int:
@@ -45,8 +45,8 @@ def settings_from_env() -> dict[str, int]:
 
 
 def _serve(prefix: str, database_url: str, name: str) -> None:
-    from benchmarks.bench_pipeline import make_consumer, time_steps, warm
-    from worker.pipeline.consumer import BatchStats
+    from benchmarks.harness.consumer import make_consumer, time_steps, warm
+    from worker.pipeline.calls import BatchStats
 
     logging.getLogger("worker").setLevel(logging.ERROR)
     client = services.redis_client(services.REDIS_URL)
@@ -88,9 +88,9 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
         ended = time.perf_counter()
         closes += len(batch.latencies_ms)
         if not tracing:
-            # Only row 4 reads the latencies. Kept for every close they are this harness's own
-            # growth (a million ints, ~36 MB, measured in row 8), not the consumer's: the Celery
-            # task hands its stats to the metrics and drops them.
+            # Only row 4 reads the latencies. Kept for every close they would be this harness's own
+            # growth (an int per close), which row 8 would count as the consumer's: the Celery task
+            # hands its stats to the metrics and drops them.
             batch.latencies_ms = []
         total.add(batch)
         polls += 1
@@ -138,7 +138,14 @@ class ConsumerProcess:
         self, prefix: str, database_url: str, name: str, env: dict[str, str] | None = None
     ) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.consumer_process", prefix, database_url, name],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.harness.consumer_process",
+                prefix,
+                database_url,
+                name,
+            ],
             cwd=ROOT,
             env=None if env is None else {**os.environ, **env},
             stdin=subprocess.PIPE,

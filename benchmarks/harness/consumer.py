@@ -1,0 +1,94 @@
+"""The consumer as a benchmark builds and watches it: built as the worker's runtime builds one, warmed
+as a worker process is, with its steps optionally timed on the instance."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import redis
+from sqlalchemy import Engine
+
+import worker.pipeline.consumer as consumer_module
+from benchmarks.harness import services
+from worker.config import Settings
+from worker.estimate import estimate
+from worker.fingerprint_key import with_key
+from worker.ledger.database import make_engine, session_factory
+from worker.pipeline import gathering
+from worker.pipeline.consumer import Consumer
+from worker.pipeline.runtime import tune_gc
+
+
+def make_consumer(
+    client: redis.Redis, database_url: str, prefix: str, name: str, **settings: Any
+) -> tuple[Consumer, Engine]:
+    """A consumer as ``worker.pipeline.runtime`` builds one, on the benchmark's prefix and database,
+    in a process tuned as the runtime tunes a worker's (``tune_gc``; the transport pass, which runs
+    in the same process, is measured so tuned too)."""
+    tune_gc()
+    config = Settings(
+        redis_url=services.REDIS_URL, database_url=database_url, prefix=prefix, **settings
+    )
+    engine = make_engine(database_url)
+    config = with_key(config, engine)
+    consumer = Consumer(client, session_factory(engine), config, name=name)
+    return consumer, engine
+
+
+def warm(consumer: Consumer) -> None:
+    """Load what a worker loads once per process: the price book and both vocabularies."""
+    consumer.prices.current()
+    for model in ("gpt-4o", "gpt-4"):
+        estimate(model, [{"role": "user", "content": "warm"}], [], [])
+    for stream in consumer.keys.all_events():
+        consumer.intake.ensure_group(stream)
+
+
+def _step_targets(consumer: Consumer) -> dict[str, tuple[Any, str]]:
+    """Where each step is: (the object or module holding it, its attribute)."""
+    return {
+        "read": (consumer, "read"),
+        "prepare": (consumer, "prepare"),
+        "apply": (consumer, "apply"),
+        "_fetch_streams": (gathering, "fetch"),  # looked up by ``gathering.gather`` at each call
+        "_prepare": (consumer_module, "reconcile_all"),  # looked up by ``Consumer.prepare``
+        "_apply_common": (consumer.applier, "_apply_common"),
+        "_apply": (consumer.applier, "_apply_one"),
+    }
+
+
+def time_steps(
+    consumer: Consumer, names: Iterable[str], spent: dict[str, list[float]]
+) -> Callable[[], None]:
+    """Wrap each of the consumer's steps ``names`` so that each call adds to ``spent[name]``: [wall
+    s, the calling thread's CPU s, calls]. Returns the function that puts them back."""
+    undo = []
+    targets = _step_targets(consumer)
+    for name in names:
+        owner, attribute = targets[name]
+        inner = getattr(owner, attribute)
+        own = attribute in vars(owner)
+
+        def timed(*args: Any, _inner: Any = inner, _name: str = name, **kwargs: Any) -> Any:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                found = spent.setdefault(_name, [0.0, 0.0, 0])
+                found[0] += time.perf_counter() - wall
+                found[1] += time.thread_time() - cpu
+                found[2] += 1
+
+        setattr(owner, attribute, timed)
+        if own:
+            undo.append(lambda o=owner, a=attribute, f=inner: setattr(o, a, f))
+        else:
+            undo.append(lambda o=owner, a=attribute: delattr(o, a))
+
+    def restore() -> None:
+        for step in reversed(undo):
+            step()
+
+    return restore

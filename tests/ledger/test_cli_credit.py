@@ -1,0 +1,97 @@
+"""``billing credit``, ``billing credit reverse``, ``billing account limit`` and ``billing
+balance`` against a SQLite file, through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from worker.cli import main
+
+
+@pytest.fixture
+def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    runner = CliRunner()
+    result = runner.invoke(main, ["db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    return runner
+
+
+def balance(runner: CliRunner, account: str) -> dict:
+    result = runner.invoke(main, ["balance", account, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_credit_is_idempotent_by_key(runner: CliRunner) -> None:
+    args = ["credit", "acct-1", "25.50", "--note", "invoice 7", "--key", "inv-7"]
+    first = runner.invoke(main, args)
+    assert first.exit_code == 0, first.output
+    assert first.output == "credited 25.500000 USD to acct-1 (key inv-7)\n"
+    again = runner.invoke(main, args)
+    assert again.exit_code == 0 and again.output.startswith("already recorded: key inv-7")
+    assert "nothing changed" in again.output
+    other = runner.invoke(
+        main, ["credit", "acct-1", "25.51", "--note", "invoice 7", "--key", "inv-7"]
+    )
+    assert other.exit_code == 2 and "refusing a different credit" in other.stderr
+    assert other.stderr.count("\n") == 1
+    data = balance(runner, "acct-1")
+    assert (data["funded_micros"], data["available_micros"]) == (25_500_000, 25_500_000)
+    assert (data["held_micros"], data["charged_micros"]) == (0, 0)
+    assert data["credit_limit_micros"] is None
+
+
+@pytest.mark.parametrize(
+    ("amount", "said"),
+    [("-5", "negative"), ("0", "more than 0"), ("1.0000001", "more than 6 decimals"),
+     ("1e9", "not an amount"), ("100000000000", "absurd")],
+)  # fmt: skip
+def test_bad_amounts_are_one_line(runner: CliRunner, amount: str, said: str) -> None:
+    result = runner.invoke(main, ["credit", "acct-1", amount, "--note", "x", "--key", "k"])
+    assert result.exit_code == 2 and said in result.stderr and result.stderr.count("\n") == 1
+    assert balance(runner, "acct-1")["funded_micros"] == 0
+
+
+def test_reverse_and_limit(runner: CliRunner) -> None:
+    runner.invoke(main, ["credit", "acct-2", "10", "--note", "x", "--key", "k2"])
+    done = runner.invoke(main, ["credit", "reverse", "k2", "--note", "chargeback"])
+    assert done.exit_code == 0, done.output
+    assert done.output == "reversed 10.000000 USD credited to acct-2 (key k2)\n"
+    again = runner.invoke(main, ["credit", "reverse", "k2", "--note", "chargeback"])
+    assert again.exit_code == 0 and "already reversed" in again.output
+    unknown = runner.invoke(main, ["credit", "reverse", "nope", "--note", "x"])
+    assert unknown.exit_code == 2 and "no credit was recorded" in unknown.stderr
+    limit = runner.invoke(main, ["account", "limit", "acct-2", "5", "--note", "net 30"])
+    assert limit.exit_code == 0 and limit.output == "credit limit of acct-2: 5.000000 USD set\n"
+    data = balance(runner, "acct-2")
+    assert (data["funded_micros"], data["available_micros"]) == (0, 0)
+    assert (data["credit_limit_micros"], data["spendable_micros"]) == (5_000_000, 5_000_000)
+    text = runner.invoke(main, ["balance", "acct-2"]).output
+    assert "credit limit" in text and "spendable" in text
+
+
+def test_an_account_named_like_a_subcommand(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["credit", "add", "reverse", "1", "--note", "x", "--key", "kr"])
+    assert result.exit_code == 0, result.output
+    assert balance(runner, "reverse")["funded_micros"] == 1_000_000
+
+
+def test_balance_of_every_account_and_at_a_moment(runner: CliRunner) -> None:
+    runner.invoke(main, ["credit", "a", "1", "--note", "x", "--key", "ka"])
+    runner.invoke(main, ["credit", "b", "2", "--note", "x", "--key", "kb"])
+    every = json.loads(runner.invoke(main, ["balance", "--json"]).output)
+    assert [(row["account_id"], row["funded_micros"]) for row in every] == [
+        ("a", 1_000_000), ("b", 2_000_000),
+    ]  # fmt: skip
+    before = json.loads(
+        runner.invoke(main, ["balance", "a", "--at", "2000-01-01", "--json"]).output
+    )
+    assert before["funded_micros"] == 0
+    bad = runner.invoke(main, ["balance", "a", "--at", "yesterday"])
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1

@@ -1,0 +1,59 @@
+"""``billing statement ACCOUNT --month YYYY-MM``: an account's month, tying out to the micro-dollar
+(``worker.reports.statement_query``). Bad input and database errors print one line and exit 2.
+
+Heavy modules (SQLAlchemy, the reports) are imported inside the command, when it runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from worker.cli import main
+from worker.cli.db import fail, settings
+from worker.terminal import printable
+
+FORMATS = ("table", "csv", "json", "html")
+
+
+@main.command("statement")
+@click.argument("account")
+@click.option("--month", required=True, help="YYYY-MM (UTC); the month in progress runs to now.")
+@click.option("--format", "fmt", default="table", show_default=True, help=", ".join(FORMATS))
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE.")
+def statement_command(account: str, month: str, fmt: str, out: Path | None) -> None:
+    """Opening balance, credits, charges by model and day, releases, open failures, closing."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from worker.cli.db import database_error
+    from worker.cli.report import _check_sqlite_file
+    from worker.reports.spec import ReportError
+    from worker.reports.statement_query import run_statement
+    from worker.reports.statement_render import RENDERERS
+
+    try:
+        if fmt not in RENDERERS:
+            raise ReportError(f"unknown --format {fmt!r}: use {', '.join(FORMATS)}")
+        url = settings("statement").database_url
+        _check_sqlite_file(url)
+        found = run_statement(url, account, month)
+    except ReportError as exc:
+        fail("statement", str(exc))
+    except SQLAlchemyError as exc:
+        fail("statement", database_error(exc))
+    text = RENDERERS[fmt](found)
+    if out is None:
+        if sys.stdout.isatty():
+            text = "\n".join(printable(line) for line in text.split("\n"))
+        sys.stdout.write(text)
+    else:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            fail("statement", f"cannot write {out}: {exc.strerror}")
+        click.echo(f"statement written to {out}", err=True)
+    if not found.ties_out:
+        sys.exit(1)

@@ -1,0 +1,1 @@
+"""Gateway integrations: what a gateway runs to publish its calls to the billing contract."""

@@ -1,0 +1,329 @@
+"""The LiteLLM proxy hook: every chat completion the proxy serves, published to the billing contract.
+
+A LiteLLM proxy names it in its ``config.yaml`` (docs/gateway.md, *LiteLLM proxy*)::
+
+    litellm_settings:
+      callbacks: worker.gateway.litellm_hook.billing_hook
+
+It is a ``CustomLogger`` whose proxy hooks write docs/events.md's entries through ``make_publisher()``:
+
+* ``async_pre_call_hook`` gives the call its request id (``metadata["billing_request_id"]``) and
+  remembers who pays (``BILLING_LITELLM_ACCOUNT``: the key's team, else its user, else the key's
+  hash; ``end_user`` first to bill LiteLLM's customers, the request's ``user``).
+* ``async_post_call_streaming_iterator_hook`` wraps the stream the proxy sends on: ``open`` with the
+  first chunk (whose ``model`` is the deployment's model, the one priced), one ``frame`` per chunk,
+  serialized as the proxy serializes it, then ``data: [DONE]`` and ``close done``. A client that
+  goes away closes the generator: ``close client_disconnect``. An upstream failure mid-stream is the
+  error event the proxy sends (``data: {"error": …}``) and ``close upstream_error``.
+* ``async_post_call_success_hook`` (non-streamed): ``open``, ``response 200 <body>``, ``close done``.
+* ``async_post_call_failure_hook``: a call that failed before any chunk or body is ``open``,
+  ``response <status> {"error": …}``, ``close upstream_error`` (the worker voids it); one already
+  closed by the stream wrapper is left alone.
+
+What differs from the bytes the client receives, on purpose: LiteLLM asks the upstream for usage on
+every streamed call and strips that usage chunk when the client did not ask for it; the hook runs
+before the strip, so the worker bills the upstream's counts (``include_usage`` is recorded as the
+upstream request had it). The proxy later rewrites each chunk's ``model`` to the name the client
+asked for; the frames keep the deployment's.
+
+Publishing never fails the user's call: a publisher error is logged with the request id (never a
+prompt or a completion) and the call goes on. The hold is priced from the price book
+(``reserved_for``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import AsyncGenerator, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import redis
+from litellm.integrations.custom_logger import CustomLogger
+
+from worker.config import Settings
+from worker.estimate import estimate_prompt
+from worker.money import Micros
+from worker.pipeline.keys import Keys
+from worker.pipeline.publisher import Publisher
+from worker.prices import PriceBook, load_price_book
+from worker.request import MAX_CHOICES, MAX_RESERVED_MICROS
+from worker.result import Usage
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_KEY = "billing_request_id"
+DONE_EVENT = b"data: [DONE]\n\n"
+# The output a request without max_tokens is held for (per choice): a stated guess, not the model's
+# whole output window.
+DEFAULT_MAX_TOKENS = 4096
+CHAT_CALL_TYPES = ("acompletion", "completion")
+
+
+def make_publisher() -> Publisher:
+    """The one place the hook's publisher is built (REDIS_URL, BILLING_PREFIX, the stream TTL)."""
+    settings = Settings.from_env()
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    return Publisher(client, Keys(settings.prefix), ttl_seconds=settings.stream_ttl_seconds)
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def reserved_for(book: PriceBook, body: dict[str, Any], model: str, at: datetime) -> Micros:
+    """The hold: the prompt estimate at the input price plus ``max_tokens`` (else
+    ``DEFAULT_MAX_TOKENS``) times ``n`` at the output price; 0 for a model the book does not price."""
+    price = book.price_for(model, at)
+    if price is None:
+        return Micros(0)
+    messages = body.get("messages")
+    prompt = estimate_prompt(model, messages if isinstance(messages, list) else [], [])
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        limit = DEFAULT_MAX_TOKENS
+    n = body.get("n")
+    choices = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES else 1
+    completion = min(limit, 10**8) * choices
+    charge = price.charge(Usage(prompt_tokens=prompt, completion_tokens=completion))
+    return Micros(min(int(charge or 0), MAX_RESERVED_MICROS))
+
+
+ACCOUNT_SOURCES = ("end_user", "team", "user", "key")
+
+
+def account_sources(raw: str | None) -> tuple[str, ...]:
+    """``BILLING_LITELLM_ACCOUNT``: where the payer comes from, first found wins (default
+    ``team,user,key``); ``end_user`` is the request's ``user`` field, LiteLLM's customer."""
+    names = tuple(part.strip() for part in (raw or "team,user,key").split(",") if part.strip())
+    unknown = [name for name in names if name not in ACCOUNT_SOURCES]
+    if unknown or not names:
+        raise ValueError(
+            f"BILLING_LITELLM_ACCOUNT: expected some of {ACCOUNT_SOURCES}, got {raw!r}"
+        )
+    return names
+
+
+def account_of(user_api_key_dict: Any, data: dict[str, Any], sources: tuple[str, ...]) -> str:
+    """Who pays: the first of ``sources`` the call has (the key's hash in the end)."""
+    values = {
+        "end_user": data.get("user"),
+        "team": getattr(user_api_key_dict, "team_id", None),
+        "user": getattr(user_api_key_dict, "user_id", None),
+        "key": getattr(user_api_key_dict, "token", None),
+    }
+    for source in sources:
+        value = values[source]
+        if isinstance(value, str) and value:
+            return value[:200]
+    return "litellm-anonymous"
+
+
+def _optional(body: dict[str, Any], key: str, kind: type) -> Any:
+    value = body.get(key)
+    if isinstance(value, kind) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def _chunk_event(chunk: Any) -> bytes:
+    """One chunk as the proxy writes it: ``data: <JSON without unset or None fields>``."""
+    if hasattr(chunk, "model_dump_json"):
+        text = chunk.model_dump_json(exclude_none=True, exclude_unset=True)
+    elif isinstance(chunk, bytes | str):
+        raw = chunk.encode() if isinstance(chunk, str) else chunk
+        return raw if raw.startswith(b"data:") else b"data: " + raw + b"\n\n"
+    else:
+        text = orjson.dumps(chunk).decode()
+    return b"data: " + text.encode() + b"\n\n"
+
+
+def _error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The status and ``{"error": …}`` body the proxy answers a failed call with."""
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int) or not 100 <= status <= 599:
+        status = 500
+    error = {
+        "message": str(getattr(exc, "message", None) or exc)[:2000],
+        "type": str(getattr(exc, "type", None) or "None"),
+        "param": str(getattr(exc, "param", None) or "None"),
+        "code": str(status),
+    }
+    return status, {"error": error}
+
+
+def _hidden(obj: Any, key: str) -> Any:
+    hidden = getattr(obj, "_hidden_params", None)
+    return hidden.get(key) if isinstance(hidden, dict) else None
+
+
+class BillingHook(CustomLogger):
+    """Publishes the proxy's chat completions; one instance serves every call of the proxy."""
+
+    def __init__(
+        self,
+        publisher_factory: Callable[[], Publisher] = make_publisher,
+        book: PriceBook | None = None,
+    ) -> None:
+        super().__init__()
+        self._publisher_factory = publisher_factory
+        self._publisher: Publisher | None = None
+        self._book = book
+        self._accounts = account_sources(os.environ.get("BILLING_LITELLM_ACCOUNT"))
+        # Streams the wrapper closed as upstream_error; the failure hook that follows drops them.
+        self._closed: set[str] = set()
+
+    @property
+    def publisher(self) -> Publisher:
+        if self._publisher is None:
+            self._publisher = self._publisher_factory()
+        return self._publisher
+
+    @property
+    def book(self) -> PriceBook:
+        if self._book is None:
+            self._book = load_price_book(os.environ.get("BILLING_PRICE_BOOK") or None)
+        return self._book
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _publish(self, rid: str, what: str, action: Callable[[Publisher], None]) -> None:
+        try:
+            action(self.publisher)
+        except Exception as exc:  # publishing must never fail the user's call
+            log.error("billing: %s of %s not published: %s", what, rid, type(exc).__name__)
+
+    def _meta(
+        self, data: dict[str, Any], rid: str, model: str, *, stream: bool, provider: str | None
+    ) -> dict[str, Any]:
+        at = datetime.now(UTC)
+        options = data.get("stream_options")
+        include_usage = True
+        if stream:
+            include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        meta: dict[str, Any] = {
+            "request_id": rid,
+            "account_id": (data.get("metadata") or {}).get("billing_account_id")
+            or "litellm-anonymous",
+            "model": model,
+            "stream": stream,
+            "include_usage": include_usage,
+            "reserved_micros": int(reserved_for(self.book, data, model, at)),
+            "created_at": now_rfc3339(),
+            "messages": data.get("messages") or [],
+            "tools": data.get("tools") or data.get("functions") or [],
+            "n": _optional(data, "n", int),
+            "max_tokens": _optional(data, "max_completion_tokens", int)
+            or _optional(data, "max_tokens", int),
+            "temperature": _optional(data, "temperature", (int, float)),
+            "seed": _optional(data, "seed", int),
+            "provider": provider,
+        }
+        return {k: v for k, v in meta.items() if v is not None}
+
+    def _open(
+        self, data: dict[str, Any], rid: str, model: str, *, stream: bool, provider: str | None
+    ) -> None:
+        meta = self._meta(data, rid, model, stream=stream, provider=provider)
+        self._publish(rid, "open", lambda p: p.open(meta))
+
+    def _close(self, rid: str, reason: str) -> None:
+        if reason == "upstream_error":  # the proxy calls the failure hook next: it must not repeat
+            self._closed.add(rid)
+        self._publish(rid, "close", lambda p: p.close(rid, reason))
+
+    @staticmethod
+    def _request_id(data: dict[str, Any]) -> str | None:
+        metadata = data.get("metadata")
+        rid = metadata.get(REQUEST_ID_KEY) if isinstance(metadata, dict) else None
+        return rid if isinstance(rid, str) else None
+
+    # -- LiteLLM proxy hooks -------------------------------------------------------------------
+
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
+    ) -> dict[str, Any]:
+        if call_type not in CHAT_CALL_TYPES:
+            return data
+        metadata = data.setdefault("metadata", {})
+        if isinstance(metadata, dict):
+            metadata[REQUEST_ID_KEY] = f"req_litellm_{uuid.uuid4().hex}"
+            metadata["billing_account_id"] = account_of(user_api_key_dict, data, self._accounts)
+        return data
+
+    async def async_post_call_streaming_iterator_hook(
+        self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
+    ) -> AsyncGenerator[Any, None]:
+        rid = self._request_id(request_data)
+        if rid is None:  # not a chat completion this hook saw begin
+            async for item in response:
+                yield item
+            return
+        opened = False
+        model = str(request_data.get("model") or "unknown")
+        try:
+            async for chunk in response:
+                if not opened:
+                    model = str(getattr(chunk, "model", None) or model)
+                    provider = _hidden(chunk, "custom_llm_provider")
+                    self._open(request_data, rid, model, stream=True, provider=provider)
+                    opened = True
+                event = _chunk_event(chunk)
+                self._publish(rid, "frame", lambda p, e=event: p.frames(rid, [e]))
+                yield chunk
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                if not opened:
+                    self._open(request_data, rid, model, stream=True, provider=None)
+                _, body = _error_body(exc)
+                event = b"data: " + orjson.dumps(body) + b"\n\n"
+                self._publish(rid, "frame", lambda p: p.frames(rid, [event]))
+                self._close(rid, "upstream_error")
+            else:  # GeneratorExit, CancelledError: the client went away
+                if not opened:
+                    self._open(request_data, rid, model, stream=True, provider=None)
+                self._close(rid, "client_disconnect")
+            raise
+        if not opened:
+            self._open(request_data, rid, model, stream=True, provider=None)
+        self._publish(rid, "frame", lambda p: p.frames(rid, [DONE_EVENT]))
+        self._close(rid, "done")
+
+    async def async_post_call_success_hook(
+        self, data: dict[str, Any], user_api_key_dict: Any, response: Any
+    ) -> Any:
+        rid = self._request_id(data)
+        if rid is None or data.get("stream") is True or not hasattr(response, "model_dump_json"):
+            return response
+        model = str(getattr(response, "model", None) or data.get("model") or "unknown")
+        provider = _hidden(response, "custom_llm_provider")
+        body = response.model_dump_json(exclude_none=True).encode()
+        self._open(data, rid, model, stream=False, provider=provider)
+        self._publish(rid, "response", lambda p: p.response(rid, 200, body))
+        self._close(rid, "done")
+        return response
+
+    async def async_post_call_failure_hook(
+        self,
+        request_data: dict[str, Any],
+        original_exception: Exception,
+        user_api_key_dict: Any,
+        traceback_str: str | None = None,
+    ) -> None:
+        rid = self._request_id(request_data)
+        if rid is None or rid in self._closed:
+            self._closed.discard(rid or "")
+            return None
+        status, body = _error_body(original_exception)
+        model = str(request_data.get("model") or "unknown")
+        payload = orjson.dumps(body)
+        self._open(request_data, rid, model, stream=False, provider=None)
+        self._publish(rid, "response", lambda p: p.response(rid, status, payload))
+        self._close(rid, "upstream_error")
+        return None
+
+
+billing_hook = BillingHook()

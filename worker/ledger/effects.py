@@ -1,0 +1,22 @@
+"""What became of a call: the one vocabulary the ledger, the consumer, the sweeper, the findings and
+the metrics share (a ``StrEnum``, so each member is also its label in logs, metrics and counters).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Effect(StrEnum):
+    HELD = "held"  # its reservation was recorded and the amount held; the call is still running
+    SETTLED = "settled"  # charged from the usage, the rest of the hold released
+    SETTLED_LATE = "settled_late"  # settled within grace of a recorded failure, closing it
+    VOIDED = "voided"  # the whole hold released: the call never ran or cost nothing
+    UNSETTLED = "unsettled"  # the hold kept and a failure recorded, for a later resolution
+    DUPLICATE = "duplicate"  # this very effect was applied before: nothing changed
+    FINAL = "final"  # the reservation was already closed another way: nothing changed
+    DEFERRED = "deferred"  # nothing applied: left pending, for a redelivery to try again
+
+
+SETTLED_EFFECTS = frozenset({Effect.SETTLED, Effect.SETTLED_LATE})
+NO_CHANGE = frozenset({Effect.DUPLICATE, Effect.FINAL})

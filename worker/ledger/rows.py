@@ -1,0 +1,100 @@
+"""The rows the ledger writes besides its transactions, as pure functions of a request or a result:
+a reservation, a settled call's usage record, an unsettled call's failure. Both write paths
+(``batch`` and ``operations``) insert exactly these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from models import Status
+from worker.errors import LedgerError
+from worker.money import Micros
+from worker.request import RequestMeta
+from worker.result import Reason, Result
+
+
+def micros(value: Any) -> Micros:
+    """Money in, as Micros; floats (and anything not integral) are refused by ``Micros`` itself."""
+    return value if isinstance(value, Micros) else Micros(value)
+
+
+def aware(now: datetime) -> datetime:
+    if now.tzinfo is None:
+        raise LedgerError(f"naive timestamp {now!r}: pass an aware UTC datetime")
+    return now
+
+
+def reservation_values(meta: RequestMeta, now: datetime) -> dict[str, Any]:
+    """The reservation row of a request ."""
+    return {
+        "request_id": meta.request_id,
+        "account_id": meta.account_id,
+        "model": meta.model,
+        "stream": meta.stream,
+        "reserved_micros": int(meta.reserved_micros),
+        "status": str(Status.HELD),
+        "created_at": aware(meta.created_at),
+        "updated_at": now,
+        "request_digest": meta.digest,
+    }
+
+
+def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str, Any]:
+    """The usage record of a settled, priced result."""
+    billed = result.billed_usage
+    if billed is None or result.charge_micros is None:
+        raise LedgerError(f"{result.request_id}: settled result without billed usage or charge")
+    return {
+        "reservation_id": reservation_id,
+        "prompt_tokens": billed.prompt_tokens,
+        "cached_tokens": billed.cached_tokens,
+        "completion_tokens": billed.completion_tokens,
+        "reasoning_tokens": billed.reasoning_tokens,
+        "usage_source": str(result.usage_source),
+        "finish_reasons": joined(result.finish_reasons),
+        "charge_micros": int(result.charge_micros),
+        "estimate_prompt_tokens": result.estimate.prompt_tokens,
+        "estimate_completion_tokens": result.estimate.completion_tokens,
+        "estimate_approximate": result.estimate.approximate,
+        "system_fingerprint": result.system_fingerprint,
+        "completion_id": result.completion_id,
+        "anomalies": joined(result.anomalies),
+        "created_at": now,
+        # The request's model and creation time, as its reservation holds them (both come from the
+        # same request metadata): the report reads usage records without joining reservations.
+        "model": result.model,
+        "requested_at": result.created_at,
+        "cache_write_tokens": billed.cache_write_tokens,
+        "audio_prompt_tokens": billed.audio_prompt_tokens,
+        "audio_completion_tokens": billed.audio_completion_tokens,
+        "provider": result.provider,
+        "usage_shape": result.usage_shape,
+        "service_tier": result.service_tier,
+        "provider_cost_micros": (
+            None if result.provider_cost_micros is None else int(result.provider_cost_micros)
+        ),
+    }
+
+
+def failure_values(
+    reservation_id: int, result: Result, reason: Reason, now: datetime
+) -> dict[str, Any]:
+    """The failure row of an unsettled result : its
+    exposure is the estimate's price, none when the model is unpriced."""
+    exposure = None if reason is Reason.UNPRICED else result.exposure_micros
+    return {
+        "reservation_id": reservation_id,
+        "reason": str(reason),
+        "estimate_prompt_tokens": result.estimate.prompt_tokens,
+        "estimate_completion_tokens": result.estimate.completion_tokens,
+        "exposure_micros": None if exposure is None else int(micros(exposure)),
+        "finish_reasons": joined(result.finish_reasons),
+        "detected_at": now,
+    }
+
+
+def joined(values: Sequence[str | None]) -> str | None:
+    return ",".join("" if v is None else str(v) for v in values) if values else None

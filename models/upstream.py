@@ -42,6 +42,7 @@ class UpstreamUsage(Base):
             name="counts_not_negative",
         ),
         Index(None, "bucket_start"),
+        Index(None, "imported_at"),  # the leakage alert's reader: rows imported in a window
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)

@@ -69,6 +69,7 @@ def upgrade() -> None:
         ),
     )
     op.create_index(op.f("ix_upstream_usage_bucket_start"), "upstream_usage", ["bucket_start"])
+    op.create_index(op.f("ix_upstream_usage_imported_at"), "upstream_usage", ["imported_at"])
     op.create_table(
         "upstream_costs",
         sa.Column("id", ID, nullable=False),
@@ -128,5 +129,6 @@ def downgrade() -> None:
     op.drop_table("upstream_revisions")
     op.drop_index(op.f("ix_upstream_costs_bucket_start"), table_name="upstream_costs")
     op.drop_table("upstream_costs")
+    op.drop_index(op.f("ix_upstream_usage_imported_at"), table_name="upstream_usage")
     op.drop_index(op.f("ix_upstream_usage_bucket_start"), table_name="upstream_usage")
     op.drop_table("upstream_usage")

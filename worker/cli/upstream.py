@@ -1,5 +1,6 @@
 """``billing upstream import``: the providers' usage and cost exports, as downloaded, into the
-database (``worker.upstream``); then the leakage alert for the days they cover.
+database (``worker.upstream``); the alert job then raises ``upstream_leakage`` for the days they
+cover (``worker.upstream.leakage``).
 
 Every file is read and checked before anything is written; all files go in one transaction. Bad
 input prints one line naming the file and the JSON path and exits 2.
@@ -12,7 +13,7 @@ from pathlib import Path
 import click
 
 from worker.cli import main
-from worker.cli.db import fail, ledger_session, settings
+from worker.cli.db import fail, ledger_session
 
 
 @main.group("upstream")
@@ -30,14 +31,10 @@ def upstream_group() -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 def import_command(provider: str, files: tuple[Path, ...]) -> None:
     """Import FILE... (JSON pages as downloaded); importing a period again changes nothing."""
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC, datetime
 
-    from worker.alerts.outbox import enqueue
     from worker.errors import BillingError
-    from worker.pipeline.pricing import effective_book
     from worker.upstream.exports import read_export
-    from worker.upstream.leakage import leakage_alerts
-    from worker.upstream.query import reconciliation
     from worker.upstream.store import ImportStats, import_export
 
     exports = []
@@ -50,25 +47,12 @@ def import_command(provider: str, files: tuple[Path, ...]) -> None:
             exports.append((str(path), read_export(provider, raw, str(path))))
         except BillingError as exc:
             fail("upstream import", str(exc))
-    config = settings("upstream import")
-    now = datetime.now(UTC)
     stats = ImportStats()
     with ledger_session("upstream import") as session:
+        now = datetime.now(UTC)
         for source, export in exports:
             import_export(session, export, source, now, stats)
-        queued = 0
-        if stats.days:
-            starts = sorted(start for _, start in stats.days)
-            since = datetime.combine(starts[0].date(), datetime.min.time(), UTC)
-            until = datetime.combine(starts[-1].date(), datetime.min.time(), UTC)
-            book = effective_book(session, config.price_book)
-            found = reconciliation(session.connection(), since, until + timedelta(days=1), book)
-            days = {(start.date().isoformat(), p) for p, start in stats.days}
-            alerts = leakage_alerts(
-                found,
-                days,
-                min_micros=config.upstream_leak_micros,
-                min_pct=config.upstream_leak_pct,
-            )
-            queued = enqueue(session, alerts, now)
-    click.echo(f"upstream {provider}: {len(files)} files: {stats}; {queued} leakage alerts queued")
+    click.echo(
+        f"upstream {provider}: {len(files)} files: {stats}; a day leaking past the thresholds is"
+        " alerted by the next alert run (upstream_leakage)"
+    )

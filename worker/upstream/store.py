@@ -18,7 +18,7 @@ nothing).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +39,6 @@ class ImportStats:
     unchanged: int = 0
     replaced: int = 0
     rounded: int = 0  # cost rows whose amount was not a whole number of micro-USD
-    days: set[tuple[str, datetime]] = field(default_factory=set)  # (provider, UTC midnight)
 
     def __str__(self) -> str:
         return (
@@ -112,10 +111,8 @@ def import_export(
     usage = UpstreamUsage.__table__
     for row in _unique(export.usage, source):
         _upsert(session, usage, "usage", row, USAGE_KEY, USAGE_FIGURES, source, now, stats)
-        stats.days.add((row.provider, row.bucket_start))
     costs = UpstreamCost.__table__
     for row in _unique(export.costs, source):
         _upsert(session, costs, "cost", row, COST_KEY, COST_FIGURES, source, now, stats)
         stats.rounded += row.rounded
-        stats.days.add((row.provider, row.bucket_start))
     return stats

@@ -307,6 +307,13 @@ class Settings:
     non_streamable_models: tuple[str, ...] = prefixes(
         "BILLING_NON_STREAMABLE_MODELS", "comma-separated model prefixes that must not stream"
     )
+    # Read by the LiteLLM proxy hook (worker/gateway/litellm_hook.py), in the proxy's process.
+    litellm_account: str = text(
+        "BILLING_LITELLM_ACCOUNT",
+        "team,user,key",
+        "LiteLLM proxy hook: who pays, the first found of `team`, `user`, `key`, `end_user`"
+        " ([gateway](docs/gateway.md))",
+    )
     # Limits and retention (docs/operations.md "Limits and retention").
     batch_bytes: int = integer(
         "BILLING_BATCH_BYTES",

@@ -94,7 +94,7 @@ def clear_keys(client: redis.Redis, prefix: str) -> None:
 def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     log = open(WORKDIR / "worker.log", "wb")  # noqa: SIM115 - closed with the process
     argv = [
-        sys.executable, "-m", "celery", "-A", "worker.pipeline.app", "worker", "--beat",
+        sys.executable, "-m", "celery", "-A", "worker.service.app", "worker", "--beat",
         "--concurrency=2", "--loglevel=INFO", "--without-gossip", "--without-mingle",
         f"--schedule={WORKDIR / 'beat-schedule'}",
     ]  # fmt: skip

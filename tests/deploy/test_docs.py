@@ -23,7 +23,9 @@ def exposed(client: redis.Redis) -> set[str]:
     from prometheus_client import REGISTRY
 
     from worker import metrics
+    from worker.gateway import metrics as gateway_metrics  # the tee's, in the gateway process
 
+    assert gateway_metrics.QUEUED is not None
     families = list(REGISTRY.collect()) + list(
         metrics.BacklogCollector(client, Keys("doc-test")).collect()
     )

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from chaos.fleet import REPO, die_with_parent
-from chaos.services import free_port
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from models import Failure, Reservation
 from models.usage import UsageRecord
+from worker.localservers.ports import free_port
 
 MASTER_KEY = "sk-billing-e2e-master"
 

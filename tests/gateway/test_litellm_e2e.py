@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from chaos.services import PrivateRedis
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.ledger.database import make_engine
+from worker.localservers.redis_server import PrivateRedis
 
 from .harness import MASTER_KEY, BillingWorker, Call, LiteLLMProxy, oracle_charge, wait_decided
 from .upstream import Sent, Upstream

@@ -19,13 +19,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from models.reservations import Status
 from worker.config import MAX_PARTITIONS, Settings
 from worker.ledger.balances import balance
-from worker.pipeline import partitions, runtime, tasks
-from worker.pipeline.app import app
+from worker.pipeline import partitions
 from worker.pipeline.backlog import read_backlog
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 from worker.pipeline.sweeper import Sweeper
+from worker.service import runtime, tasks
+from worker.service.app import app
 
 from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import frames, meta, play, status

@@ -1,0 +1,286 @@
+"""The middleware in a real uvicorn-served Starlette app, called by real httpx and openai clients,
+publishing through the tee into the real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from worker.estimate import estimate_prompt
+from worker.gateway.metadata import CallInfo
+from worker.gateway.middleware import BillingMiddleware
+from worker.gateway.reservation import DEFAULT_MAX_TOKENS
+from worker.gateway.tee import Tee
+from worker.pipeline.keys import Keys
+from worker.prices import load_price_book
+
+from .serving import served
+
+pytestmark = pytest.mark.redis
+
+# What the test app answers, by the request's ``user`` field: (status, content type, chunks).
+REPLIES: dict[str, tuple[int, str, list[bytes]]] = {}
+CALLS: list[str] = []
+RELEASE = threading.Event()
+
+
+async def chat(request: Request) -> Response:
+    body = orjson.loads(await request.body())
+    CALLS.append(body.get("user", ""))
+    status, content_type, chunks = REPLIES[body["user"]]
+
+    async def stream() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            if chunk == b"<hang>":
+                while not RELEASE.is_set():
+                    await asyncio.sleep(0.01)
+                continue
+            yield chunk
+
+    return StreamingResponse(stream(), status_code=status, media_type=content_type)
+
+
+def hook(scope: dict[str, Any], body: dict[str, Any]) -> CallInfo | None:
+    return CallInfo(account_id="acct_t", request_id=body.get("user"), provider="openai")
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Tee, Keys]]:
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    keys = Keys(f"t-gw-{threading.get_ident()}-{id(client)}")
+    tee = Tee(client, keys, spool_dir=tmp_path_factory.mktemp("spool"))
+    app = BillingMiddleware(
+        Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+        publisher=tee,
+        hook=hook,
+        non_streamable=("o1-pro",),
+    )
+    with served(app) as url:
+        yield url, tee, keys
+    tee.stop()
+    for key in client.scan_iter(match=f"{keys.prefix}:*"):
+        client.delete(key)
+
+
+def entries(gateway: tuple[str, Tee, Keys], rid: str) -> list[dict[bytes, bytes]]:
+    """The call's stream once it is closed (the middleware closes after the client got the end)."""
+    _url, _tee, keys = gateway
+    for _ in range(500):
+        if closes(gateway, rid):
+            break
+        threading.Event().wait(0.02)
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    return [fields for _id, fields in client.xrange(keys.request(rid))]
+
+
+def closes(gateway: tuple[str, Tee, Keys], rid: str) -> list[bytes]:
+    _url, tee, keys = gateway
+    assert tee.flush(timeout=10)
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    return [
+        f[b"reason"]
+        for _id, f in client.xrange(keys.events())
+        if f[b"request_id"] == rid.encode() and f[b"kind"] == b"close"
+    ]
+
+
+def request(rid: str, stream: bool = True, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "stream": stream,
+        "user": rid,
+        **extra,
+    }
+
+
+counter = iter(range(10**9))
+
+sse_bodies = st.lists(
+    st.sampled_from(
+        [b'data: {"choices":[]}', b"data: [DONE]", b": ping", b"\n", b"\r\n", b"\r", b"\n\n"]
+    ),
+    min_size=1,
+    max_size=20,
+).map(b"".join)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sse_bodies, st.lists(st.integers(0, 400), max_size=8))
+def test_frames_are_the_bytes_the_client_got_whatever_the_chunking(
+    gateway: tuple[str, Tee, Keys], body: bytes, cuts: list[int]
+) -> None:
+    rid = f"sse-{next(counter)}"
+    bounds = [0, *sorted(c % (len(body) + 1) for c in cuts), len(body)]
+    chunks = [body[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    REPLIES[rid] = (200, "text/event-stream", chunks)
+    with httpx.Client(base_url=gateway[0]) as client:
+        got = client.post("/v1/chat/completions", json=request(rid)).content
+    assert got == body
+    stored = entries(gateway, rid)
+    assert stored[0][b"kind"] == b"request"
+    frames = [e[b"body"] for e in stored[1:]]
+    assert all(e[b"kind"] == b"frame" for e in stored[1:])
+    assert b"".join(frames) == body
+    # Each frame but the last ends with a blank line, and holds no blank line before its end.
+    for frame in frames[:-1]:
+        assert frame.endswith(
+            (b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n", b"\r\n\n", b"\n\r", b"\r\r\n")
+        )
+
+
+def test_the_real_openai_client_streams_and_the_call_is_published(
+    gateway: tuple[str, Tee, Keys],
+) -> None:
+    rid = "openai-stream"
+    events = [
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}\n\n',
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n',
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    REPLIES[rid] = (200, "text/event-stream", events)
+    client = openai.OpenAI(base_url=gateway[0] + "/v1", api_key="k", max_retries=0)
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "Say hello."}],
+            stream=True,
+            stream_options={"include_usage": True},
+            user=rid,
+        )
+    )
+    assert chunks[-1].usage.total_tokens == 10
+    stored = entries(gateway, rid)
+    meta = orjson.loads(stored[0][b"body"])
+    assert meta["stream"] is True and meta["include_usage"] is True
+    assert meta["account_id"] == "acct_t" and meta["provider"] == "openai"
+    assert b"".join(e[b"body"] for e in stored[1:]) == b"".join(events)
+    assert closes(gateway, rid) == [b"done"]
+
+
+def test_a_non_streamed_call_is_its_status_and_body(gateway: tuple[str, Tee, Keys]) -> None:
+    rid = "plain"
+    body = b'{"id":"c2","object":"chat.completion","choices":[]}'
+    REPLIES[rid] = (200, "application/json", [body[:10], body[10:]])
+    client = openai.OpenAI(base_url=gateway[0] + "/v1", api_key="k", max_retries=0)
+    client.chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "x"}], user=rid
+    )
+    stored = entries(gateway, rid)
+    assert orjson.loads(stored[0][b"body"])["stream"] is False
+    assert stored[1] == {b"kind": b"response", b"status": b"200", b"body": body}
+    assert closes(gateway, rid) == [b"done"]
+
+
+def test_a_streamed_request_answered_with_a_json_error_is_recorded_non_streamed(
+    gateway: tuple[str, Tee, Keys],
+) -> None:
+    rid = "refused-upstream"
+    error = b'{"error":{"message":"Rate limit","type":"requests","code":"rate_limit_exceeded"}}'
+    REPLIES[rid] = (429, "application/json", [error])
+    with httpx.Client(base_url=gateway[0]) as client:
+        assert client.post("/v1/chat/completions", json=request(rid)).status_code == 429
+    stored = entries(gateway, rid)
+    assert orjson.loads(stored[0][b"body"])["stream"] is False
+    assert stored[1] == {b"kind": b"response", b"status": b"429", b"body": error}
+    assert closes(gateway, rid) == [b"done"]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "code"),
+    [
+        (request("refuse-key"), {"Idempotency-Key": "k1"}, "idempotency_key_on_stream"),
+        ({**request("refuse-model"), "model": "o1-pro-2025"}, {}, "model_not_streamable"),
+        (request("refuse-n", n=500), {}, "invalid"),
+    ],
+)
+def test_refusals_come_before_the_app_and_before_any_write(
+    gateway: tuple[str, Tee, Keys], body: dict[str, Any], headers: dict[str, str], code: str
+) -> None:
+    calls = len(CALLS)
+    with httpx.Client(base_url=gateway[0]) as client:
+        answer = client.post("/v1/chat/completions", json=body, headers=headers)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == code
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+    assert len(CALLS) == calls
+    _url, tee, keys = gateway
+    assert tee.flush(timeout=10)
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    assert not client.exists(keys.request(body["user"]))
+    assert closes(gateway, body["user"]) == []
+
+
+def test_the_openai_client_raises_bad_request_for_a_refusal(gateway: tuple[str, Tee, Keys]) -> None:
+    client = openai.OpenAI(base_url=gateway[0] + "/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="Idempotency-Key"):
+        client.chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "x"}],
+            stream=True,
+            extra_headers={"Idempotency-Key": "abc"},
+        )
+
+
+def test_a_client_disconnect_closes_with_client_disconnect(gateway: tuple[str, Tee, Keys]) -> None:
+    rid = "leaves"
+    first = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    REPLIES[rid] = (200, "text/event-stream", [first, b"<hang>", b"data: [DONE]\n\n"])
+    RELEASE.clear()
+    with (
+        httpx.Client(base_url=gateway[0]) as client,
+        client.stream("POST", "/v1/chat/completions", json=request(rid)) as reply,
+    ):
+        for chunk in reply.iter_raw():
+            assert chunk == first
+            break
+    # The client is gone; the app notices when it next sends.
+    for _ in range(500):
+        if closes(gateway, rid):
+            break
+        threading.Event().wait(0.02)
+        RELEASE.set()
+    assert closes(gateway, rid) == [b"client_disconnect"]
+    assert [e[b"body"] for e in entries(gateway, rid)[1:]] == [first]
+
+
+def _half_up(value: Decimal) -> int:
+    return int(value.to_integral_value(rounding=ROUND_HALF_UP))
+
+
+@pytest.mark.parametrize(
+    ("limits", "tokens"), [({"max_tokens": 100, "n": 2}, 200), ({}, DEFAULT_MAX_TOKENS)]
+)
+def test_reserved_micros_is_the_prompt_estimate_and_max_tokens_at_the_book_price(
+    gateway: tuple[str, Tee, Keys], limits: dict[str, int], tokens: int
+) -> None:
+    rid = f"reserve-{tokens}"
+    REPLIES[rid] = (200, "application/json", [b"{}"])
+    body = request(rid, stream=False, **limits)
+    with httpx.Client(base_url=gateway[0]) as client:
+        client.post("/v1/chat/completions", json=body)
+    meta = orjson.loads(entries(gateway, rid)[0][b"body"])
+    price = load_price_book().price_for("gpt-4o", datetime.now(UTC), provider="openai")
+    assert price is not None
+    prompt = estimate_prompt("gpt-4o", body["messages"])
+    assert meta["reserved_micros"] == _half_up(price.input * prompt + price.output * tokens) > 0

@@ -1,0 +1,290 @@
+"""The ASGI middleware: bill every chat completion an ASGI gateway (Starlette, FastAPI…) serves.
+
+    app = BillingMiddleware(app, publisher=Tee.from_url(REDIS_URL, spool_dir="var/spool"),
+                            hook=lambda scope, body: CallInfo(account_id=...))
+
+For a ``POST …/chat/completions`` (``routes``) it reads the request body (and hands it on to the
+app unchanged), then, in this order:
+
+1. answers the contract's refusals with an HTTP 400 in OpenAI's error shape (``refusals``), before
+   the hook, the app or any write;
+2. asks the gateway's ``hook`` whose call it is (``metadata``; None: not billed, passed through);
+3. prices the hold from the price book when the hook gives none (``reservation``), and checks the
+   ``request`` entry as the worker will (a field outside the contract: HTTP 400);
+4. calls the app, watching what it sends. When the response starts it publishes the ``request``
+   entry and ``open`` (``stream`` is how the response came: an SSE body, or a plain one such as an
+   upstream's JSON error, which is then recorded as the non-streamed response it was); each body
+   chunk goes to the client first, then its completed SSE events to the publisher, byte for byte
+   (``events``); a plain body is published whole as the ``response`` entry;
+5. publishes ``close`` with its reason: ``client_disconnect`` when the client went away
+   (``http.disconnect``, or a send that failed), ``timeout`` when the app raised a timeout
+   (``TimeoutError`` or an exception class named ``…Timeout…``, such as httpx's), ``upstream_error``
+   when it raised anything else, ended without finishing its body, or answered an HTTP error
+   (a stream with status ≥ 400, a plain body with status ≥ 500), else ``done``.
+
+A request that never got a response (the app raised first, the client left first) is published at
+the end, as asked, with no frames: the worker keeps it unsettled ``incomplete``. A body that is not
+a JSON object passes through unbilled (no model ran on it). A publisher error is logged and never
+reaches the client: with the ``Tee`` there is none (it queues or spools).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from worker.errors import RequestMetaError
+from worker.gateway.events import EventSplitter
+from worker.gateway.metadata import (
+    MetadataHook,
+    include_usage,
+    new_request_id,
+    request_entry,
+)
+from worker.gateway.refusals import Refusal, refusal
+from worker.gateway.reservation import DEFAULT_MAX_TOKENS, reserve
+from worker.gateway.routes import is_chat_completion
+from worker.prices import PriceBook, load_price_book
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_SSE = b"text/event-stream"
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or ():
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def close_reason_of(exc: BaseException) -> str:
+    """``timeout`` for a timeout the app raised, else ``upstream_error``."""
+    if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
+        return "timeout"
+    return "upstream_error"
+
+
+async def _answer(send: Send, refused: Refusal) -> None:
+    body = refused.body()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": refused.status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Call:
+    """One billed call on its way through the app: what the middleware saw of its response."""
+
+    __slots__ = (
+        "disconnected",
+        "entry",
+        "finished",
+        "opened",
+        "parts",
+        "publisher",
+        "request_id",
+        "splitter",
+        "status",
+        "streamed",
+    )
+
+    def __init__(self, publisher: Any, request_id: str, entry: dict[str, Any]) -> None:
+        self.publisher = publisher
+        self.request_id = request_id
+        self.entry = entry
+        self.opened = False
+        self.streamed = False
+        self.status = 0
+        self.finished = False
+        self.disconnected = False
+        self.splitter = EventSplitter()
+        self.parts: list[bytes] = []
+
+    def publish(self, method: str, *args: Any) -> None:
+        try:
+            getattr(self.publisher, method)(self.request_id, *args)
+        except Exception:  # the user's response goes on; the sync Publisher can raise here
+            log.exception("billing: %s of %s not published", method, self.request_id)
+
+    def open(self, streamed: bool) -> None:
+        self.opened, self.streamed = True, streamed
+        entry = self.entry
+        if entry["stream"] != streamed:
+            entry = {**entry, "stream": streamed, "include_usage": True}
+        try:
+            self.publisher.open(orjson.dumps(entry), self.request_id)
+        except Exception:
+            log.exception("billing: open of %s not published", self.request_id)
+
+    def body(self, chunk: bytes) -> None:
+        if not self.streamed:
+            self.parts.append(chunk)
+            return
+        events = self.splitter.feed(chunk)
+        if events:
+            self.publish("frames", events)
+
+    def end(self, reason: str | None) -> None:
+        if not self.opened:
+            self.open(self.entry["stream"])
+        elif self.streamed:
+            rest = self.splitter.rest()
+            if rest:
+                self.publish("frames", [rest])
+        else:
+            self.publish("response", self.status, b"".join(self.parts))
+        if reason is None:
+            # A client that leaves after the last byte (as the openai client does) left nothing.
+            if self.finished:
+                failed = self.status >= (400 if self.streamed else 500)
+                reason = "upstream_error" if failed else "done"
+            else:
+                reason = "client_disconnect" if self.disconnected else "upstream_error"
+        self.publish("close", reason)
+
+
+class BillingMiddleware:
+    """Publishes every chat completion the wrapped ASGI app serves (see the module docstring).
+
+    ``publisher``: a ``Tee`` (or anything with ``Publisher``'s methods). ``hook``: the gateway's
+    ``MetadataHook``. ``prices``: the book holds are priced from (the bundled one by default).
+    ``non_streamable``: model prefixes that must not stream (``BILLING_NON_STREAMABLE_MODELS``).
+    ``default_max_tokens``: the output limit a hold assumes when the request states none."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        publisher: Any,
+        hook: MetadataHook,
+        prices: PriceBook | None = None,
+        non_streamable: Iterable[str] = (),
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        self.app = app
+        self.publisher = publisher
+        self.hook = hook
+        self.prices = prices if prices is not None else load_price_book()
+        self.non_streamable = tuple(non_streamable)
+        self.default_max_tokens = default_max_tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_chat_completion(scope["method"], scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left before its request was whole: nothing ran
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        raw = b"".join(chunks)
+        pending: list[Message] = [{"type": "http.request", "body": raw, "more_body": False}]
+        call: _Call | None = None
+
+        async def replay() -> Message:
+            if pending:
+                return pending.pop()
+            message = await receive()
+            if message["type"] == "http.disconnect" and call is not None:
+                call.disconnected = True
+            return message
+
+        call = self._prepare(scope, raw)
+        if isinstance(call, Refusal):
+            await _answer(send, call)
+            return
+        if call is None:
+            await self.app(scope, replay, send)
+            return
+        await self._run(scope, replay, send, call)
+
+    def _prepare(self, scope: Scope, raw: bytes) -> _Call | Refusal | None:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(body, dict):
+            return None
+        key = _header(scope, b"idempotency-key")
+        refused = refusal(body, key, self.non_streamable)
+        if refused is not None:
+            return refused
+        info = self.hook(scope, body)
+        if info is None:
+            return None
+        created_at = datetime.now(UTC)
+        request_id = info.request_id or new_request_id()
+        reserved = info.reserved_micros
+        if reserved is None:
+            reserved = reserve(
+                self.prices,
+                body,
+                created_at,
+                provider=info.provider,
+                default_max_tokens=self.default_max_tokens,
+            )
+        try:
+            entry = request_entry(
+                body,
+                info,
+                request_id=request_id,
+                reserved_micros=int(reserved),
+                created_at=created_at,
+                idempotency_key=key,
+                streamed=body.get("stream") is True,
+            )
+        except RequestMetaError as exc:
+            return Refusal(400, f"Invalid request: {exc}", str(exc).split(":", 1)[0], "invalid")
+        entry["include_usage"] = include_usage(body)
+        return _Call(self.publisher, request_id, entry)
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send, call: _Call) -> None:
+        async def watch(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                call.status = message["status"]
+                content_type = b""
+                for key, value in message.get("headers") or ():
+                    if key.lower() == b"content-type":
+                        content_type = value
+                call.open(content_type.lower().startswith(_SSE))
+            try:
+                await send(message)
+            except OSError:  # uvicorn's ClientDisconnected: the client went away
+                call.disconnected = True
+                raise
+            if kind == "http.response.body":
+                call.body(message.get("body", b""))
+                if not message.get("more_body", False):
+                    call.finished = True
+
+        reason: str | None = None
+        try:
+            await self.app(scope, receive, watch)
+        except BaseException as exc:
+            left = call.disconnected and not call.finished
+            reason = "client_disconnect" if left else close_reason_of(exc)
+            raise
+        finally:
+            call.end(reason)

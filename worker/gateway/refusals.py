@@ -1,0 +1,63 @@
+"""The requests the contract refuses, answered before any hold is placed (pure).
+
+docs/events.md and docs/alerts.md: a streamed request must not carry an ``Idempotency-Key`` (a
+stream cannot be replayed from a cache, so a retried key would bill twice or serve nothing), and a
+model listed in ``BILLING_NON_STREAMABLE_MODELS`` must not stream. The answer is an HTTP 400 with
+OpenAI's error object, ``{"error": {"message", "type", "param", "code"}}``, the shape the openai
+client raises ``BadRequestError`` from (https://platform.openai.com/docs/guides/error-codes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from worker.anomalies import is_non_streamable
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    status: int
+    message: str
+    param: str | None
+    code: str
+
+    def body(self) -> bytes:
+        return orjson.dumps(
+            {
+                "error": {
+                    "message": self.message,
+                    "type": "invalid_request_error",
+                    "param": self.param,
+                    "code": self.code,
+                }
+            }
+        )
+
+
+def refusal(
+    body: dict[str, Any], idempotency_key: str | None, non_streamable: Iterable[str]
+) -> Refusal | None:
+    """Why this request is refused, or None. ``body`` is the parsed request JSON."""
+    if body.get("stream") is not True:
+        return None
+    if idempotency_key:
+        return Refusal(
+            400,
+            "A streamed request cannot carry an Idempotency-Key: send it without the header, "
+            "or with stream: false.",
+            "stream",
+            "idempotency_key_on_stream",
+        )
+    model = body.get("model")
+    if isinstance(model, str) and is_non_streamable(model, non_streamable):
+        return Refusal(
+            400,
+            f"The model {model[:200]} cannot be streamed here: send the request with stream: false.",
+            "stream",
+            "model_not_streamable",
+        )
+    return None

@@ -1,0 +1,430 @@
+"""The tee: the gateway's publisher that never makes the user wait and never loses a call.
+
+``Tee`` has the methods of ``worker.pipeline.publisher.Publisher`` (``open``, ``frames``,
+``response``, ``close``, and a ``batch`` that changes nothing), and builds the same commands with the
+same functions; a gateway written against ``Publisher`` switches by changing its constructor.
+The differences:
+
+* **Nothing blocks the caller.** A method builds the call's commands and appends them to a queue in
+  memory (a lock and an append, no IO); a background thread drains the queue into Redis, several
+  calls' commands per pipeline.
+* **Bounded memory, never dropped.** The queue holds at most ``max_queue_bytes``. When it is full,
+  or when a write fails because Redis is unreachable, the queue and every batch after it go to the
+  spool file (``worker.gateway.spool``) until the thread has replayed the file into Redis, in the
+  order it was written. So a call's writes reach Redis in the order the gateway made them.
+* **Replay is idempotent by construction.** A write that failed may have reached Redis (the
+  connection dropped before the reply), and a batch sent while a full queue was spilled is in the
+  file too, so replay must tolerate writing something twice. The entries of a call's own stream
+  carry explicit ids (``<ms>-<seq>``, the wall-clock time they were made, increasing per call):
+  Redis refuses an id it already holds (counted in ``billing_gateway_duplicate_entries_total``).
+  Frames and responses are written with ``NOMKSTREAM``: after the worker settled the call and
+  deleted its stream they are no-ops. The ``request`` entry may re-create a deleted stream, under
+  its same id: the worker's reservation recorded that entry's digest (its id and fields,
+  docs/events.md §5), so the replayed ``open`` and ``close`` are taken as duplicates of the call
+  they are (the hold stands, the stream is deleted again) and never as a second call under the same
+  request id. Notifications themselves have ids Redis picks; a repeated one is a duplicate delivery,
+  which the worker ignores by the same rule.
+
+**Fewer entries when the thread is behind.** Frames of one call waiting together in the queue are
+written as one entry holding their events in order (docs/events.md allows several events an entry;
+the events keep their blank lines, so the entry is the bytes as sent), under the id of the last of
+them (``coalesce``). Only live writes are merged, never a replay: a replay writes each frame under
+its own id, and every one of them is at or below a merged entry's id, so Redis refuses those
+already written, and never appends an event twice.
+
+Redis errors other than a lost connection (a wrong type, a refused id that is not a duplicate) are
+counted, logged with the key (never a body), and not retried. A batch that can be neither queued
+nor spooled (the disk is full) is counted in ``billing_gateway_lost_total`` and logged: the one
+loss, and never silent.
+
+Threads: one call's methods must be called from one thread at a time (a request's task); different
+calls may come from any threads. ``stop`` flushes what it can in ``timeout`` and leaves the rest in
+the spool for the next start (or another process) to replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import redis
+
+from worker.gateway import metrics
+from worker.gateway.spool import Spool, orphans
+from worker.pipeline.keys import Keys
+from worker.pipeline.publisher import (
+    Command,
+    XAdd,
+    close_commands,
+    frame_commands,
+    now_ms,
+    open_commands,
+    queue_commands,
+    request_body,
+    response_commands,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SPOOL_DIR = "var/spool"
+# What Redis answers to an XADD whose explicit id is not above the stream's last one.
+_ALREADY_WRITTEN = "equal or smaller than the target stream top item"
+# Errors after which a write may or may not have happened: spool it and replay it later.
+UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError)
+_PER_COMMAND_BYTES = 64  # a command's keys, ids and Redis overhead, roughly
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(list[Command]).decode
+
+
+# The largest entry ``coalesce`` makes (the worker refuses entries past 1 MiB).
+MAX_MERGED_BYTES = 256 << 10
+
+
+def coalesce(commands: list[Command]) -> list[Command]:
+    """``commands`` with each call's frames that follow one another in its own stream (other
+    keys' commands between them do not count) merged into one entry, under the last one's id, up
+    to ``MAX_MERGED_BYTES``. Any other write to the call's stream ends the run. Moving a frame
+    up to its predecessor keeps every stream's order: only other keys' writes are passed."""
+    merged: list[Command] = []
+    last: dict[str, int] = {}  # stream key -> index in ``merged`` of its open run of frames
+    for command in commands:
+        if type(command) is XAdd and command.nomkstream and command.fields.get("kind") == b"frame":
+            at = last.get(command.key)
+            if at is not None:
+                run = merged[at]
+                body = run.fields["body"] + command.fields["body"]  # type: ignore[union-attr]
+                if len(body) <= MAX_MERGED_BYTES:
+                    fields = {"kind": b"frame", "body": body}
+                    merged[at] = XAdd(command.key, fields, command.entry_id, True)
+                    continue
+            last[command.key] = len(merged)
+        else:
+            last.pop(command.key, None)
+        merged.append(command)
+    return merged
+
+
+def _size(commands: list[Command]) -> int:
+    total = _PER_COMMAND_BYTES * len(commands)
+    for command in commands:
+        if type(command) is XAdd:
+            for value in command.fields.values():
+                total += len(value)
+    return total
+
+
+class Tee:
+    """Asynchronous, spooling ``Publisher``. See the module's docstring for the guarantees."""
+
+    def __init__(
+        self,
+        client: redis.Redis | Any,
+        keys: Keys | None = None,
+        *,
+        ttl_seconds: int = 86_400,
+        spool_dir: str | Path = DEFAULT_SPOOL_DIR,
+        max_queue_bytes: int = 16 << 20,
+        batch_bytes: int = 64 << 10,
+        linger_seconds: float = 0.01,
+        sync_seconds: float = 1.0,
+        retry_seconds: float = 0.5,
+        adopt_seconds: float = 30.0,
+    ) -> None:
+        self._client = client
+        self.keys = keys or Keys()
+        self.ttl_seconds = ttl_seconds
+        self.max_queue_bytes = max_queue_bytes
+        self.batch_bytes = batch_bytes
+        self.linger_seconds = linger_seconds
+        self.sync_seconds = sync_seconds
+        self.retry_seconds = retry_seconds
+        self.adopt_seconds = adopt_seconds
+        self.spool_dir = Path(spool_dir)
+        self._spool = Spool.own(self.spool_dir)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
+        self._queue: deque[tuple[list[Command], int]] = deque()
+        self._queued_bytes = 0
+        self._generation = 0  # bumped when the queue is spilled into the spool
+        # Spooling: every batch goes to the spool until it is replayed (then the queue is empty).
+        self._spooling = self._spool.size > 0
+        self._replay_offset = 0
+        self._spool_gauge = 0
+        self._account_spool_locked()
+        self._ids: dict[str, list[int]] = {}
+        self._stopping = False
+        self._flushing = 0  # callers waiting in ``flush``: no lingering then
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="billing-tee", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_url(cls, url: str, keys: Keys | None = None, **options: Any) -> Tee:
+        """A tee with its own client, whose short timeouts find an unreachable Redis quickly."""
+        client = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=1.0)
+        return cls(client, keys, **options)
+
+    # ------------------------------------------------------------------ the Publisher's methods
+
+    @contextmanager
+    def batch(self) -> Iterator[Tee]:
+        """For ``Publisher``'s callers: the tee batches by itself, so this changes nothing."""
+        yield self
+
+    def _next_id(self, request_id: str) -> Callable[[], str]:
+        state = self._ids.get(request_id)
+        if state is None:
+            state = self._ids[request_id] = [0, 0]
+
+        def next_id() -> str:
+            ms = now_ms()
+            if ms > state[0]:
+                state[0], state[1] = ms, 0
+            else:
+                state[1] += 1
+            return f"{state[0]}-{state[1]}"
+
+        return next_id
+
+    def open(self, meta: dict[str, Any] | bytes, request_id: str | None = None) -> None:
+        """Queue the ``request`` entry, the key's TTL and the ``open`` notification."""
+        body, rid = request_body(meta, request_id)
+        self._submit(open_commands(self.keys, rid, body, self.ttl_seconds, self._next_id(rid)))
+
+    def frames(self, request_id: str, events: Iterable[bytes | str]) -> None:
+        """Queue SSE events as sent to the client, one entry each."""
+        commands = frame_commands(self.keys, request_id, events, self._next_id(request_id))
+        if commands:
+            self._submit(commands)
+
+    def response(self, request_id: str, status: int, body: bytes | str) -> None:
+        """Queue a non-streamed call's HTTP status and body."""
+        self._submit(
+            response_commands(self.keys, request_id, status, body, self._next_id(request_id))
+        )
+
+    def close(self, request_id: str, reason: str = "done") -> None:
+        """Queue the ``close`` notification; the call's id state is forgotten."""
+        commands = close_commands(self.keys, request_id, reason)
+        self._ids.pop(request_id, None)
+        self._submit(commands)
+
+    # ------------------------------------------------------------------ queue and spool
+
+    def _submit(self, commands: list[Command]) -> None:
+        size = _size(commands)
+        with self._lock:
+            if not self._spooling and self._queued_bytes + size <= self.max_queue_bytes:
+                self._queue.append((commands, size))
+                self._queued_bytes += size
+                metrics.QUEUED.inc()
+                metrics.QUEUE_BYTES.inc(size)
+                if len(self._queue) == 1:
+                    self._wake.notify()
+                return
+            self._spill_locked(commands)
+
+    def _spill_locked(self, extra: list[Command] | None = None) -> None:
+        """Move the queue (and ``extra`` after it) into the spool; from now on everything is
+        spooled until the spool is replayed. The caller holds the lock."""
+        batches = [commands for commands, _ in self._queue]
+        if extra is not None:
+            batches.append(extra)
+        if not batches:
+            return
+        try:
+            self._spool.append([_encode(commands) for commands in batches])
+        except OSError as exc:
+            # The queue stays in memory (it is bounded); only the batch that found it full is lost.
+            log.error(
+                "tee: the spool %s cannot be written (%s): a batch is lost", self._spool.path, exc
+            )
+            if extra is not None:
+                metrics.LOST.inc()
+            return
+        metrics.SPOOLED.inc(len(batches))
+        metrics.QUEUE_BYTES.dec(self._queued_bytes)
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._generation += 1
+        self._spooling = True
+        self._account_spool_locked()
+        self._wake.notify()
+
+    def _account_spool_locked(self) -> None:
+        pending = self._spool.size - self._replay_offset
+        metrics.SPOOL_BYTES.inc(pending - self._spool_gauge)
+        self._spool_gauge = pending
+
+    # ------------------------------------------------------------------ the background thread
+
+    def _run(self) -> None:
+        next_adopt = time.monotonic()
+        next_sync = time.monotonic() + self.sync_seconds
+        while True:
+            with self._lock:
+                if self._stopping:
+                    self._spill_locked()
+                    self._idle.notify_all()
+                    return
+                if not self._queue and not self._spooling:
+                    self._idle.notify_all()
+                    self._wake.wait(self.sync_seconds)
+                linger = 0 < self._queued_bytes < self.batch_bytes and not self._flushing
+            if linger:
+                # Let a call's next events join this batch: a round trip per event cost more
+                # CPU than the rest of the tee together.
+                self._stopped.wait(self.linger_seconds)
+            with self._lock:
+                taken: list[list[Command]] = []
+                budget = self.batch_bytes
+                for commands, size in self._queue:
+                    if taken and size > budget:
+                        break
+                    taken.append(commands)
+                    budget -= size
+                generation, spooling = self._generation, self._spooling
+                idle = not taken and not spooling
+            if taken:
+                ok = self._send_queued(taken, generation)
+            elif spooling:
+                ok = self._replay_own()
+            else:
+                ok = True
+            now = time.monotonic()
+            if now >= next_sync:
+                self._sync()
+                next_sync = now + self.sync_seconds
+            if ok and idle and now >= next_adopt:
+                self._adopt()
+                next_adopt = now + self.adopt_seconds
+            if not ok:
+                self._stopped.wait(self.retry_seconds)
+
+    def _sync(self) -> None:
+        try:
+            self._spool.sync()
+        except OSError as exc:
+            log.error("tee: fsync of %s failed: %s", self._spool.path, exc)
+
+    def _execute(self, commands: list[Command]) -> None:
+        """Write ``commands`` in one pipeline; raises one of ``UNREACHABLE`` if Redis may not have
+        had them all."""
+        pipe = self._client.pipeline(transaction=False)
+        queue_commands(pipe, commands)
+        results = pipe.execute(raise_on_error=False)
+        written = 0
+        for command, result in zip(commands, results, strict=True):
+            if not isinstance(result, Exception):
+                written += 1
+            elif isinstance(result, UNREACHABLE):
+                raise result
+            elif _ALREADY_WRITTEN in str(result):
+                metrics.DUPLICATES.inc()
+            else:
+                metrics.REJECTED.inc()
+                log.error("tee: Redis refused a write to %s: %s", command.key, result)
+        metrics.PUBLISHED.inc(written)
+
+    def _send_queued(self, taken: list[list[Command]], generation: int) -> bool:
+        try:
+            self._execute(coalesce([command for commands in taken for command in commands]))
+        except UNREACHABLE as exc:
+            log.warning("tee: Redis unreachable (%s); spooling", type(exc).__name__)
+            with self._lock:
+                if self._generation == generation:
+                    self._spill_locked()
+            return False
+        with self._lock:
+            if self._generation == generation:  # else a full queue was spilled meanwhile
+                for _ in taken:
+                    _, size = self._queue.popleft()
+                    self._queued_bytes -= size
+                    metrics.QUEUE_BYTES.dec(size)
+        return True
+
+    def _replay(self, spool: Spool, offset: int) -> tuple[int, bool]:
+        """Replay one budget of ``spool`` from ``offset``; (new offset, whether Redis took it)."""
+        payloads, after, torn = spool.read(offset, self.batch_bytes)
+        if torn:
+            log.warning("tee: %d torn record(s) skipped in %s", torn, spool.path)
+            metrics.TORN.inc(torn)
+        batches: list[list[Command]] = []
+        for payload in payloads:
+            try:
+                batches.append(_decode(payload))
+            except msgspec.DecodeError:  # intact framing around a payload of another version
+                metrics.TORN.inc()
+                log.error("tee: an undecodable record skipped in %s", spool.path)
+        try:
+            self._execute([command for commands in batches for command in commands])
+        except UNREACHABLE:
+            return offset, False
+        metrics.REPLAYED.inc(len(batches))
+        return after, True
+
+    def _replay_own(self) -> bool:
+        after, ok = self._replay(self._spool, self._replay_offset)
+        with self._lock:
+            self._replay_offset = after
+            if self._replay_offset >= self._spool.size:
+                self._spool.reset()
+                self._replay_offset = 0
+                self._spooling = False
+            self._account_spool_locked()
+        return ok
+
+    def _adopt(self) -> None:
+        """Replay and delete the spool files of processes that are gone."""
+        for spool in orphans(self.spool_dir, self._spool.path):
+            offset, ok = 0, True
+            metrics.SPOOL_BYTES.inc(spool.size)
+            try:
+                while ok and offset < spool.size:
+                    before = offset
+                    offset, ok = self._replay(spool, offset)
+                    metrics.SPOOL_BYTES.dec(offset - before)
+            finally:
+                metrics.SPOOL_BYTES.dec(spool.size - offset)
+                spool.close(delete=ok)
+            if not ok:
+                return
+            log.info("tee: replayed the spool %s of a finished process", spool.path)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued or spooled is in Redis; False if ``timeout`` passed first."""
+        with self._lock:
+            self._flushing += 1
+            self._wake.notify()
+            try:
+                return self._idle.wait_for(lambda: not self._queue and not self._spooling, timeout)
+            finally:
+                self._flushing -= 1
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Flush for up to ``timeout`` seconds, then stop the thread; what is left stays in the
+        spool file. Returns whether everything reached Redis."""
+        flushed = self.flush(timeout)
+        with self._lock:
+            self._stopping = True
+            self._wake.notify()
+        self._stopped.set()
+        self._thread.join()
+        self._sync()
+        self._spool.close(delete=self._spool.size == 0)
+        return flushed
+
+    @property
+    def spooling(self) -> bool:
+        return self._spooling

@@ -31,6 +31,7 @@ from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
 from worker.config import Settings, redact_url
 from worker.demo_funds import fund_demo_account, print_demo_statement
+from worker.demo_upstream import show_upstream
 from worker.demo_webhook import WebhookReceiver
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine, upgrade
@@ -46,7 +47,6 @@ from worker.result import Outcome
 from worker.simulation.calls import plan
 from worker.simulation.driver import play
 from worker.simulation.faults import parse_faults
-from worker.upstream.demo import show_upstream
 
 CALLS = int(os.environ.get("DEMO_CALLS", "3000"))
 SEED = int(os.environ.get("DEMO_SEED", "7"))

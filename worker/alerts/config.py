@@ -63,7 +63,7 @@ class AlertConfig:
     non_streamable_models: tuple[str, ...] = _DEFAULTS.non_streamable_models
     # the low-balance alert's threshold (``worker.alerts.low_balance``)
     low_balance_micros: int = _DEFAULTS.low_balance_micros
-    # the upstream leakage alert's thresholds (``worker.upstream.leakage``) and the price book file
+    # the upstream leakage alert's thresholds (``worker.alerts.upstream_leakage``) and the price book file
     # its leaked tokens are priced with (``BILLING_PRICE_BOOK``; None: the bundled one)
     upstream_leak_micros: int = _DEFAULTS.upstream_leak_micros
     upstream_leak_pct: int = _DEFAULTS.upstream_leak_pct

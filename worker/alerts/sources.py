@@ -246,7 +246,9 @@ def upstream_leakage(
     session: Session, start: datetime, end: datetime, config: AlertConfig
 ) -> list[Finding]:
     """Days of a provider's export imported in [start, end) whose leakage passes a threshold."""
-    from worker.upstream.leakage import imported_leakage  # the reconciliation, only when it runs
+    from worker.alerts.upstream_leakage import (
+        imported_leakage,  # the reconciliation, only when it runs
+    )
 
     return imported_leakage(session, start, end, config)
 

@@ -12,19 +12,21 @@ release that did not keep it, or to repair what ``--verify-ledger`` found).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from worker.cli import main
 from worker.cli.db import database_error, fail, settings
 from worker.errors import BillingError
+from worker.prices import PriceBook
 from worker.reports import ReportError, run_rebuild, run_report, run_verify
 from worker.reports.render_csv import render_csv
 from worker.reports.render_html import render_html
@@ -119,8 +121,7 @@ def report_command(
                 url,
                 spec,
                 progress=section,  # type: ignore[arg-type]
-                upstream=upstream,
-                price_book=config.price_book,
+                upstream_book=_effective_book(config.price_book) if upstream else None,
             )
     except ReportError as exc:
         fail("report", str(exc))
@@ -172,3 +173,17 @@ def _rollup(since: str | None, until: str | None, *, rebuild: bool) -> None:
         err=True,
     )
     sys.exit(1)
+
+
+def _effective_book(price_book: str | None) -> Callable[[Connection], PriceBook]:
+    """The worker's price book (the prices table over the file rows), read on the report's own
+    connection: ``--upstream`` matches model names by it."""
+
+    def book(conn: Connection) -> PriceBook:
+        from sqlalchemy.orm import Session
+
+        from worker.pipeline.pricing import effective_book
+
+        return effective_book(Session(bind=conn), price_book)
+
+    return book

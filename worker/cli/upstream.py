@@ -1,6 +1,6 @@
 """``billing upstream import``: the providers' usage and cost exports, as downloaded, into the
 database (``worker.upstream``); the alert job then raises ``upstream_leakage`` for the days they
-cover (``worker.upstream.leakage``).
+cover (``worker.alerts.upstream_leakage``).
 
 Every file is read and checked before anything is written; all files go in one transaction. Bad
 input prints one line naming the file and the JSON path and exits 2.

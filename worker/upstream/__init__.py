@@ -3,7 +3,8 @@
 ``exports`` reads the providers' usage and cost exports (pure), ``store`` imports them idempotently,
 ``routes`` records where the gateway sent each call, ``matching`` ties the two sides together per
 day, provider, model and upstream key (pure), ``query`` reads both sides from the database,
-``leakage`` raises the alert, ``simulated`` writes the export of a simulated run and ``demo`` is
-``make demo``'s step. The report's section is ``worker.reports.upstream``. See docs/reports.md,
-"Upstream reconciliation".
+and ``simulated`` writes the export of a simulated run. Above this package: the report's section
+(``worker.reports.upstream``), the alert (``worker.alerts.upstream_leakage``), ``make demo``'s step
+(``worker.demo_upstream``); the consumer records routes through ``routes``. This package imports
+none of them. See docs/reports.md, "Upstream reconciliation".
 """

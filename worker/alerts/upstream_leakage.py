@@ -1,6 +1,8 @@
 """The ``upstream_leakage`` alert: a day on which a provider's export shows usage the ledger has no
 call for, past a threshold — as findings, paged, digested and resolved like every kind's
-(``worker.alerts.sources.upstream_leakage`` reads them; ``worker.alerts.paging``).
+(``worker.alerts.sources.upstream_leakage`` reads them; ``worker.alerts.paging``). The price book
+comes from ``worker.pipeline.pricing`` (the prices table over the file rows), imported when the
+reader runs.
 
 A finding is one (UTC day, provider) of an export imported in the alert window: its ``at`` is the
 import's time (the latest ``imported_at`` of that day's rows: the moment the leak became known), its

@@ -78,7 +78,7 @@ def forgotten_calls(count: int, seed: int, start: datetime, run_id: str) -> list
     for call in iter_calls(4 * count + 20, seed, NO_FAULTS, start=start, run_id=run_id):
         e = call.expected
         if (
-            call in routed([call])
+            routed([call])
             and e.outcome is Outcome.SETTLED
             and e.usage_source is UsageSource.REPORTED
             and e.usage is not None

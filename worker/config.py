@@ -345,6 +345,18 @@ class Settings:
         "alert (`low_balance`) when a funded account's spendable balance falls below this; below"
         " zero always alerts; `0`: the threshold alert is off",
     )
+    upstream_leak_micros: int = usd(
+        "BILLING_UPSTREAM_LEAK_USD",
+        1_000_000,
+        "alert (`upstream_leakage`) when a day's upstream usage with no call in the ledger costs this"
+        " much at our prices; `0`: not on cost",
+    )
+    upstream_leak_pct: int = integer(
+        "BILLING_UPSTREAM_LEAK_PCT",
+        1,
+        "...or when its leaked tokens are this share of the day's upstream tokens; `0`: not on share",
+        maximum=100,
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

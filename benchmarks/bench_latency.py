@@ -41,14 +41,6 @@ def percentile(values: list[Any], fraction: float) -> float:
     return float(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))])
 
 
-def _busy_jiffies() -> tuple[int, int]:
-    """(busy, total) jiffies over every CPU since boot."""
-    with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
-
-
 class Sampler:
     """Every ``SAMPLE_S``: (t, machine busy CPUs, consumer CPUs, this process's CPUs)."""
 
@@ -69,14 +61,14 @@ class Sampler:
         self._thread.join()
 
     def _loop(self) -> None:
-        busy, total = _busy_jiffies()
+        busy, total = cpu.busy_jiffies()
         child, mine, when = (
             cpu.cpu_seconds(self.consumer_pid),
             time.process_time(),
             time.perf_counter(),
         )
         while not self._stop.wait(SAMPLE_S):
-            busy2, total2 = _busy_jiffies()
+            busy2, total2 = cpu.busy_jiffies()
             child2, mine2, when2 = (
                 cpu.cpu_seconds(self.consumer_pid),
                 time.process_time(),

@@ -3,7 +3,8 @@
 For each of 1 and 2 consumers: a fresh database and prefix, the same simulated calls written first,
 then the consumer processes (``benchmarks.harness.consumer_process``, warmed up) are told to go together and
 the run is timed until their group has read and acknowledged every notification. CPU shares are
-CPU seconds over wall seconds (1.0 = one core busy); the machine's core count bounds their sum.
+CPU seconds over wall seconds (1.0 = one core busy); the machine's core count bounds their sum, and
+the machine's own busy CPUs (``/proc/stat``) over the run say how much other work took besides.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ def _one(processes: int, count: int) -> dict[str, Any]:
             consumer_meter = cpu.CpuMeter(child.pid for child in children)
             for meter in (redis_meter, pg_meter, consumer_meter):
                 meter.start()
+            machine = cpu.busy_jiffies()
             started = time.perf_counter()
             for child in children:
                 child.go()
             finished = wait_drained(client, keys.events(0), keys.group, timeout=900)
             seconds = finished - started
+            machine_cpu = cpu.machine_busy(machine, os.cpu_count() or 1)
             redis_meter.stop()
             pg_meter.stop(cpu.postgres_pids(database))
             consumer_meter.stop()
@@ -58,6 +61,7 @@ def _one(processes: int, count: int) -> dict[str, Any]:
         "redis_cpu": redis_meter.seconds / seconds,
         "postgres_cpu": pg_meter.seconds / seconds,
         "consumers_cpu": consumer_meter.seconds / seconds,
+        "machine_cpu": machine_cpu,
         "settled": sum(r["settled"] for r in reports),
         "deferred": sum(r["deferred"] for r in reports),
     }

@@ -16,6 +16,7 @@ from typing import Any
 
 from benchmarks import (
     bench_assembly,
+    bench_capacity,
     bench_cli,
     bench_estimate,
     bench_gateway,
@@ -27,6 +28,7 @@ from benchmarks import (
     bench_report,
     bench_scaling,
 )
+from benchmarks.harness.own_time import describe
 from benchmarks.harness.table import Row, rate
 
 
@@ -43,6 +45,16 @@ class Context:
             self.figures["e2e"] = bench_pipeline.run(self.smoke, self.profile_dir)
         return self.figures["e2e"]
 
+    def measured(self, name: str) -> dict[str, Any]:
+        """Row 4's (``latency``) or row 9's (``scaling``) figures, measured now if this run has
+        not measured them yet."""
+        if name not in self.figures:
+            if name == "latency":
+                self.figures[name] = bench_latency.run(self.e2e()["ours_calls_per_s"], self.smoke)
+            else:
+                self.figures[name] = bench_scaling.run(self.smoke)
+        return self.figures[name]
+
 
 def assembly(ctx: Context) -> list[Row]:
     f = ctx.figures["assembly"] = bench_assembly.run(ctx.smoke)
@@ -55,7 +67,13 @@ def assembly(ctx: Context) -> list[Row]:
             f"≥ {f['target_ratio']:.0f}x",
             bool(f["meets_target"]),
             [
-                f"parse + assemble from SSE bytes; {f['streams']} seeded streams, {f['frames']:,} frames; results checked field by field"
+                f"parse + assemble from SSE bytes; {f['streams']} seeded streams, {f['frames']:,} frames; results checked field by field",
+                f"where ours spends its time (cProfile, own time): {describe(f['ours_profile'])}",
+                "what the consumer pays per frame for a whole call (reconcile_stream: decode, "
+                "assemble, estimate, price), on the simulator's streamed calls as the consumer "
+                f"reads them ({f['calls']:,} calls, {f['call_frames']:,} frame records): "
+                f"{f['reconcile_ns_per_frame']:,.0f} ns/frame, of which assembly "
+                f"{f['assemble_ns_per_frame']:,.0f} ns; own time: {describe(f['reconcile_profile'])}",
             ],
         )
     ]
@@ -195,7 +213,7 @@ def _diagnosis(f: dict[str, Any]) -> str:
 
 
 def latency(ctx: Context) -> list[Row]:
-    f = ctx.figures["latency"] = bench_latency.run(ctx.e2e()["ours_calls_per_s"], ctx.smoke)
+    f = ctx.measured("latency")
     return [
         Row(
             "4. settle latency close → commit",
@@ -370,13 +388,13 @@ def memory(ctx: Context) -> list[Row]:
 
 
 def scaling(ctx: Context) -> list[Row]:
-    f = ctx.figures["scaling"] = bench_scaling.run(ctx.smoke)
+    f = ctx.measured("scaling")
     one, two = f["one"], f["two"]
 
     def shares(run: dict[str, Any]) -> str:
         return (
             f"Redis {run['redis_cpu']:.0%}, PostgreSQL {run['postgres_cpu']:.0%}, "
-            f"consumers {run['consumers_cpu']:.0%}"
+            f"consumers {run['consumers_cpu']:.0%}, the whole machine {run['machine_cpu']:.0%}"
         )
 
     return [
@@ -444,6 +462,114 @@ def gateway(ctx: Context) -> list[Row]:
     ]
 
 
+def _commands(traffic: Any, per: float) -> str:
+    top = ", ".join(f"{name} {n / per:.2f}" for name, n in traffic.commands.most_common(6))
+    return f"{traffic.total / per:.2f} ({top})"
+
+
+def _unit_costs(m: dict[str, Any], costs: Any) -> list[str]:
+    p = m["process"]
+    ms = 1000
+    gateway_per = max(1, m["calls"])
+    closes = m["closes_a"]
+    return [
+        f"unit costs, phase A ({m['closes_a']:,} closes, {m['polls_a']} polls of "
+        f"{m['entries_a']:.0f} entries, Consumer.poll one batch at a time, {m['seconds_a']:.2f} s): "
+        f"consumer per closed call ({m['frames_per_close']:.0f} frame entries each): reader "
+        f"{p.reader_cpu * ms:.3f} ms CPU ({p.reader_wall * ms:.3f} ms wall), applier "
+        f"{p.applier_cpu * ms:.3f} ms CPU ({p.applier_wall * ms:.3f} ms wall), other "
+        f"{p.other_cpu * ms:.3f} ms CPU; reconcile CPU {m['reconcile_per_call'] * 1e6:.0f} µs per "
+        f"call + {m['reconcile_per_entry'] * 1e6:.2f} µs per entry (least squares over every "
+        f"close), stream reads {m['fetch_cpu_per_frame'] * 1e6:.2f} µs CPU per frame: "
+        f"{costs.per_frame_cpu * 1e6:.2f} µs per frame in all",
+        f"Redis per call (counted in the clients): gateway writes "
+        f"{_commands(m['gateway'], gateway_per)} commands, "
+        f"{(m['gateway'].sent + m['gateway'].received) / gateway_per:,.0f} bytes on the wire; "
+        f"worker per closed call {_commands(m['reads'], closes)} commands, "
+        f"{m['reads'].sent / closes:,.0f} bytes sent, {m['reads'].received / closes:,.0f} received; "
+        f"the server counted {m['server_commands']:,} commands of every client in the window "
+        f"(INFO commandstats), ours executing {m['redis_exec_usec_per_close']:.0f} µs per close; "
+        f"Redis CPU (/proc, every client's) {m['redis_write_cpu_per_call'] * 1e6:.0f} µs per call "
+        f"written, {m['redis_read_cpu_per_close'] * 1e6:.0f} µs per close read; memory (MEMORY "
+        f"USAGE of every call stream, least squares) {m['memory_fixed']:,.0f} bytes + "
+        f"{m['memory_per_frame']:,.0f} per frame entry, notifications {m['memory_notes_per_call']:,.0f} "
+        "per call",
+        f"PostgreSQL per closed call: rows inserted {m['rows_inserted']:.2f}, updated "
+        f"{m['rows_updated']:.2f}, deleted {m['rows_deleted']:.2f} (pg_stat_user_tables), "
+        f"statements {m['statements']:.3f} (round trips, savepoints included), commits "
+        f"{m['commits']:.4f} (pg_stat_database), WAL {m['wal_bytes']:,.0f} bytes "
+        f"({m['wal_source']}), CPU {m['pg_cpu_per_close'] * 1e6:.0f} µs (/proc: this database's "
+        "backends, the postmaster and the shared background processes)",
+    ]
+
+
+def _sizing(z: Any) -> str:
+    mib = 1 << 20
+    return (
+        f"sizing for {z.calls_per_s:,.0f} calls/s of {z.frames:.0f} frames: worker CPU "
+        f"{z.worker_cpu_per_call * 1000:.2f} ms per call, {z.per_process_calls_per_s:,.0f} calls/s "
+        f"per process at half load → {z.processes:,} processes (cores), {z.partitions:,} "
+        f"partitions with BILLING_DRAIN_MS {z.drain_ms:,} "
+        f"({z.notes_per_partition_per_s:,.0f} notifications/s each); Redis "
+        f"{z.redis_commands_per_s:,.0f} commands/s, {z.redis_cpu_cores:.1f} cores → "
+        f"{z.redis_shards} shards ({z.redis_commands_per_shard:,.0f} commands/s, "
+        f"{z.redis_mbytes_per_s_per_shard:,.1f} MB/s each), {z.redis_memory_per_call / 1024:,.1f} KiB "
+        f"per call in flight: {z.redis_memory_in_flight_per_shard / mib:,.0f} MiB per shard for "
+        f"calls in flight, {z.redis_memory_outage_per_shard / mib:,.0f} MiB per shard over a worker "
+        f"outage; PostgreSQL {z.pg_rows_per_s:,.0f} rows/s, {z.pg_statements_per_s:,.0f} "
+        f"statements/s, {z.pg_commits_per_s:,.0f} commits/s, WAL {z.pg_wal_mbytes_per_s:,.1f} MB/s "
+        f"(a checkpoint every {z.checkpoint_every_s:,.0f} s at max_wal_size 1 GB), "
+        f"{z.pg_cpu_cores:.1f} cores busy → {z.pg_cores} cores, {z.pg_connections:,} connections"
+    )
+
+
+def capacity(ctx: Context) -> list[Row]:
+    e2e, latency, scaling = ctx.e2e(), ctx.measured("latency"), ctx.measured("scaling")
+    f = ctx.figures["capacity"] = bench_capacity.run(ctx.smoke, e2e, latency, scaling)
+    m = f["measured"]
+    row2, row4, row9 = f["checks"]
+    p = f["process"]
+    (one, one_bg), (two, two_bg) = f["rates9"]["one"], f["rates9"]["two"]
+    model_notes = [
+        f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = max(CPU "
+        f"{p.cpu * 1000:.3f} ms, reader wall {p.reader_wall * 1000:.3f} ms, applier wall "
+        f"{p.applier_wall * 1000:.3f} ms) (two threads, one interpreter lock: CPU adds up, waits "
+        f"overlap), phase A's costs moved to the workload's {f['frames']:.0f} frame entries per "
+        f"closed call (phase A's closes had {m['frames_per_close']:.0f}) at the CPU per frame",
+        f"row 4: poll = s0 {m['s0'] * 1000:.2f} ms + s1 {m['s1'] * 1000:.3f} ms per entry (mean "
+        f"polls of phase A, {m['entries_a']:.0f} entries in {m['wall_a'] * 1000:.1f} ms, and of "
+        f"phase B, {m['polls_b']} polls of {m['entries_b']:.1f} entries in "
+        f"{m['wall_b'] * 1000:.1f} ms) x a factor drawn from phase B's polls around that line; "
+        f"the queue played at row 4's {latency['rate']:,.0f} calls/s, "
+        f"{m['notes_per_call']:.2f} notifications per call, batches of at most "
+        f"{latency['batch_size']}: {f['fixed_point_entries']:.0f} entries per poll at the fixed "
+        f"point, p50 {f['latency_p50_ms']:,.0f} ms (row 4: {latency['p50_ms']:,.0f} ms)",
+        f"row 9: other work took {one_bg:.2f} and {two_bg:.2f} of {scaling['cores']} cores during "
+        f"row 9's runs (the machine's busy CPUs less Redis, PostgreSQL and the consumers); "
+        f"predicted {one:,.0f} and {two:,.0f} calls/s (row 9: "
+        f"{scaling['one']['calls_per_s']:,.0f} and {scaling['two']['calls_per_s']:,.0f})",
+    ]
+    notes = _unit_costs(m, f["costs"]) + model_notes + [_sizing(z) for z in f["sizing"]]
+    rows = []
+    for check, unit in ((row2, "frames/s"), (row4, "ms"), (row9, "x")):
+
+        def shown(value: float, unit: str = unit) -> str:
+            return f"{value:.2f}x" if unit == "x" else rate(value, unit)
+
+        rows.append(
+            Row(
+                f"12. capacity model: {check.name}",
+                f"predicted {shown(check.predicted)}",
+                f"measured {shown(check.measured)}",
+                check.predicted / check.measured if check.measured else None,
+                "within 20 %",
+                check.passed,
+            )
+        )
+    rows[0].notes = notes
+    return rows
+
+
 BENCHMARKS: dict[str, Callable[[Context], list[Row]]] = {
     "assembly": assembly,
     "e2e": e2e,
@@ -456,4 +582,5 @@ BENCHMARKS: dict[str, Callable[[Context], list[Row]]] = {
     "scaling": scaling,
     "cli": cli,
     "gateway": gateway,
+    "capacity": capacity,
 }

@@ -12,6 +12,7 @@ from models.prices import PriceRow
 from models.reservations import OPEN_STATUSES, Reservation, Status
 from models.rollup import MONEY_COLUMNS, MoneyDaily
 from models.secrets import DeploymentSecret
+from models.upstream import CallRoute, UpstreamCost, UpstreamRevision, UpstreamUsage
 from models.usage import UsageRecord
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "Anomaly",
     "AnomalyKind",
     "Base",
+    "CallRoute",
     "CreditKind",
     "CreditLimit",
     "DeploymentSecret",
@@ -44,6 +46,9 @@ __all__ = [
     "Reservation",
     "Status",
     "Transaction",
+    "UpstreamCost",
+    "UpstreamRevision",
+    "UpstreamUsage",
     "UsageRecord",
     "Verdict",
     "ledger_account_name",

@@ -25,6 +25,7 @@ class AlertKind(StrEnum):
     DRIFT = "drift"
     ANOMALY = "anomaly"
     LOW_BALANCE = "low_balance"  # a funded account's spendable balance fell below a level
+    UPSTREAM_LEAKAGE = "upstream_leakage"
 
 
 class OutboxStatus(StrEnum):
@@ -56,7 +57,8 @@ class OutboxAlert(Base):
     __table_args__ = (
         CheckConstraint(
             "kind IN ('unsettled', 'unsettled_rate', 'parity_mismatch', 'drift', 'anomaly',"
-            " 'low_balance')",
+            " 'low_balance',"
+            " 'upstream_leakage')",
             name="kind",
         ),
         CheckConstraint("status IN ('pending', 'sending', 'delivered', 'logged')", name="status"),

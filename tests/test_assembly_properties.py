@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from typing import Any
+from unittest.mock import patch
 
 import orjson
+from generated_streams import events, grouped, openai_streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.assembly import StreamAssembler, assemble_response, assemble_stream
+from worker.assembly import StreamAssembler, _data_payloads, assemble_response, assemble_stream
 from worker.errors import FrameError
 from worker.sse import BadFrame, Chunk, Done, decode_frames, iter_frames, parse_events
 
@@ -362,3 +364,106 @@ def test_the_plain_path_is_taken_and_its_edges_are_not() -> None:
                  ("choices", "two", None), ("delta", "content", None)]:  # fmt: skip
         assert not assembler.feed_plain(dumps(plain_like("hi", [step]))), step
     assert assembler.finish().choices[0].content == "hi"
+
+
+# --- argument fragments of a call already begun: the plain path's other shape -------------------
+
+HEAD = {"id": "c1", "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "id": "call_a", "type": "function",
+             "function": {"name": "f", "arguments": ""}}]}}]}  # fmt: skip
+fragment_step = st.tuples(
+    st.sampled_from(["index", "id", "type", "name", "arguments", "function", "unknown", "no index",
+                     "no function", "two", "content", "choice index"]),
+    odd_values,
+)  # fmt: skip
+
+
+def fragment_like(arguments: str, steps: list[tuple[str, Any]]) -> dict[str, Any]:
+    function: dict[str, Any] = {"arguments": arguments}
+    fragment: dict[str, Any] = {"index": 0, "function": function}
+    delta: dict[str, Any] = {"tool_calls": [fragment]}
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    for key, value in steps:
+        if key in ("name", "arguments"):
+            function[key] = value
+        elif key == "function":
+            fragment["function"] = value
+        elif key == "no index":
+            fragment.pop("index", None)
+        elif key == "no function":
+            fragment.pop("function", None)
+        elif key == "two":
+            delta["tool_calls"] = [fragment, {"index": 1, "function": {"arguments": arguments}}]
+        elif key == "content":
+            delta["content"] = value
+        elif key == "choice index":
+            choice["index"] = value
+        else:
+            fragment[key] = value
+    return {"id": "c1", "object": "chat.completion.chunk", "choices": [choice]}
+
+
+@moderate
+@given(
+    st.lists(st.tuples(text, st.lists(fragment_step, max_size=2)), min_size=1, max_size=8),
+    st.booleans(),
+)
+def test_argument_fragments_assemble_as_the_dict_path_does(frames, one_body) -> None:
+    records = [b"data: " + dumps(FIRST) + b"\n\n", b"data: " + dumps(HEAD) + b"\n\n"]
+    for arguments, steps in frames:
+        records.append(b"data: " + dumps(fragment_like(arguments, steps)) + b"\n\n")
+    fed = b"".join(records) if one_body else records
+    fast, general = assemble_stream(fed), dict_path(records)
+    assert [(e.index, e.reason) for e in fast.frame_errors] == [
+        (e.index, e.reason) for e in general.frame_errors
+    ]
+    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+
+
+def test_the_argument_fragment_path_is_taken_and_its_edges_are_not() -> None:
+    """Not vacuous: an argument fragment of a begun call is absorbed by feed_plain; a fragment that
+    begins, names or retypes a call, or continues one never begun, is refused by it."""
+    assembler = StreamAssembler()
+    assembler.feed_chunk(FIRST)
+    assembler.feed_chunk(HEAD)
+    assert assembler.feed_plain(dumps(fragment_like('{"a"', [])))
+    assert assembler.feed_plain(dumps(fragment_like(":1}", [("no index", None)])))
+    for step in [("index", 1), ("id", "call_b"), ("type", "function"), ("name", "g"),
+                 ("arguments", None), ("unknown", 1), ("two", None), ("choice index", 1),
+                 ("index", True), ("no function", None)]:  # fmt: skip
+        assert not assembler.feed_plain(dumps(fragment_like("x", [step]))), step
+    (call,) = assembler.finish().choices[0].tool_calls
+    assert (call.id, call.name, call.arguments) == ("call_a", "f", '{"a":1}')
+
+
+# --- records joined: a call's records taken as one body when each is made of one-line events -----
+
+near_misses = st.sampled_from(
+    [b": keep-alive\n\n", b"data: {}\n", b"data: {}", b"data: {}\n\n", b"\n\n", b"",
+     b": keep-alive", b"data: {}\n\ndata: {}", b"data: {}\r", b"\xef\xbb\xbfdata: {}", b"data: {\"a\"\r:1}\n\n",
+     b"data:{}\n\n", b"\xef\xbb\xbfdata: {}\n\n", b"data: {\x00}\n\n", b"data: [DONE] \n\n",
+     b"event: error\ndata: {}\n\n", b"data: {\"id\":\n1}\n\n", b"data: \n\n", b"data: 7\n\n"]
+)  # fmt: skip
+
+
+@moderate
+@given(openai_streams(), st.data())
+def test_joined_records_assemble_as_the_general_path_does(chunks, data) -> None:
+    """Whatever the grouping of events into records, and whatever near miss sits among them, the
+    bytes records (joined and taken at once when they allow it) assemble as their text does
+    (records parsed one by one by the SSE parser)."""
+    records = grouped(data.draw, events(chunks))
+    # Not vacuous: records of one-line events are taken at once, as the data of every event.
+    assert _data_payloads(records) == [*map(orjson.dumps, chunks), b"[DONE]"]
+    for _ in range(data.draw(st.integers(0, 2))):
+        records.insert(data.draw(st.integers(0, len(records))), data.draw(near_misses))
+    texts = [record.decode("utf-8", "surrogateescape") for record in records]
+    # Records are joined a group at a time; small groups put group edges among these few records.
+    with patch("worker.assembly.GROUP_RECORDS", data.draw(st.sampled_from([1, 2, 3, 1024]))):
+        fast = assemble_stream(records)
+    general = assemble_stream(texts)
+    assert [(e.index, e.reason) for e in fast.frame_errors] == [
+        (e.index, e.reason) for e in general.frame_errors
+    ]
+    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])

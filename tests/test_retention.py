@@ -21,8 +21,8 @@ from worker.alerts.outbox import enqueue
 from worker.config import Settings
 from worker.ledger.findings import record_anomalies
 from worker.ledger.operations import hold
-from worker.pipeline.app import app
 from worker.pipeline.keys import Keys
+from worker.service.app import app
 
 NOW = datetime.now(UTC)
 OLD = NOW - timedelta(days=120)
@@ -141,7 +141,7 @@ def test_the_quarantine_keeps_only_held_reservations(sessions, redis_client, set
 
 
 def test_beat_runs_the_purge() -> None:
-    import worker.pipeline.tasks  # noqa: F401  (registers the tasks)
+    import worker.service.tasks  # noqa: F401  (registers the tasks)
 
     schedule = app.conf.beat_schedule
     assert schedule["purge"]["task"] == "billing.purge"

@@ -31,12 +31,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import orjson
 
 from worker.errors import FrameError
-from worker.plain_chunk import decode_plain
+from worker.plain_chunk import NOT_PLAIN, decode_plain
+from worker.plain_chunk import Chunk as PlainChunk
+from worker.plain_chunk import decode as decode_plain_chunk
 from worker.result import Choice, FunctionCall, ToolCall
 from worker.sse import (
     BadFrame,
@@ -200,30 +203,95 @@ class StreamAssembler:
     def feed_plain(self, payload: bytes | str) -> bool:
         """Absorb one frame's JSON if it is a plain chunk (``worker.plain_chunk``) with one choice,
         of the completion already identified, and return True; return False, having changed
-        nothing, otherwise. Runs for nearly every frame of every stream."""
+        nothing, otherwise."""
         if self._meta_pending or self.saw_done:
             return False
         chunk = decode_plain(payload)
-        if chunk is None or len(chunk.choices) != 1 or chunk.id != self.completion_id:
+        if chunk is None or not self._take_plain(chunk):
             return False
-        tier = chunk.service_tier
-        if tier is not None:
-            if type(tier) is not str or len(tier) > 32:
-                return False  # the general path records the bad value
-            if tier:
-                self.service_tier = tier
-        choice = chunk.choices[0]
-        number = 0 if choice.index is None else choice.index
         self._frames += 1
         self.chunk_count += 1
+        return True
+
+    def _take_plain(self, chunk: PlainChunk) -> bool:
+        """Absorb a decoded plain chunk's content and arguments as ``feed_chunk`` would absorb its
+        dict, leaving the frame counts to the caller; or return False having changed nothing when
+        it is one the general path must decide: not exactly one choice, another completion id, a
+        service tier that is not a name, an empty delta, or an argument fragment for a call no
+        earlier fragment began. Only for a completion identified and not done (``feed_plain``)."""
+        choices = chunk.choices
+        if len(choices) != 1 or chunk.id != self.completion_id:
+            return False
+        tier = chunk.service_tier
+        if tier is not None and (type(tier) is not str or len(tier) > 32):
+            return False  # the general path records the bad value
+        choice = choices[0]
+        delta = choice.delta
+        number = 0 if choice.index is None else choice.index
         state = self._choices.get(number)
+        fragments = delta.tool_calls
+        if fragments is not None:
+            if state is None:
+                return False
+            current = state.current_call
+            for fragment in fragments:
+                if (0 if fragment.index is None else fragment.index) not in current:
+                    return False
+        elif delta.content is None:
+            return False
+        if tier:
+            self.service_tier = tier
         if state is None:
             state = self._choices[number] = _ChoiceState()
-        if state.content is None:
-            state.content = [choice.delta.content]
-        else:
-            state.content.append(choice.delta.content)
+        text = delta.content
+        if text is not None:
+            if state.content is None:
+                state.content = [text]
+            else:
+                state.content.append(text)
+        if fragments is not None:
+            for fragment in fragments:
+                current[0 if fragment.index is None else fragment.index].args.append(
+                    fragment.function.arguments
+                )
         return True
+
+    def feed_data(self, payloads: list[bytes], first_index: int) -> int:
+        """Absorb the data of ``data:`` events of one line each (what follows ``data: ``), in order,
+        numbered from ``first_index``; returns the number after the last. Each payload becomes
+        exactly the one frame the SSE parser and ``decode_event`` make of its event; plain chunks
+        are taken without a dict. Runs for nearly every frame of every stream."""
+        index = first_index
+        decode = decode_plain_chunk
+        take = self._take_plain
+        plain = 0  # frames taken as plain chunks, counted once at the end
+        # Only the general path below identifies the completion or sees [DONE].
+        ready = not (self._meta_pending or self.saw_done)
+        for payload in payloads:
+            index += 1
+            if ready:
+                try:
+                    chunk = decode(payload)
+                except NOT_PLAIN:
+                    chunk = None
+                if chunk is not None and take(chunk):
+                    plain += 1
+                    continue
+            if payload == b"[DONE]":
+                self.feed_done(index - 1)
+            else:
+                try:
+                    obj = _loads(payload)
+                except _JSONDecodeError:
+                    obj = None
+                if type(obj) is dict:
+                    self.feed_chunk(obj, index - 1)
+                else:
+                    _feed_events(self, b"data: " + payload + b"\n\n", index - 1)
+            ready = not (self._meta_pending or self.saw_done)
+        self._frames += plain
+        self.chunk_count += plain
+        return index
 
     def feed_json(self, payload: bytes | str, index: int) -> bool:
         """Absorb one data event's JSON text (frame position ``index``) if it is a JSON object: as a
@@ -553,59 +621,66 @@ _Body = bytes | bytearray | memoryview | str
 def assemble_stream(body: _Body | Iterable[_Body]) -> Assembled:
     """Parse and assemble a streamed body, or a list of records each holding one or more events
     (parsed one by one, fed in order, frame positions numbered across records). Never raises."""
-    records: Iterable[_Body] = [body] if isinstance(body, _Body) else body  # type: ignore[list-item]
+    records = [body] if isinstance(body, _Body) else list(body)
     assembler = StreamAssembler()
     next_index = 0
-    for record in records:
-        # Fastest path: a record made of ``data:`` events of one line each, as the gateway writes
-        # nearly every frame (one event, or a few coalesced), is parsed as bytes without decoding
-        # it. Anything else (another shape, a CR, bytes that are not UTF-8 or not one JSON object)
-        # takes the general path, which gives the same result for these records. A raw CR or LF can
-        # only be whitespace in JSON (strings escape them), so with no CR anywhere and no LF but the
-        # blank lines that close events, each line is one whole event, as the SSE parser would find.
-        if type(record) is bytes and b"\r" not in record:
-            newlines = record.count(b"\n")
-            if (newlines == 2 and record.endswith(b"\n\n")) or newlines == 0:
-                # One event; its closing blank line is JSON whitespace too.
-                next_index = _feed_line(assembler, record, next_index, record)
-                continue
-            if newlines % 2 == 0 and record.endswith(b"\n\n"):
-                lines = _data_lines(record)
-                if lines is not None:
-                    for line in lines:
-                        next_index = _feed_line(assembler, line, next_index, line + b"\n\n")
-                    continue
-        if not isinstance(record, _Body):
-            assembler.feed_bad(
-                FrameError(next_index, f"record is not bytes or text (got {json_kind(record)})")
-            )
-            next_index += 1
+    for start in range(0, len(records), GROUP_RECORDS):
+        group = records[start : start + GROUP_RECORDS]
+        # Nearly every call: records of one-line ``data:`` events, taken a group at once.
+        payloads = _data_payloads(group)
+        if payloads is not None:
+            next_index = assembler.feed_data(payloads, next_index)
             continue
-        next_index = _feed_events(assembler, record, next_index)
+        for record in group:
+            if not isinstance(record, _Body):
+                assembler.feed_bad(
+                    FrameError(next_index, f"record is not bytes or text (got {json_kind(record)})")
+                )
+                next_index += 1
+                continue
+            payloads = _data_payloads([record])
+            if payloads is not None:
+                next_index = assembler.feed_data(payloads, next_index)
+            else:
+                next_index = _feed_events(assembler, record, next_index)
     return assembler.finish()
 
 
-def _data_lines(record: bytes) -> list[bytes] | None:
-    """The events of a record of several events, each one line closed by a blank line (no CR),
-    or None when any line is not a whole event."""
-    lines = record[:-2].split(b"\n\n")
-    for line in lines:
-        if not line or b"\n" in line:
+# Records are joined this many at a time, so that a call of many frames is copied a group at a time
+# (a call of 30 MiB in 1 kB frames: 2 MiB more while it is assembled, not 60 MiB).
+GROUP_RECORDS = 1024
+
+
+def _data_payloads(records: list[Any]) -> list[bytes] | None:
+    """What follows ``data: `` in each event of ``records``, when they are bytes made only of
+    ``data: …`` events of one line each, with no CR anywhere, and either every record ends with the
+    blank line that closes its last event or none ends with a line end at all (docs/events.md: a
+    record is the raw event text, which a gateway may record without its blank line); None for
+    anything else.
+
+    Then the SSE parser finds exactly these events, in this order, whether it reads the records one
+    by one or joined: each record ends an event (a record's last event is dispatched where the
+    record ends), and a raw CR or LF can only be whitespace in JSON (strings escape them), so with
+    no CR and no LF but the blank lines that close events, each line is one whole event."""
+    try:
+        if not records:
             return None
-    return lines
-
-
-def _feed_line(assembler: StreamAssembler, line: bytes, next_index: int, event: bytes) -> int:
-    """Feed one event that is one line: the fast paths for ``data: {…}`` and ``data: [DONE]``,
-    else the general path on ``event`` (the event as the stream holds it); returns the next frame
-    index."""
-    if line.startswith(b"data: {"):
-        if assembler.feed_json(line[6:], next_index):
-            return next_index + 1
-    elif line.startswith(b"data: [DONE]") and line.rstrip(b"\n") == b"data: [DONE]":
-        assembler.feed_done(next_index)
-        return next_index + 1
-    return _feed_events(assembler, event, next_index)
+        if all(map(bytes.endswith, records, repeat(b"\n\n"))):
+            joined = records[0] if len(records) == 1 else b"".join(records)
+        elif any(map(bytes.endswith, records, repeat(b"\n"))):
+            return None
+        else:
+            joined = b"\n\n".join(records) + b"\n\n"
+    except TypeError:  # text records, or not bytes at all: the general path
+        return None
+    if not joined.startswith(b"data: ") or b"\r" in joined:
+        return None
+    payloads = joined.split(b"\n\ndata: ")
+    if joined.count(b"\n") != 2 * len(payloads):
+        return None
+    payloads[0] = payloads[0][6:]
+    payloads[-1] = payloads[-1][:-2]
+    return payloads
 
 
 def _feed_events(assembler: StreamAssembler, record: _Body, next_index: int) -> int:

@@ -313,6 +313,13 @@ class Settings:
     non_streamable_models: tuple[str, ...] = prefixes(
         "BILLING_NON_STREAMABLE_MODELS", "comma-separated model prefixes that must not stream"
     )
+    # Read by the LiteLLM proxy hook (worker/gateway/litellm_hook.py), in the proxy's process.
+    litellm_account: str = text(
+        "BILLING_LITELLM_ACCOUNT",
+        "team,user,key",
+        "LiteLLM proxy hook: who pays, the first found of `team`, `user`, `key`, `end_user`"
+        " ([gateway](docs/gateway.md))",
+    )
     # Limits and retention (docs/operations.md "Limits and retention").
     batch_bytes: int = integer(
         "BILLING_BATCH_BYTES",
@@ -343,6 +350,18 @@ class Settings:
         0,
         "alert (`low_balance`) when a funded account's spendable balance falls below this; below"
         " zero always alerts; `0`: the threshold alert is off",
+    )
+    upstream_leak_micros: int = usd(
+        "BILLING_UPSTREAM_LEAK_USD",
+        1_000_000,
+        "alert (`upstream_leakage`) when a day's upstream usage with no call in the ledger costs this"
+        " much at our prices; `0`: not on cost",
+    )
+    upstream_leak_pct: int = integer(
+        "BILLING_UPSTREAM_LEAK_PCT",
+        1,
+        "...or when its leaked tokens are this share of the day's upstream tokens; `0`: not on share",
+        maximum=100,
     )
 
     @classmethod

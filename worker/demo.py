@@ -31,6 +31,7 @@ from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
 from worker.config import Settings, redact_url
 from worker.demo_funds import fund_demo_account, print_demo_statement
+from worker.demo_upstream import show_upstream
 from worker.demo_webhook import WebhookReceiver
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine, upgrade
@@ -93,7 +94,7 @@ def clear_keys(client: redis.Redis, prefix: str) -> None:
 def start_worker(env: dict[str, str], workdir: Path = WORKDIR) -> subprocess.Popen[bytes]:
     log = open(workdir / "worker.log", "wb")  # noqa: SIM115 - closed with the process
     argv = [
-        sys.executable, "-m", "celery", "-A", "worker.pipeline.app", "worker", "--beat",
+        sys.executable, "-m", "celery", "-A", "worker.service.app", "worker", "--beat",
         "--concurrency=2", "--loglevel=INFO", "--without-gossip", "--without-mingle",
         f"--schedule={workdir / 'beat-schedule'}",
     ]  # fmt: skip
@@ -162,6 +163,8 @@ def run() -> int:
         console.print(f"parity: {sum(pairs.values())} streamed/non-streamed twins paired {pairs}")
         print_books(engine, sessions, client, calls)
         print_demo_statement(database_url)
+        if not show_upstream(sessions, calls, console, WORKDIR, seed=SEED):
+            raise DemoError("the upstream reconciliation did not find exactly the injected leakage")
         show_alerts(sessions, env, webhook)
         engine.dispose()
         clear_keys(client, PREFIX)

@@ -116,7 +116,7 @@ def check_config(ctx: Context) -> Iterator[Check]:
 
 
 def check_redis(ctx: Context) -> Iterator[Check]:
-    from worker.pipeline.runtime import redis_client
+    from worker.service.runtime import redis_client
 
     assert ctx.settings is not None
     url, cluster = ctx.settings.redis_url, ctx.settings.redis_cluster
@@ -313,7 +313,7 @@ def check_backlog(ctx: Context) -> Iterator[Check]:
                 yield problem(
                     name,
                     f"{item.length} notifications and no consumer group",
-                    "start the workers (`celery -A worker.pipeline.app worker` and one beat)",
+                    "start the workers (`celery -A worker.service.app worker` and one beat)",
                 )
             else:
                 yield ok(name, "empty, no worker has read it yet")

@@ -1,10 +1,12 @@
 """The plain chunk: the shape nearly every streamed frame has, recognized without building a dict.
 
 A plain chunk is a ``chat.completion.chunk`` whose choices (the assembler takes exactly one) hold
-a delta with only a content fragment: no usage, no error, no role, refusal, reasoning or tool calls,
-no logprobs, no finish reason. ``decode_plain`` decodes a frame's JSON with msgspec straight into
-the structs below, which say all of that in their types, and returns None for any frame that is not
-plain. Pure; no state.
+a delta with only a content fragment and/or argument fragments of tool calls already begun (an
+index and ``function.arguments``; no id, type or name): no usage, no error, no role, refusal or
+reasoning, no logprobs, no finish reason. ``decode_plain`` decodes a frame's JSON with msgspec
+straight into the structs below, which say all of that in their types, and returns None for any
+frame that is not plain. Pure; no state. The structs are not tracked by the garbage collector
+(``gc=False``): decoded JSON holds no reference cycle.
 
 Why: decoding into a dict and then looking into it in Python was two thirds of the assembler's time
 per frame; msgspec checks the types in C while it decodes.
@@ -27,16 +29,31 @@ import msgspec
 Index = Annotated[int, msgspec.Meta(ge=0, lt=1 << 32)]
 
 
-class Delta(msgspec.Struct, forbid_unknown_fields=True):
-    content: str
+class Arguments(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    arguments: str
+    name: None = None
+
+
+class CallFragment(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    function: Arguments
+    index: Index | None = None
+    id: None = None
+    type: None = None
+
+
+class Delta(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """At least one of ``content`` and ``tool_calls`` is set (the assembler checks; msgspec cannot
+    say it)."""
+
+    content: str | None = None
+    tool_calls: list[CallFragment] | None = None
     role: None = None
     refusal: None = None
     reasoning_content: None = None
     reasoning: None = None
-    tool_calls: None = None
 
 
-class Choice(msgspec.Struct, forbid_unknown_fields=True):
+class Choice(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     delta: Delta
     index: Index | None = None
     logprobs: None = None
@@ -47,7 +64,7 @@ class Choice(msgspec.Struct, forbid_unknown_fields=True):
     stop_reason: Any = None
 
 
-class Chunk(msgspec.Struct, forbid_unknown_fields=True):
+class Chunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     object: Literal["chat.completion.chunk"]
     choices: list[Choice]
     id: Any = None
@@ -61,14 +78,16 @@ class Chunk(msgspec.Struct, forbid_unknown_fields=True):
     error: None = None
 
 
-_decode = msgspec.json.Decoder(Chunk).decode
-_Error = msgspec.MsgspecError
+# ``decode`` raises one of ``NOT_PLAIN`` for a frame that is anything but a plain chunk (text that
+# is not UTF-8, as surrogate-escaped bytes, too); loops that run per frame call it directly.
+decode = msgspec.json.Decoder(Chunk).decode
+NOT_PLAIN = (msgspec.MsgspecError, UnicodeError)
 
 
 def decode_plain(payload: bytes | str) -> Chunk | None:
     """A frame's JSON as a plain chunk, or None when it is anything else (the caller then takes the
     general path). The number of choices is the caller's to check."""
     try:
-        return _decode(payload)
-    except (_Error, UnicodeError):  # text that is not UTF-8 (surrogate-escaped bytes) too
+        return decode(payload)
+    except NOT_PLAIN:
         return None

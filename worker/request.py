@@ -61,6 +61,9 @@ class RequestMeta:
     seed: int | None = None
     idempotency_key: str | None = None
     provider: str | None = None  # where the gateway routed the call (``worker.usage`` rules)
+    # Which upstream credential served the call, as a label (``key_abc123``, ``team-a``), never the
+    # secret itself: the upstream reconciliation matches it to the exports' ``api_key_id``.
+    upstream_key: str | None = None
     # Which request entry this metadata came from (``request_digest``); None when it did not come
     # from a call's stream (a replay file, a test). Stored on the reservation, never the prompt.
     digest: str | None = None
@@ -134,6 +137,27 @@ def _optional_int(
 
 
 MAX_PROVIDER_CHARS = 64  # usage_records.provider is VARCHAR(64)
+MAX_UPSTREAM_KEY_CHARS = 64  # call_routes.upstream_key is VARCHAR(64)
+# A label names a key; it is never the key. Letters, digits and ``._:-`` only, and none of the
+# prefixes the providers give their secrets (OpenAI ``sk-``/``sk-proj-``, Anthropic ``sk-ant-``).
+_LABEL = re.compile(r"[A-Za-z0-9._:-]+")
+_SECRET_PREFIXES = ("sk-", "sk_")
+
+
+def upstream_key_label(value: object, key: str = "upstream_key") -> str:
+    """``value`` if it is a usable upstream key label, else ``RequestMetaError`` naming ``key``."""
+    if not isinstance(value, str):
+        raise RequestMetaError(f"{key}: expected a string, got {type(value).__name__}")
+    if not value:
+        raise RequestMetaError(f"{key}: empty")
+    if len(value) > MAX_UPSTREAM_KEY_CHARS:
+        raise RequestMetaError(f"{key}: longer than {MAX_UPSTREAM_KEY_CHARS} characters")
+    if not _LABEL.fullmatch(value):
+        raise RequestMetaError(f"{key}: a label holds only letters, digits and . _ : -")
+    if value.lower().startswith(_SECRET_PREFIXES):
+        # The value is not echoed: it may be a real secret.
+        raise RequestMetaError(f"{key}: looks like an API key secret; send its id or a label")
+    return value
 
 
 def _identifier(data: dict[str, Any], key: str) -> str:
@@ -215,6 +239,9 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
         provider = _identifier(data, "provider")
         if len(provider) > MAX_PROVIDER_CHARS:
             raise RequestMetaError(f"provider: longer than {MAX_PROVIDER_CHARS} characters")
+    upstream_key = data.get("upstream_key")
+    if upstream_key is not None:
+        upstream_key = upstream_key_label(upstream_key)
     account_id = _identifier(data, "account_id")
     model = _identifier(data, "model")
     created_at = _created_at(data)
@@ -234,6 +261,7 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
         seed=_optional_int(data, "seed"),
         idempotency_key=key,
         provider=provider,
+        upstream_key=upstream_key,
         digest=None
         if entry_id is None
         else _digest(entry_id, request_id, account_id, model, stream, reserved, created_at),

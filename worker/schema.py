@@ -17,7 +17,7 @@ def _script() -> tuple[frozenset[str], frozenset[str]]:
     """(every revision, the heads) of the migrations shipped with this code, read once a process."""
     from alembic.script import ScriptDirectory
 
-    from worker.ledger.database import alembic_config
+    from worker.db.engine import alembic_config
 
     script = ScriptDirectory.from_config(alembic_config())
     known = frozenset(revision.revision for revision in script.walk_revisions())

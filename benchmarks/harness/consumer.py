@@ -18,13 +18,13 @@ from worker.fingerprint_key import with_key
 from worker.ledger.database import make_engine, session_factory
 from worker.pipeline import gathering
 from worker.pipeline.consumer import Consumer
-from worker.pipeline.runtime import tune_gc
+from worker.service.runtime import tune_gc
 
 
 def make_consumer(
     client: redis.Redis, database_url: str, prefix: str, name: str, **settings: Any
 ) -> tuple[Consumer, Engine]:
-    """A consumer as ``worker.pipeline.runtime`` builds one, on the benchmark's prefix and database,
+    """A consumer as ``worker.service.runtime`` builds one, on the benchmark's prefix and database,
     in a process tuned as the runtime tunes a worker's (``tune_gc``; the transport pass, which runs
     in the same process, is measured so tuned too)."""
     tune_gc()

@@ -1,4 +1,5 @@
-"""CPU time of the servers during a run, from ``/proc/<pid>/stat`` (utime + stime).
+"""CPU time of the servers during a run, from ``/proc/<pid>/stat`` (utime + stime), and of the
+whole machine, from ``/proc/stat``.
 
 Redis is one process (its pid from ``INFO server``) shared with everyone using the server. For
 PostgreSQL we count the postmaster, its background processes (checkpointer, WAL writer, …) and the
@@ -27,6 +28,20 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
     fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def busy_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies over every CPU of the machine since boot (``/proc/stat``)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def machine_busy(since: tuple[int, int], cores: int) -> float:
+    """Busy CPUs of the whole machine on average since ``since`` (a ``busy_jiffies``)."""
+    busy, total = busy_jiffies()
+    return cores * (busy - since[0]) / max(1, total - since[1])
 
 
 def redis_pids(client: redis.Redis) -> list[int]:

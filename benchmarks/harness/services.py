@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from worker.ledger.database import make_engine, upgrade
 from worker.localservers.databases import create_database, drop_database
-from worker.pipeline.runtime import redis_client
+from worker.service.runtime import redis_client
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 PG_ADMIN_URL = os.environ.get(

@@ -24,7 +24,7 @@ from tests.chaos.fuzzing import meta, streamed_entries
 from worker.pipeline.backlog import stream_backlog
 from worker.pipeline.calls import BatchStats
 from worker.pipeline.reconciling import reconcile_record
-from worker.pipeline.runtime import Runtime
+from worker.service.runtime import Runtime
 
 
 def status_kb(field: str) -> int:

@@ -61,7 +61,7 @@ class Worker:
         self.starts += 1
         log = open(self.workdir / f"worker-{self.starts}.log", "wb")  # noqa: SIM115
         argv = [
-            sys.executable, "-m", "celery", "-A", "worker.pipeline.app", "worker",
+            sys.executable, "-m", "celery", "-A", "worker.service.app", "worker",
             f"--concurrency={self.concurrency}", "--loglevel=INFO", "--without-gossip",
             "--without-mingle", "--without-heartbeat", f"--hostname={self.name}-{self.starts}@%h",
             "--beat", f"--schedule={self.workdir / 'beat-schedule'}",

@@ -17,8 +17,8 @@ from worker.pipeline.backlog import read_backlog
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
-from worker.pipeline.runtime import redis_client
 from worker.pipeline.sweeper import Sweeper
+from worker.service.runtime import redis_client
 
 pytestmark = pytest.mark.redis
 

@@ -26,8 +26,8 @@ from worker.ledger.database import make_engine, upgrade
 from worker.parity import fingerprint
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
-from worker.pipeline.runtime import Runtime
 from worker.request import request_from_dict
+from worker.service.runtime import Runtime
 
 OLD_PUBLIC_DEFAULT = "billing-worker"
 CONFIGURED = "an-explicit-key-of-this-test-0123456789"

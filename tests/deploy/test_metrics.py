@@ -153,7 +153,7 @@ def test_in_process_metrics_without_a_directory(redis_client: redis.Redis, prefi
         from worker import metrics
         from worker.pipeline.calls import BatchStats
         from worker.pipeline.keys import Keys
-        from worker.pipeline.runtime import redis_client
+        from worker.service.runtime import redis_client
         from prometheus_client import start_http_server
 
         metrics.record_batch("s", BatchStats(read=1, settled=1, charged_micros=7,
@@ -184,7 +184,7 @@ def test_in_process_metrics_without_a_directory(redis_client: redis.Redis, prefi
 
 def test_backlog_down_is_reported_not_raised(tmp_path: Path) -> None:
     from worker import metrics
-    from worker.pipeline.runtime import redis_client
+    from worker.service.runtime import redis_client
 
     client = redis_client(f"redis://127.0.0.1:{free_port()}/0", cluster=False)
     families = list(metrics.BacklogCollector(client, Keys("x")).collect())

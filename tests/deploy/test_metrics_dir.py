@@ -74,7 +74,7 @@ def test_worker_refuses_a_directory_holding_a_ledger(tmp_path: Path, monkeypatch
     (var / "state").mkdir()
     metric_files = write_metric_files(var)[:3]
     before = sorted(var.iterdir())
-    from worker.pipeline.app import app
+    from worker.service.app import app
 
     def started(argv: list[str]) -> None:
         raise AssertionError("the worker started on a directory it should have refused")

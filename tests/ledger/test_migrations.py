@@ -28,6 +28,10 @@ TABLES = {
     "deployment_secrets",
     "account_credits",
     "credit_limits",
+    "upstream_usage",
+    "upstream_costs",
+    "upstream_revisions",
+    "call_routes",
 }
 
 

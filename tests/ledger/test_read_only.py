@@ -24,7 +24,7 @@ from ledger.factories import make_meta, settled
 from models import PriceRow
 from models.reservations import Reservation
 from worker.cli import main
-from worker.ledger import database
+from worker.db import engine as db_engine
 from worker.ledger.balances import balance
 from worker.ledger.database import make_engine, session_factory, upgrade
 from worker.ledger.operations import apply_result, hold
@@ -38,7 +38,7 @@ GRACE = timedelta(hours=1)
 
 @pytest.fixture
 def short_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(database, "SQLITE_BUSY_TIMEOUT_MS", 2_000)
+    monkeypatch.setattr(db_engine, "SQLITE_BUSY_TIMEOUT_MS", 2_000)
 
 
 @pytest.fixture

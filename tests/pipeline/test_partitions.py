@@ -19,13 +19,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from models.reservations import Status
 from worker.config import MAX_PARTITIONS, Settings
 from worker.ledger.balances import balance
-from worker.pipeline import partitions, runtime, tasks
-from worker.pipeline.app import app
+from worker.pipeline import partitions
 from worker.pipeline.backlog import read_backlog
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 from worker.pipeline.sweeper import Sweeper
+from worker.service import runtime, tasks
+from worker.service.app import app
 
 from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import frames, meta, play, status
@@ -155,7 +156,11 @@ def test_a_retired_stream_written_again_after_deletion_is_drained_again(
     assert settled(sessions, first + again) == {Status.SETTLED}
 
 
-def test_the_sweeper_trims_retired_streams(worker_of, redis_client, sessions, prefix) -> None:
+def test_the_sweeper_trims_retired_streams(
+    worker_of, redis_client, sessions, prefix, monkeypatch
+) -> None:
+    # However slow the machine, the drained streams are not quiet long enough to be deleted here.
+    monkeypatch.setattr(partitions, "RETIRE_QUIET_MS", 3_600_000)
     _, ids = publish(redis_client, prefix, 4, 20)
     rt = worker_of(1)
     run_worker(rt)

@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from worker.pipeline.runtime import GC_THRESHOLDS
+from worker.service.runtime import GC_THRESHOLDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import gc, json
 before = gc.get_threshold()
-from worker.pipeline import runtime
+from worker.service import runtime
 rt = runtime.current()
 print(json.dumps({"before": before, "after": gc.get_threshold(), "frozen": gc.get_freeze_count(),
                   "same": runtime.current() is rt}))

@@ -10,10 +10,11 @@ from sqlalchemy.orm import Session
 
 from worker.alerts.aggregation import closed_windows, window_start
 from worker.alerts.config import AlertConfig
-from worker.alerts.outbox import backfill_unsettled_events, enqueue
+from worker.alerts.outbox import enqueue
 from worker.alerts.paging import Plan, messages
 from worker.alerts.picture import Finding
 from worker.alerts.sources import RATES, READERS, drift_medians
+from worker.ledger.alert_events import backfill_unsettled_events
 
 
 def plan(config: AlertConfig, now: datetime) -> Plan:

@@ -63,6 +63,11 @@ class AlertConfig:
     non_streamable_models: tuple[str, ...] = _DEFAULTS.non_streamable_models
     # the low-balance alert's threshold (``worker.alerts.low_balance``)
     low_balance_micros: int = _DEFAULTS.low_balance_micros
+    # the upstream leakage alert's thresholds (``worker.alerts.upstream_leakage``) and the price book file
+    # its leaked tokens are priced with (``BILLING_PRICE_BOOK``; None: the bundled one)
+    upstream_leak_micros: int = _DEFAULTS.upstream_leak_micros
+    upstream_leak_pct: int = _DEFAULTS.upstream_leak_pct
+    price_book: str | None = _DEFAULTS.price_book
 
     def __post_init__(self) -> None:
         if self.digest_window < self.window or self.digest_window % self.window:
@@ -88,6 +93,9 @@ class AlertConfig:
             "drift_window": timedelta(seconds=settings.drift_window_seconds),
             "non_streamable_models": settings.non_streamable_models,
             "low_balance_micros": settings.low_balance_micros,
+            "upstream_leak_micros": settings.upstream_leak_micros,
+            "upstream_leak_pct": settings.upstream_leak_pct,
+            "price_book": settings.price_book,
         }
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -1,9 +1,10 @@
-"""The alert outbox and the alert events, in the database.
+"""The alert outbox, in the database (the alert events it is built from are the ledger's:
+``worker.ledger.alert_events``).
 
 Contract. Functions take a ``Session`` and never commit, except ``claim_one`` and ``finish``, which the
 sender calls in short transactions of their own around the HTTP request (no transaction is ever held
-open across network IO). Writers are idempotent: an alert event is unique per reservation, an outbox
-row per dedupe key, so a redelivered call or a second collector changes nothing.
+open across network IO). Writers are idempotent: an outbox row is unique per dedupe key, so a
+second collector changes nothing.
 
 Claiming (two senders must never send one row twice): on PostgreSQL the candidate row is read
 ``FOR UPDATE SKIP LOCKED`` and moved to ``sending`` in the same transaction; on SQLite every write
@@ -23,68 +24,14 @@ import orjson
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from models import AlertEvent, Failure, OutboxAlert, OutboxStatus, Reservation
+from models import OutboxAlert, OutboxStatus
 from worker.alerts.aggregation import Alert
 from worker.alerts.config import AlertConfig
-from worker.ledger.postings import insert_ignore
+from worker.db.dialect import insert_ignore
 
 log = logging.getLogger(__name__)
 
-alert_events = AlertEvent.__table__
 outbox = OutboxAlert.__table__
-reservations = Reservation.__table__
-failures = Failure.__table__
-
-
-# --- alert events -----------------------------------------------------------------------------------
-
-_EVENT_COLUMNS = (
-    "reservation_id",
-    "account_id",
-    "model",
-    "reason",
-    "stream",
-    "exposure_micros",
-    "detected_at",
-)
-_EVENT_SOURCE = select(
-    reservations.c.id,
-    reservations.c.account_id,
-    reservations.c.model,
-    failures.c.reason,
-    reservations.c.stream,
-    failures.c.exposure_micros,
-    failures.c.detected_at,
-).select_from(failures.join(reservations, reservations.c.id == failures.c.reservation_id))
-
-
-def record_unsettled_event(session: Session, reservation_id: int) -> None:
-    """The alert event of an unsettled call, copied from its failure row; call it in the
-    transaction that marked the call unsettled. Idempotent per reservation."""
-    source = _EVENT_SOURCE.where(reservations.c.id == reservation_id)
-    session.execute(insert_ignore(session, alert_events).from_select(_EVENT_COLUMNS, source))
-
-
-def record_unsettled_events(session: Session, reservation_ids: list[int]) -> None:
-    """``record_unsettled_event`` for many reservations in one statement."""
-    if reservation_ids:
-        source = _EVENT_SOURCE.where(reservations.c.id.in_(reservation_ids))
-        session.execute(insert_ignore(session, alert_events).from_select(_EVENT_COLUMNS, source))
-
-
-def backfill_unsettled_events(session: Session, since: datetime) -> int:
-    """Events for failures detected since ``since`` that have none (a path that marked a call
-    unsettled without recording its event); the safety net run before each aggregation."""
-    source = _EVENT_SOURCE.where(
-        failures.c.detected_at >= since,
-        ~select(alert_events.c.id)
-        .where(alert_events.c.reservation_id == failures.c.reservation_id)
-        .exists(),
-    )
-    result = session.execute(
-        insert_ignore(session, alert_events).from_select(_EVENT_COLUMNS, source)
-    )
-    return max(result.rowcount or 0, 0)
 
 
 # --- the outbox -------------------------------------------------------------------------------------

@@ -242,7 +242,20 @@ def low_balance(
     )
 
 
-READERS: tuple[Reader, ...] = (unsettled, anomaly, parity_mismatch, drift, low_balance)
+def upstream_leakage(
+    session: Session, start: datetime, end: datetime, config: AlertConfig
+) -> list[Finding]:
+    """Days of a provider's export imported in [start, end) whose leakage passes a threshold."""
+    from worker.alerts.upstream_leakage import (
+        imported_leakage,  # the reconciliation, only when it runs
+    )
+
+    return imported_leakage(session, start, end, config)
+
+
+READERS: tuple[Reader, ...] = (
+    unsettled, anomaly, parity_mismatch, drift, low_balance, upstream_leakage,
+)  # fmt: skip
 
 
 def settled_streams(session: Session, start: datetime, end: datetime) -> int:

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("worker.cli.simulate", "Play simulated gateway calls into Redis (REDIS_URL, BILLING_PREFIX, BILLING_PARTITIONS)."),
     "statement": ("worker.cli.statement", "Opening balance, credits, charges by model and day, releases, open failures, closing."),
     "unsettled": ("worker.cli.unsettled", "Failures: calls whose hold is kept until a result arrives or someone resolves them."),
+    "upstream": ("worker.cli.upstream", "The providers' own usage and cost exports (upstream reconciliation)."),
     "worker": ("worker.cli.worker", "Consume the gateway's events and settle every call until stopped."),
 }  # fmt: skip
 

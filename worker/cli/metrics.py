@@ -98,7 +98,7 @@ def serve_command(port: int, host: str, backlog: bool) -> None:
     from worker import metrics
     from worker.config import redact_url
     from worker.pipeline.keys import Keys
-    from worker.pipeline.runtime import redis_client
+    from worker.service.runtime import redis_client
 
     if directory:
         Path(directory).mkdir(parents=True, exist_ok=True)

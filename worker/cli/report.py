@@ -12,18 +12,21 @@ release that did not keep it, or to repair what ``--verify-ledger`` found).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from worker.cli import main
 from worker.cli.db import database_error, fail, settings
+from worker.errors import BillingError
+from worker.prices import PriceBook
 from worker.reports import ReportError, run_rebuild, run_report, run_verify
 from worker.reports.render_csv import render_csv
 from worker.reports.render_html import render_html
@@ -87,6 +90,11 @@ def _progress_display() -> Iterator[object]:
 @click.option(
     "--rebuild-rollup", is_flag=True, help="Recompute the money rollup from the ledger, then exit."
 )
+@click.option(
+    "--upstream",
+    is_flag=True,
+    help="Add the providers' imported exports against the ledger (`billing upstream import`).",
+)
 def report_command(
     since: str | None,
     until: str | None,
@@ -95,6 +103,7 @@ def report_command(
     out: Path | None,
     verify_ledger: bool,
     rebuild_rollup: bool,
+    upstream: bool,
 ) -> None:
     """Calls, settled/unsettled/void, money held/charged/released and the tie-out, for a window."""
     if verify_ledger or rebuild_rollup:
@@ -104,14 +113,22 @@ def report_command(
         spec = parse_spec(since, until, by)
         if fmt not in RENDERERS:
             raise ReportError(f"unknown --format {fmt!r}: use {', '.join(RENDERERS)}")
-        url = settings("report").database_url
+        config = settings("report")
+        url = config.database_url
         _check_sqlite_file(url)
         with _progress_display() as section:
-            found = run_report(url, spec, progress=section)  # type: ignore[arg-type]
+            found = run_report(
+                url,
+                spec,
+                progress=section,  # type: ignore[arg-type]
+                upstream_book=_effective_book(config.price_book) if upstream else None,
+            )
     except ReportError as exc:
         fail("report", str(exc))
     except SQLAlchemyError as exc:
         fail("report", database_error(exc))
+    except BillingError as exc:  # the price book's file rows, read for --upstream
+        fail("report", str(exc))
     text = RENDERERS[fmt](found)
     if out is None:
         if sys.stdout.isatty():  # data formats keep exact names in files and pipes, not on a screen
@@ -156,3 +173,17 @@ def _rollup(since: str | None, until: str | None, *, rebuild: bool) -> None:
         err=True,
     )
     sys.exit(1)
+
+
+def _effective_book(price_book: str | None) -> Callable[[Connection], PriceBook]:
+    """The worker's price book (the prices table over the file rows), read on the report's own
+    connection: ``--upstream`` matches model names by it."""
+
+    def book(conn: Connection) -> PriceBook:
+        from sqlalchemy.orm import Session
+
+        from worker.pipeline.pricing import effective_book
+
+        return effective_book(Session(bind=conn), price_book)
+
+    return book

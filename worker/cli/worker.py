@@ -22,7 +22,7 @@ def worker_command(concurrency: int, loglevel: str, no_beat: bool) -> None:
         prepare_multiprocess_dir()  # before the app imports worker.metrics
     except (ValueError, OSError) as exc:
         fail("worker", str(exc))
-    from worker.pipeline.app import app
+    from worker.service.app import app
 
     state = Path("var")
     state.mkdir(exist_ok=True)

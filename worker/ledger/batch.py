@@ -29,8 +29,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import LedgerKind, Status
+from worker.db import bulk
+from worker.db.dialect import dialect, one_of
 from worker.errors import LedgerError
-from worker.ledger import bulk, legs, postings, transitions
+from worker.ledger import legs, postings, transitions
 from worker.ledger.effects import Effect
 from worker.ledger.operations import other_call
 from worker.ledger.rows import failure_values, reservation_values, usage_values
@@ -47,7 +49,7 @@ NO_GRACE = timedelta(0)  # grace matters only to an unsettled reservation, never
 
 
 LOCK_MANY = {
-    dialect: select(
+    engine_name: select(
         reservations.c.id,
         reservations.c.request_id,
         reservations.c.account_id,
@@ -62,7 +64,7 @@ LOCK_MANY = {
     # whose batches share calls wait for each other instead of deadlocking.
     .order_by(reservations.c.request_id)
     .with_for_update()
-    for dialect, where in postings.one_of(reservations.c.request_id, "b_ids").items()
+    for engine_name, where in one_of(reservations.c.request_id, "b_ids").items()
 }
 
 
@@ -138,9 +140,9 @@ def _results(
     }
     if not candidates:
         return
-    dialect = postings.dialect(session)
+    name = dialect(session)
     settling, failing = [], []
-    for row in session.execute(LOCK_MANY[dialect], {"b_ids": sorted(candidates)}).all():
+    for row in session.execute(LOCK_MANY[name], {"b_ids": sorted(candidates)}).all():
         result = candidates[row.request_id]
         if not (
             row.reserved_micros == result.reserved_micros

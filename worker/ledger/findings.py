@@ -19,12 +19,12 @@ from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from models import Anomaly, AnomalyKind, Kind, Reservation, Transaction, UsageRecord
-from worker.alerts.outbox import record_unsettled_event, record_unsettled_events
 from worker.anomalies import classify
-from worker.ledger import bulk
+from worker.db import bulk
+from worker.db.dialect import insert_ignore
+from worker.ledger.alert_events import record_unsettled_event, record_unsettled_events
 from worker.ledger.batch import Columns
 from worker.ledger.effects import NO_CHANGE, SETTLED_EFFECTS, Effect
-from worker.ledger.postings import insert_ignore
 from worker.parity import drift_ppm, fingerprint, output_hash
 from worker.request import RequestMeta
 from worker.result import Outcome, Result, UsageSource

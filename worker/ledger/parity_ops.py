@@ -18,7 +18,7 @@ from sqlalchemy import Float, and_, cast, func, literal, select
 from sqlalchemy.orm import Session
 
 from models import ParityPair, Reservation, Status, UsageRecord, Verdict
-from worker.ledger.postings import insert_ignore
+from worker.db.dialect import insert_ignore
 from worker.parity import Side, compare
 from worker.prices import PriceBook
 from worker.result import Usage

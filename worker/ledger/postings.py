@@ -19,9 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, and_, any_, bindparam, event, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import Engine, and_, bindparam, event, insert, select, update
 from sqlalchemy.orm import Session
 
 from models import (
@@ -38,8 +36,9 @@ from models import (
     UsageRecord,
     ledger_account_name,
 )
+from worker.db import bulk
+from worker.db.dialect import dialect, insert_ignore_on, one_of
 from worker.errors import LedgerError
-from worker.ledger import bulk
 from worker.ledger.legs import Customer, Posting, check_balanced
 from worker.ledger.rollup import Deltas, Grain, add_money, money_deltas
 
@@ -54,28 +53,9 @@ usage_records = UsageRecord.__table__
 failures = Failure.__table__
 
 
-def dialect(session: Session) -> str:
-    return session.get_bind().dialect.name
-
-
-def insert_ignore(session: Session, table: Any) -> Any:
-    """INSERT … ON CONFLICT DO NOTHING (any unique constraint) for the session's dialect."""
-    module = postgresql if dialect(session) == "postgresql" else sqlite
-    return module.insert(table).on_conflict_do_nothing()
-
-
-def _insert_ignore(table: Any, conflict: str, returning: Any = None) -> dict[str, Any]:
-    """INSERT … ON CONFLICT (conflict) DO NOTHING, per dialect."""
-    built = {}
-    for name, module in (("postgresql", postgresql), ("sqlite", sqlite)):
-        statement = module.insert(table).on_conflict_do_nothing(index_elements=[conflict])
-        built[name] = statement if returning is None else statement.returning(returning)
-    return built
-
-
-INSERT_ACCOUNT = _insert_ignore(accounts, "id")
-INSERT_LEDGER_ACCOUNT = _insert_ignore(ledger_accounts, "name")
-INSERT_RESERVATION = _insert_ignore(reservations, "request_id", reservations.c.id)
+INSERT_ACCOUNT = insert_ignore_on(accounts, "id")
+INSERT_LEDGER_ACCOUNT = insert_ignore_on(ledger_accounts, "name")
+INSERT_RESERVATION = insert_ignore_on(reservations, "request_id", reservations.c.id)
 INSERT_TRANSACTION = insert(transactions).returning(transactions.c.id)
 INSERT_ENTRY = insert(entries)
 INSERT_USAGE = insert(usage_records)
@@ -167,15 +147,6 @@ def customer_ids(session: Session, account_id: str, now: datetime) -> Customer:
     found = Customer(by_kind[LedgerKind.AVAILABLE], by_kind[LedgerKind.HELD])
     ids[account_id] = found
     return found
-
-
-def one_of(column: Any, name: str) -> dict[str, Any]:
-    """``column`` is one of the list bound to ``name``, per dialect: ``= ANY(array)`` on PostgreSQL
-    (one statement text whatever the list's length), an expanding ``IN`` on SQLite."""
-    return {
-        "postgresql": column == any_(bindparam(name, type_=ARRAY(column.type))),
-        "sqlite": column.in_(bindparam(name, expanding=True)),
-    }
 
 
 CUSTOMERS = {

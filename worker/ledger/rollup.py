@@ -29,8 +29,8 @@ from sqlalchemy.orm import Session
 
 from models import Kind, MoneyDaily
 from models.rollup import MONEY_COLUMNS
+from worker.db import bulk
 from worker.errors import LedgerError
-from worker.ledger import bulk
 
 money_daily = MoneyDaily.__table__
 MONEY_KEY = ("day", "account_id", "model")

@@ -41,6 +41,7 @@ from worker.pipeline.calls import Batch, CallState, Redo
 from worker.pipeline.entries import Entry
 from worker.result import Outcome, Reason
 from worker.transient import is_transient
+from worker.upstream.routes import record_routes
 
 log = logging.getLogger("worker.pipeline.consumer")
 
@@ -113,6 +114,17 @@ class Applier:
                     # savepoint kept the rest of the batch. Poison is capped after the commit.
                     log.exception("call %s deferred", call.request_id)
                     call.defer(exc)
+            # Where each call went upstream (``worker.upstream.routes``), with its hold.
+            record_routes(
+                session,
+                [
+                    call.meta
+                    for call in batch.calls
+                    if call.meta is not None
+                    and call.dead_reason is None
+                    and call.effect not in (None, Effect.DEFERRED)
+                ],
+            )
 
     def _apply_common(self, session: Session, calls: list[CallState], now: datetime) -> None:
         """The batch's fresh holds, plain settlements and failures in a few statements."""

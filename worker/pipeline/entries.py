@@ -23,9 +23,9 @@ MAX_CALL_BYTES = 32 << 20
 MAX_TS_DIGITS = 15
 # What a stream within the limits above may take in Redis (``MEMORY USAGE``), checked with
 # ``MAX_ENTRIES`` before anything is read (``size_refusal``). Redis stores a body in listpack nodes
-# rounded up to the allocator's size classes: measured at 1.15-1.3 times the bodies, plus about 25
-# bytes an entry; 1.5 times and 64 bytes an entry leave room so no stream within the limits is
-# refused here, and bound what reading any stream costs.
+# rounded up to the allocator's size classes, so a stream takes more than its bodies: the bound
+# allows 1.5 times the bodies and 64 bytes an entry (above what was measured: see git log -S here),
+# so no stream within the limits is refused here, and bounds what reading any stream costs.
 MAX_STREAM_BYTES = (MAX_CALL_BYTES + MAX_ENTRY_BYTES) * 3 // 2 + MAX_ENTRIES * 64
 # Each original field a dead letter copies: at most this many fields, names and values cut to
 # these lengths with a marker saying how much was left out.

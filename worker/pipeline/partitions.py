@@ -84,6 +84,8 @@ def adopt(client: Any, keys: Keys, stream: str) -> None:
             raise
 
 
-def retire(client: Any, stream: str, quiet_ms: int = RETIRE_QUIET_MS) -> bool:
-    """Delete ``stream`` if it is drained (see ``_RETIRE``); whether it was."""
-    return bool(client.register_script(_RETIRE)(keys=[stream], args=[quiet_ms]))
+def retire(client: Any, stream: str, quiet_ms: int | None = None) -> bool:
+    """Delete ``stream`` if it is drained and nothing was written to it for ``quiet_ms`` (default
+    ``RETIRE_QUIET_MS``, read at each call) (see ``_RETIRE``); whether it was."""
+    quiet = RETIRE_QUIET_MS if quiet_ms is None else quiet_ms
+    return bool(client.register_script(_RETIRE)(keys=[stream], args=[quiet]))

@@ -12,13 +12,14 @@ three refuses a database that is not at the migrations' head (``ReportError``: r
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine
 
 from worker.ledger.database import make_engine
+from worker.prices import PriceBook
 from worker.reports.model import Report
 from worker.reports.query import (
     MoneyDifference,
@@ -117,14 +118,24 @@ def connect_args(url: str) -> dict[str, Any]:
     return {"connect_args": {"connect_timeout": 5}} if url.startswith("postgres") else {}
 
 
-def run_report(url: str, spec: ReportSpec, *, progress: Progress | None = None) -> Report:
+def run_report(
+    url: str,
+    spec: ReportSpec,
+    *,
+    progress: Progress | None = None,
+    upstream_book: Callable[[Connection], PriceBook] | None = None,
+) -> Report:
+    """The report over ``url``; ``upstream_book`` adds the upstream reconciliation, its model names
+    matched by the book it returns for the report's connection (the caller's: the CLI gives the
+    effective book, the prices table over the file rows)."""
     engine = make_engine(url, readonly=True, **connect_args(url))
     try:
         with snapshot(engine) as conn:
             require_head(conn)
             # PostgreSQL: drift runs on a second connection of the same snapshot, beside calls.
             side = exported(engine, conn) if engine.dialect.name == "postgresql" else None
-            return build_report(conn, spec, progress=progress, side=side)
+            book = None if upstream_book is None else upstream_book(conn)
+            return build_report(conn, spec, progress=progress, side=side, upstream_book=book)
     finally:
         engine.dispose()
 

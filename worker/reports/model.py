@@ -13,6 +13,7 @@ from datetime import datetime
 
 from worker.money import Micros
 from worker.result import Reason
+from worker.upstream.matching import Reconciliation
 
 # Every reason a call can be unsettled for: a column each, so no unsettled call is left uncounted.
 REASONS = tuple(str(reason) for reason in Reason)
@@ -157,6 +158,8 @@ class Report:
     parity: Parity | None = None
     anomalies: Mapping[str, int] | None = None
     providers: tuple[ProviderUsage, ...] = ()
+    # ``--upstream``: the providers' exports against the ledger (``worker.upstream.matching``).
+    upstream: Reconciliation | None = None
 
     @property
     def ties_out(self) -> bool:

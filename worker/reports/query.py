@@ -66,6 +66,7 @@ from models import (
     Transaction,
     UsageRecord,
 )
+from worker.prices import PriceBook
 from worker.reports import drift as drift_query
 from worker.reports import providers as providers_query
 from worker.reports.model import (
@@ -78,6 +79,7 @@ from worker.reports.model import (
     Tally,
 )
 from worker.reports.spec import ReportError, ReportSpec
+from worker.upstream import query as upstream_query
 
 reservations = Reservation.__table__
 usage_records = UsageRecord.__table__
@@ -465,6 +467,7 @@ def build_report(
     now: datetime | None = None,
     drift_method: str | None = None,
     side: Side | None = None,
+    upstream_book: PriceBook | None = None,
 ) -> Report:
     """Run the report's queries on ``conn`` (in the caller's transaction) and assemble the model.
 
@@ -475,7 +478,8 @@ def build_report(
     transaction and should give it one snapshot (``worker.reports.snapshot``) so the sections agree.
     With ``side`` (a second connection of that snapshot, ``worker.reports.exported``) the drift
     section runs there, in a thread, while calls and money run on ``conn``: the same figures, the
-    report's time the longer of the two instead of their sum.
+    report's time the longer of the two instead of their sum. With ``upstream_book`` the upstream
+    reconciliation runs too (``worker.upstream.query``), its model names matched by that book.
     """
     step = progress or (lambda _section: nullcontext())
     method = drift_method or drift_query.default_method(conn.dialect.name)
@@ -508,6 +512,12 @@ def build_report(
         found_anomalies = anomaly_counts(conn, spec, inside)
     with step("providers"):
         found_providers = providers_query.per_provider(conn, spec)
+    found_upstream = None
+    if upstream_book is not None:
+        with step("upstream"):
+            found_upstream = upstream_query.reconciliation(
+                conn, spec.since, spec.until, upstream_book
+            )
     overall = Tally()
     for row in days:
         overall = overall + row.tally
@@ -524,4 +534,5 @@ def build_report(
         parity=found_parity,
         anomalies=found_anomalies,
         providers=found_providers,
+        upstream=found_upstream,
     )

@@ -11,9 +11,11 @@ from __future__ import annotations
 import csv
 import io
 
+from worker.reports import upstream as upstream_section
 from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, PARITY_FIELDS, Report, ratio
 from worker.reports.render_json import tally_dict
 from worker.reports.spec import KEYS
+from worker.upstream.matching import Reconciliation
 
 TALLY_COLUMNS = (
     *COUNT_FIELDS,
@@ -28,7 +30,13 @@ PROVIDER_COLUMNS = (
     "provider", "usage_shape", "provider_calls", "charged_costed_micros", "costed_calls",
     "provider_cost_micros", "cost_drift",
 )  # fmt: skip
-COLUMNS = ("section", *KEYS, *TALLY_COLUMNS, *EXTRA_COLUMNS, *PROVIDER_COLUMNS)
+_TAKEN = {*KEYS, *TALLY_COLUMNS, *EXTRA_COLUMNS, *PROVIDER_COLUMNS, "charged_micros", "charged_usd"}
+UPSTREAM_COLUMNS = tuple(
+    name
+    for name in ("upstream_key", *upstream_section.FLAT_NAMES, *upstream_section.MARGIN_FLAT_NAMES)
+    if name not in _TAKEN
+)
+COLUMNS = ("section", *KEYS, *TALLY_COLUMNS, *EXTRA_COLUMNS, *PROVIDER_COLUMNS, *UPSTREAM_COLUMNS)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -75,4 +83,25 @@ def render_csv(report: Report) -> str:
             "provider_cost_micros": int(p.provider_cost),
             "cost_drift": "" if p.cost_drift is None else ratio(p.cost_drift),
         })  # fmt: skip
+    if report.upstream is not None:
+        _upstream_rows(writer, report.upstream)
     return out.getvalue()
+
+
+def _cells(cells: dict[str, object]) -> dict[str, object]:
+    return {
+        k: "" if v is None else (safe_text(v) if isinstance(v, str) else v)
+        for k, v in cells.items()
+    }
+
+
+def _upstream_rows(writer: csv.DictWriter[str], found: Reconciliation) -> None:
+    """``upstream`` rows per (day, provider, model, key), one ``upstream_total``, then ``margin``
+    rows per (day, provider, model) and one ``margin_total``."""
+    section = upstream_section.section_dict(found)
+    for row in section["rows"]:  # type: ignore[attr-defined]
+        writer.writerow({"section": "upstream", **_cells(row)})
+    writer.writerow({"section": "upstream_total", **_cells(section["total"])})  # type: ignore[arg-type]
+    for row in section["margins"]:  # type: ignore[attr-defined]
+        writer.writerow({"section": "margin", **_cells(row)})
+    writer.writerow({"section": "margin_total", **_cells(section["margin_total"])})  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from worker.reports import charts
+from worker.reports import upstream as upstream_section
 from worker.reports.model import (
     COUNTS,
     MONEY,
@@ -21,6 +22,7 @@ from worker.reports.model import (
     Tally,
     ratio,
 )
+from worker.upstream.matching import Reconciliation
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#1a202c}
@@ -31,7 +33,7 @@ table{border-collapse:collapse;margin:.5rem 0;font-size:13px}
 th,td{border:1px solid #e2e8f0;padding:3px 8px}td.n{text-align:right;font-variant-numeric:tabular-nums}
 thead th{background:#edf2f7;position:sticky;top:0}tfoot td{font-weight:bold;background:#f7fafc}
 .cards{display:flex;flex-wrap:wrap;gap:1rem}.card{border:1px solid #e2e8f0;padding:.6rem 1rem;border-radius:6px}
-.card b{display:block;font-size:1.2rem}.scroll{overflow-x:auto}svg{max-width:100%;height:auto}
+tr.leak td{background:#fff5f5}.card b{display:block;font-size:1.2rem}.scroll{overflow-x:auto}svg{max-width:100%;height:auto}
 """
 
 
@@ -198,5 +200,75 @@ def render_html(report: Report) -> str:
         f"<h2>Drift of visible completion tokens per model (streamed)</h2>{_drift(report)}"
         f"{_parity_and_anomalies(report)}"
         f"{_providers(report)}"
+        f"{'' if report.upstream is None else _upstream(report.upstream)}"
         "</body></html>\n"
     )
+
+
+def _upstream(found: Reconciliation) -> str:
+    """The upstream section: a chart of matched, leaked and over-counted tokens per day, the table
+    (total cells carry ``data-upstream-total``, money also ``data-micros``) and the margins."""
+    days = sorted({row.day for row in found.rows})
+    series: dict[str, dict[str, int]] = {"matched": {}, "leaked": {}, "over-count": {}}
+    for row in found.rows:
+        for name, value in (
+            ("matched", row.matched_input + row.matched_output),
+            ("leaked", row.leak_input + row.leak_output),
+            ("over-count", row.over_input + row.over_output),
+        ):
+            series[name][row.day] = series[name].get(row.day, 0) + value
+    chart = charts.grouped_bars(
+        "upstream tokens per day: matched, leaked (no billed call), over-count (billed beyond)",
+        days,
+        [(name, [per_day.get(day, 0) for day in days]) for name, per_day in series.items()],
+    )
+    columns = upstream_section.COLUMNS
+    head = "".join(f"<th>{escape(label)}</th>" for _, label in upstream_section.KEY_COLUMNS)
+    head += "".join(f"<th>{escape(c.label)}{' (USD)' if c.money else ''}</th>" for c in columns)
+    body = []
+    for row in found.rows:
+        figures = upstream_section.values(row)
+        keys = "".join(f"<td>{escape(k)}</td>" for k in upstream_section.row_keys(row))
+        cells = "".join(
+            f'<td class="n">{upstream_section.shown(figures[c.name], c.money)}</td>'
+            for c in columns
+        )
+        body.append(f"<tr{' class=leak' if row.leaks else ''}>{keys}{cells}</tr>")
+    summed = upstream_section.totals(found)
+    foot = "<td>total</td><td></td><td></td><td></td>"
+    for c in columns:
+        value = summed[c.name]
+        micros = f' data-micros="{value}"' if c.money and value is not None else ""
+        foot += (
+            f'<td class="n" data-upstream-total="{c.name}"{micros}>'
+            f"{upstream_section.shown(value, c.money)}</td>"
+        )
+    margins = "".join(
+        f"<tr><td>{escape(m.day)}</td><td>{escape(m.provider)}</td>"
+        f"<td>{escape(m.model or '(no model)')}</td>"
+        + "".join(
+            f'<td class="n">{upstream_section.shown(v, True)}</td>'
+            for v in upstream_section.margin_values(m).values()
+        )
+        + "</tr>"
+        for m in found.margins
+    )
+    margin_total = "".join(
+        f'<td class="n" data-margin-total="{name}">{upstream_section.shown(v, True)}</td>'
+        for name, v in upstream_section.margin_totals(found).items()
+    )
+    missing = "".join(
+        f"<p>No export imported for provider {escape(p)} ({n} calls).</p>"
+        for p, n in found.not_imported
+    )
+    return (
+        "<h2>Upstream: the providers' exports against the ledger</h2>"
+        f"{chart}"
+        '<div class="scroll"><table id="upstream"><thead><tr>' + head + "</tr></thead><tbody>"
+        + "".join(body) + "</tbody><tfoot><tr>" + foot + "</tr></tfoot></table></div>"
+        "<h2>Gross margin: charged against the providers' costs</h2>"
+        '<table id="margins"><thead><tr><th>day</th><th>provider</th><th>model</th>'
+        "<th>charged (USD)</th><th>upstream cost (USD)</th><th>margin (USD)</th></tr></thead>"
+        f"<tbody>{margins}</tbody><tfoot><tr><td>total</td><td></td><td></td>{margin_total}"
+        f"</tr></tfoot></table>{missing}"
+    )  # fmt: skip

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from worker.reports import upstream as upstream_section
 from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, ProviderUsage, Report, Tally
 
 
@@ -54,6 +55,9 @@ def report_dict(report: Report) -> dict[str, Any]:
         },
         "anomalies": None if report.anomalies is None else dict(report.anomalies),
         "providers": [provider_dict(p) for p in report.providers],
+        "upstream": None
+        if report.upstream is None
+        else upstream_section.section_dict(report.upstream),
     }
 
 

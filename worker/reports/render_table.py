@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from worker.reports import upstream as upstream_section
 from worker.reports.model import (
     COUNTS,
     MONEY,
@@ -23,6 +24,7 @@ from worker.reports.model import (
     ratio,
 )
 from worker.terminal import printable
+from worker.upstream.matching import Reconciliation
 
 CALL_COLUMNS = tuple(c for c in COUNTS if not c[0].startswith(("unsettled_", "resolved_")))
 UNSETTLED_COLUMNS = tuple(c for c in COUNTS if c[0].startswith(("unsettled_", "resolved_")))
@@ -117,4 +119,76 @@ def render_table(report: Report, width: int = 1000) -> str:
             str(p.costed_calls), p.charged_costed.usd(), p.provider_cost.usd(), drift,
         )  # fmt: skip
     console.print(providers if report.providers else "providers: no calls with a usage record")
+    if report.upstream is not None:
+        _upstream(console, report.upstream)
     return out.getvalue()
+
+
+# The columns ``make demo`` shows: what leaked and what was over-counted, beside both sides' counts.
+COMPACT = (
+    "upstream_requests", "calls", "leak_requests", "leak_input", "leak_output", "leak_cost",
+    "over_requests", "over_input", "over_output",
+)  # fmt: skip
+
+
+def render_upstream(found: Reconciliation, width: int = 1000, *, compact: bool = False) -> str:
+    """The upstream section alone, as text tables; ``compact``: the leak and over-count columns
+    only, and no margins (what ``make demo`` prints)."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, highlight=False, soft_wrap=False)
+    _upstream(console, found, COMPACT if compact else None)
+    return out.getvalue()
+
+
+def _upstream(
+    console: Console, found: Reconciliation, names: tuple[str, ...] | None = None
+) -> None:
+    """The upstream reconciliation: a row per (day, provider, model, key) and a total row, then
+    the margin per (day, provider, model)."""
+    console.print(
+        "upstream: the providers' exports against the ledger (tokens; money in USD); leaked = "
+        "upstream beyond the ledger, over-count = the ledger beyond upstream"
+    )
+    columns = [c for c in upstream_section.COLUMNS if names is None or c.name in names]
+    table = Table(box=box.ASCII)
+    for _, label in upstream_section.KEY_COLUMNS:
+        table.add_column(label, no_wrap=True)
+    for column in columns:
+        table.add_column(column.label, justify="right", no_wrap=True)
+    for row in found.rows:
+        figures = upstream_section.values(row)
+        table.add_row(
+            *(_cell(k) for k in upstream_section.row_keys(row)),
+            *(upstream_section.shown(figures[c.name], c.money) for c in columns),
+        )
+    if found.rows:
+        table.rows[-1].end_section = True
+    summed = upstream_section.totals(found)
+    table.add_row(
+        "total", "", "", "", *(upstream_section.shown(summed[c.name], c.money) for c in columns)
+    )
+    console.print(table if found.rows else "upstream: no export imported for the window")
+    if names is not None:
+        return
+    margins = Table(box=box.ASCII)
+    for header in ("day", "provider", "model"):
+        margins.add_column(header, no_wrap=True)
+    for _, label in upstream_section.MARGIN_COLUMNS:
+        margins.add_column(f"{label} (USD)", justify="right", no_wrap=True)
+    for margin in found.margins:
+        figures = upstream_section.margin_values(margin)
+        margins.add_row(
+            _cell(margin.day), _cell(margin.provider), _cell(margin.model or "(no model)"),
+            *(upstream_section.shown(figures[n], True) for n, _ in upstream_section.MARGIN_COLUMNS),
+        )  # fmt: skip
+    summed = upstream_section.margin_totals(found)
+    margins.add_row(
+        "total", "", "",
+        *(upstream_section.shown(summed[n], True) for n, _ in upstream_section.MARGIN_COLUMNS),
+    )  # fmt: skip
+    console.print("gross margin: charged against the providers' costs, per day, provider, model")
+    console.print(margins)
+    for provider, calls in found.not_imported:
+        console.print(
+            f"upstream: no export imported for provider {_cell(provider)} ({calls} calls)"
+        )

@@ -108,6 +108,16 @@ def _reserve(rng: random.Random, conv: Conversation, prices: PriceBook) -> Micro
     return Micros(int(base * rng.uniform(1.1, 1.8)) + rng.randint(1, 200))
 
 
+# The gateway's upstream keys, by label (never a secret): an account's calls go out under one of them.
+UPSTREAM_KEYS = ("key_sim_a", "key_sim_b")
+
+
+def upstream_key_of(account_id: str) -> str:
+    """The upstream key label the simulated gateway uses for ``account_id`` (``acct_N``)."""
+    digits = "".join(ch for ch in account_id if ch.isdigit())
+    return UPSTREAM_KEYS[int(digits or 0) % len(UPSTREAM_KEYS)]
+
+
 def _meta(
     request_id: str,
     conv: Conversation,
@@ -132,6 +142,8 @@ def _meta(
         "temperature": conv.temperature,
         "seed": conv.seed,
         "idempotency_key": idempotency_key,
+        "provider": conv.model.provider,
+        "upstream_key": upstream_key_of(conv.account_id),
     }
 
 

@@ -30,6 +30,7 @@ class ModelSpec:
     placements: tuple[str, ...] = (OPENAI,)
     reasoning: bool = False
     caching: bool = False
+    provider: str = "openai"  # where the simulated gateway routes it (the request's ``provider``)
 
     @property
     def openai(self) -> bool:
@@ -45,8 +46,12 @@ MODELS = (
     ModelSpec("o4-mini", 6, "o4-mini-2025-04-16", reasoning=True, caching=True),
     ModelSpec("gpt-4", 2, "gpt-4-0613"),
     ModelSpec("gpt-3.5-turbo", 5, "gpt-3.5-turbo-0125"),
-    ModelSpec("llama-3.1-8b", 10, "meta-llama/Llama-3.1-8B-Instruct", (VLLM, OPENAI)),
-    ModelSpec("mixtral-8x7b-instruct", 0.6, "open-mixtral-8x7b", (MISTRAL,)),  # not in the book
+    ModelSpec(
+        "llama-3.1-8b", 10, "meta-llama/Llama-3.1-8B-Instruct", (VLLM, OPENAI), provider="vllm"
+    ),
+    ModelSpec(
+        "mixtral-8x7b-instruct", 0.6, "open-mixtral-8x7b", (MISTRAL,), provider="mistral"
+    ),  # not in the book
 )
 _MODEL_WEIGHTS = [m.weight for m in MODELS]
 

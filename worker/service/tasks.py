@@ -11,10 +11,11 @@ import logging
 from worker import metrics
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
-from worker.pipeline import partitions, runtime
-from worker.pipeline.app import RETIRED_INTERVAL_SECONDS, app
+from worker.pipeline import partitions
 from worker.pipeline.backlog import stream_backlog
 from worker.retention import purge as purge_retained
+from worker.service import runtime
+from worker.service.app import RETIRED_INTERVAL_SECONDS, app
 from worker.transient import is_transient
 
 log = logging.getLogger("worker.pipeline")

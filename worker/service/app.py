@@ -1,7 +1,7 @@
 """The Celery application: broker on Redis, beat schedule for draining and sweeping.
 
-Production: ``celery -A worker.pipeline.app worker`` on every host, and exactly one
-``celery -A worker.pipeline.app beat``. ``billing worker`` runs both in one process for one host.
+Production: ``celery -A worker.service.app worker`` on every host, and exactly one
+``celery -A worker.service.app beat``. ``billing worker`` runs both in one process for one host.
 
 Why beat drives the drain: a ``drain`` task reads notification batches for ``BILLING_DRAIN_MS`` and
 returns; beat sends one per partition every second, with an expiry so a stopped worker does not come
@@ -22,7 +22,7 @@ RETIRED_INTERVAL_SECONDS = 1.0
 ALERTS_INTERVAL_SECONDS = 30.0
 PURGE_INTERVAL_SECONDS = 600.0
 
-app = Celery("billing", broker=settings.broker_url, include=["worker.pipeline.tasks"])
+app = Celery("billing", broker=settings.broker_url, include=["worker.service.tasks"])
 app.conf.update(
     task_ignore_result=True,
     worker_prefetch_multiplier=1,

@@ -24,10 +24,10 @@ from worker.pipeline.sweeper import Sweeper
 
 # CPython collects cyclic garbage every 700 net allocations by default. A batch allocates a few
 # hundred thousand short-lived objects (the entries of 200 calls' streams as Redis replies become
-# Python objects, the decoded frames) and holds them until it is applied, so the collector kept
-# scanning them, and every module object besides, many times per batch: a fifth of the consumer's
-# CPU and half of a bare Redis reader's in row 2's workload. Nearly nothing here is cyclic (reference
-# counting frees it at once), so collecting a hundred times less often costs no memory (row 8).
+# Python objects, the decoded frames) and holds them until it is applied, so the default collector
+# scans them, and every module object besides, many times per batch. Nearly nothing here is cyclic
+# (reference counting frees it at once), so these thresholds collect far less often without
+# growing memory (rows 2 and 8 of BENCHMARKS.md measure the worker so tuned).
 GC_THRESHOLDS = (50_000, 20, 20)
 
 

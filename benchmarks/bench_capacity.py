@@ -1,0 +1,461 @@
+"""Row 12, the capacity model: unit costs measured here, predictions checked against rows 2, 4, 9.
+
+The simulated calls of row 2 (same seed, same count) are written to Redis through a client that
+counts its own commands and bytes (``harness.traffic``), then one consumer works through them one
+batch at a time (``Consumer.poll``, its steps timed on the instance), in two phases:
+
+* **A**, the first half of the notifications at the configured batch size (full batches, as under
+  load): the unit costs. Per closed call: the consumer's CPU and wall time by step (reader: read,
+  fetch, reconcile; applier: the transaction and acknowledgements), the process's other CPU; each
+  close's reconcile CPU against its entry count (least squares: CPU per frame and per call); Redis
+  commands and bytes (the counting client; ``INFO commandstats`` of the shared server beside it),
+  Redis server CPU (``/proc``); PostgreSQL rows written (``pg_stat_user_tables``), statements (an
+  engine event), commits (``pg_stat_database``), WAL bytes of this database alone
+  (``pg_walinspect``: the records touching its relations, and their transactions' commit records;
+  without the extension, the server's LSN difference, everyone's WAL) and its CPU (``/proc``).
+* **B**, the rest at ``SMALL_BATCH`` entries per poll: with A, the poll's cost line ``s0 + s1 x
+  entries``, and the spread of single polls around it (the noise of row 4's queue).
+
+Redis memory per call is ``MEMORY USAGE`` of every call stream against its entry count (least
+squares), plus the call's share of the notification stream. ``capacity_model`` turns these into the
+predictions; ``run`` sets them against the rows measured in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine, event, text
+
+import worker.pipeline.reconciling as reconciling
+from benchmarks import capacity_model as model
+from benchmarks.harness import cpu, history, services, workload
+from benchmarks.harness.consumer import make_consumer, time_steps, warm
+from benchmarks.harness.traffic import Traffic, counting_client
+from worker.config import Settings
+from worker.ledger.database import make_engine
+from worker.pipeline.calls import BatchStats
+from worker.pipeline.consumer import Consumer
+from worker.pipeline.keys import Keys
+
+CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))  # row 2's count: the same calls
+SMALL_BATCH = 16
+STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply")
+TABLE_WRITES = text(
+    "SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0), "
+    "coalesce(sum(n_tup_del), 0) FROM pg_stat_user_tables"
+)
+COMMITS = text("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+WAL_OF_DATABASE = text(
+    """
+    WITH records AS (
+        SELECT xid, resource_manager, record_length, block_ref
+        FROM pg_get_wal_records_info(CAST(:start AS pg_lsn), CAST(:end AS pg_lsn))
+    ), ours AS (
+        SELECT * FROM records WHERE block_ref LIKE :pattern
+    )
+    SELECT coalesce((SELECT sum(record_length) FROM ours), 0)
+         + coalesce((SELECT sum(record_length) FROM records
+                     WHERE resource_manager = 'Transaction'
+                       AND xid IN (SELECT xid FROM ours WHERE xid <> '0')), 0)
+    """
+)
+
+
+# -- PostgreSQL counters -----------------------------------------------------------------------------
+
+
+def _counters(url: str) -> tuple[int, int, int, int]:
+    """(rows inserted, updated, deleted, commits) of this database, once the writers' statistics
+    reached the server: a backend reports them at most once a second and when it exits, so this
+    waits until two reads 0.2 s apart agree."""
+    engine = make_engine(url)
+    last: tuple[int, int, int, int] | None = None
+    try:
+        for _ in range(25):
+            with engine.connect() as conn:
+                ins, upd, dele = conn.execute(TABLE_WRITES).one()
+                commits = conn.execute(COMMITS).scalar_one()
+            now = (int(ins), int(upd), int(dele), int(commits))
+            # Our own reading connection commits too: compare everything but commits.
+            if last is not None and now[:3] == last[:3]:
+                return now
+            last = now
+            time.sleep(0.2)
+    finally:
+        engine.dispose()
+    assert last is not None
+    return last
+
+
+def _lsn(url: str) -> tuple[str, int]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            lsn = conn.execute(text("SELECT pg_current_wal_flush_lsn()::text")).scalar_one()
+            oid = conn.execute(
+                text("SELECT oid FROM pg_database WHERE datname = current_database()")
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return str(lsn), int(oid)
+
+
+def _wal_bytes(url: str, start: str, end: str, oid: int) -> tuple[float, str]:
+    """WAL bytes of this database between two LSNs, and how they were counted."""
+    engine = make_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            everyone = conn.execute(
+                text("SELECT pg_wal_lsn_diff(CAST(:end AS pg_lsn), CAST(:start AS pg_lsn))"),
+                {"start": start, "end": end},
+            ).scalar_one()
+            try:
+                conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
+                ours = conn.execute(
+                    WAL_OF_DATABASE, {"start": start, "end": end, "pattern": f"% rel %/{oid}/%"}
+                ).scalar_one()
+            except Exception:
+                return float(everyone), "server LSN difference (every database's WAL)"
+    finally:
+        engine.dispose()
+    return float(
+        ours
+    ), f"pg_walinspect, this database's records ({float(everyone):,.0f} B server-wide)"
+
+
+# -- the consumer, one batch at a time ---------------------------------------------------------------
+
+
+class ReconcileCosts:
+    """Each reconciled close's entry count and reconcile CPU (``reconcile_call`` wrapped)."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[int, float]] = []
+        self._inner: Callable[..., Any] | None = None
+
+    def __enter__(self) -> ReconcileCosts:
+        inner = self._inner = reconciling.reconcile_call
+
+        def timed(entries: Any, request_id: str, book: Any) -> Any:
+            began = time.thread_time()
+            try:
+                return inner(entries, request_id, book)
+            finally:
+                self.points.append((len(entries), time.thread_time() - began))
+
+        reconciling.reconcile_call = timed
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        reconciling.reconcile_call = self._inner  # type: ignore[assignment]
+
+
+def _polls(
+    consumer: Consumer, until_acked: int, timeout: float = 600.0
+) -> tuple[BatchStats, list[tuple[int, float]]]:
+    """``Consumer.poll`` until ``until_acked`` notifications were acknowledged; the totals and each
+    poll's (entries read, wall seconds)."""
+    total = BatchStats()
+    polls: list[tuple[int, float]] = []
+    deadline = time.perf_counter() + timeout
+    while total.acked < until_acked:
+        began = time.perf_counter()
+        stats = consumer.poll(0, block_ms=None)
+        if stats.read:
+            polls.append((stats.read, time.perf_counter() - began))
+        total.add(stats)
+        if not stats.read and time.perf_counter() > deadline:
+            raise TimeoutError(f"acknowledged {total.acked} of {until_acked}")
+    return total, polls
+
+
+def _count_statements(engine: Engine) -> list[int]:
+    counted = [0]
+
+    def count(*_args: Any) -> None:
+        counted[0] += 1
+
+    event.listen(engine, "before_cursor_execute", count)
+    return counted
+
+
+def _memory(client: Any, keys: Keys, request_ids: list[str]) -> tuple[float, float, float]:
+    """(bytes per call stream besides its frames, bytes per frame entry, notification stream bytes)."""
+    pipe = client.pipeline(transaction=False)
+    for rid in request_ids:
+        pipe.xlen(keys.request(rid))
+        pipe.memory_usage(keys.request(rid), samples=0)
+    replies = pipe.execute()
+    points = [
+        (int(replies[2 * i]) - 1, float(replies[2 * i + 1]))
+        for i in range(len(request_ids))
+        if replies[2 * i]
+    ]
+    fixed, per_frame = model.fit_line([p[0] for p in points], [p[1] for p in points])
+    notes = float(client.memory_usage(keys.events(0), samples=0) or 0)
+    return fixed, per_frame, notes
+
+
+def _commandstats(client: Any) -> dict[str, tuple[int, int]]:
+    return {
+        name.removeprefix("cmdstat_").upper().replace("|", " "): (int(v["calls"]), int(v["usec"]))
+        for name, v in client.info("commandstats").items()
+    }
+
+
+def measure(count: int) -> dict[str, Any]:
+    """Phases A and B over ``count`` simulated calls; unit costs per closed call of phase A."""
+    with (
+        services.redis_prefix("capacity") as (plain, prefix),
+        services.pg_database("capacity") as url,
+        services.autovacuum(url),
+    ):
+        history.warm(url)
+        keys = Keys(prefix)
+        calls = workload.simulated_calls(count, run_id=prefix)
+        shape = workload.measure(calls)
+        redis_pids = cpu.redis_pids(plain)
+        database = url.rsplit("/", 1)[1]
+
+        gateway = Traffic()
+        writer = counting_client(services.REDIS_URL, gateway)
+        redis_meter = cpu.CpuMeter(redis_pids)
+        redis_meter.start()
+        workload.publish(calls, writer, keys)
+        redis_write_cpu = redis_meter.stop()
+        writer.close()
+        fixed, per_frame, notes_bytes = _memory(plain, keys, [c.request_id for c in calls])
+        notifications = plain.xlen(keys.events(0))
+
+        traffic = Traffic()
+        client = counting_client(services.REDIS_URL, traffic)
+        # Full batches, as under load; at smoke size small enough that A leaves work for B.
+        batch = min(Settings().batch_size, max(SMALL_BATCH, notifications // 4))
+        consumer, engine = make_consumer(client, url, prefix, "capacity-a", batch_size=batch)
+        warm(consumer)
+        statements = _count_statements(engine)
+        spent: dict[str, list[float]] = {}
+        restore = time_steps(consumer, STEPS, spent)
+        start_counters = _counters(url)
+        start_lsn, oid = _lsn(url)
+        redis_meter, pg_meter = cpu.CpuMeter(redis_pids), cpu.CpuMeter(cpu.postgres_pids(database))
+        before_stats, before_traffic = _commandstats(plain), traffic.snapshot()
+        redis_meter.start()
+        pg_meter.start()
+        cpu_started, started = time.process_time(), time.perf_counter()
+        with ReconcileCosts() as reconciled:
+            stats_a, polls_a = _polls(consumer, notifications // 2)
+        seconds_a = time.perf_counter() - started
+        process_cpu = time.process_time() - cpu_started
+        redis_read_cpu = redis_meter.stop()
+        pg_cpu = pg_meter.stop(cpu.postgres_pids(database))
+        reads = traffic.since(before_traffic)
+        after_stats = _commandstats(plain)
+        restore()
+        engine.dispose()
+        end_lsn, _ = _lsn(url)
+        end_counters = _counters(url)
+        wal, wal_source = _wal_bytes(url, start_lsn, end_lsn, oid)
+
+        consumer_b, engine_b = make_consumer(
+            client, url, prefix, "capacity-b", batch_size=SMALL_BATCH
+        )
+        try:
+            warm(consumer_b)
+            _stats_b, polls_b = _polls(consumer_b, notifications - stats_a.acked)
+        finally:
+            engine_b.dispose()
+            client.close()
+
+    closes = max(1, len(reconciled.points))
+    rec_fixed, rec_per_entry = model.fit_line(
+        [float(n) for n, _ in reconciled.points], [s for _, s in reconciled.points]
+    )
+    frames_a = sum(n - 1 for n, _ in reconciled.points)
+
+    def step(name: str) -> tuple[float, float]:
+        wall, cpu_s, _calls = spent.get(name, (0.0, 0.0, 0))
+        return wall, cpu_s
+
+    read_wall, read_cpu = step("read")
+    prep_wall, prep_cpu = step("prepare")
+    apply_wall, apply_cpu = step("apply")
+    fetch_wall, fetch_cpu = step("_fetch_streams")
+    process = model.ProcessCosts(
+        reader_cpu=(read_cpu + prep_cpu) / closes,
+        reader_wall=(read_wall + prep_wall) / closes,
+        applier_cpu=apply_cpu / closes,
+        applier_wall=apply_wall / closes,
+        other_cpu=max(0.0, process_cpu - read_cpu - prep_cpu - apply_cpu) / closes,
+    )
+    server_stats = {
+        name: (
+            calls_n - before_stats.get(name, (0, 0))[0],
+            usec - before_stats.get(name, (0, 0))[1],
+        )
+        for name, (calls_n, usec) in after_stats.items()
+    }
+    # Redis execution time of our reads: each command of ours at the server's mean for its kind
+    # in the window (other clients' commands of the kind share that mean).
+    exec_usec = sum(
+        n * server_stats[name][1] / server_stats[name][0]
+        for name, n in reads.commands.items()
+        if server_stats.get(name, (0, 0))[0] > 0
+    )
+    ins, upd, dele, commits = (b - a for a, b in zip(start_counters, end_counters, strict=True))
+    entries_a = sum(n for n, _ in polls_a) / max(1, len(polls_a))
+    wall_a = sum(w for _, w in polls_a) / max(1, len(polls_a))
+    entries_b = sum(n for n, _ in polls_b) / max(1, len(polls_b))
+    wall_b = sum(w for _, w in polls_b) / max(1, len(polls_b))
+    s0, s1 = model.poll_cost(entries_a, wall_a, entries_b, wall_b)
+    noise = [w / (s0 + s1 * n) for n, w in polls_b] or [1.0]
+    calls_total = max(1, shape.calls)
+    return {
+        "calls": shape.calls,
+        "closed": shape.closed,
+        "notifications": notifications,
+        "closes_a": closes,
+        "seconds_a": seconds_a,
+        "frames_per_close": frames_a / closes,
+        "plan_frames_per_close": shape.frames / max(1, shape.closed),
+        "process": process,
+        "process_cpu": process_cpu,
+        "steps": {name: tuple(v) for name, v in spent.items()},
+        "reconcile_per_call": rec_fixed,
+        "reconcile_per_entry": rec_per_entry,
+        "fetch_cpu_per_frame": fetch_cpu / max(1, frames_a),
+        "fetch_wall": fetch_wall,
+        "gateway": gateway,
+        "reads": reads,
+        "redis_write_cpu_per_call": redis_write_cpu / calls_total,
+        "redis_read_cpu_per_close": redis_read_cpu / closes,
+        "redis_exec_usec_per_close": exec_usec / closes,
+        "server_commands": sum(n for n, _ in server_stats.values()),
+        "memory_fixed": fixed,
+        "memory_per_frame": per_frame,
+        "memory_notes_per_call": notes_bytes / calls_total,
+        "notes_per_call": notifications / calls_total,
+        "rows_inserted": ins / closes,
+        "rows_updated": upd / closes,
+        "rows_deleted": dele / closes,
+        "commits": commits / closes,
+        "statements": statements[0] / closes,
+        "wal_bytes": wal / closes,
+        "wal_source": wal_source,
+        "pg_cpu_per_close": pg_cpu / closes,
+        "batch_a": batch,
+        "polls_a": len(polls_a),
+        "entries_a": entries_a,
+        "wall_a": wall_a,
+        "polls_b": len(polls_b),
+        "entries_b": entries_b,
+        "wall_b": wall_b,
+        "s0": s0,
+        "s1": s1,
+        "noise": noise,
+    }
+
+
+def unit_costs(m: dict[str, Any]) -> model.UnitCosts:
+    """The sizing's inputs from a measurement (per closed call; gateway writes spread over the
+    closed calls, since every call's writes land on Redis whether it closes or not)."""
+    per_closed = m["calls"] / max(1, m["closed"])
+    gateway, reads = m["gateway"], m["reads"]
+    closes = m["closes_a"]
+    return model.UnitCosts(
+        process=m["process"],
+        frames=m["frames_per_close"],
+        per_frame_cpu=m["reconcile_per_entry"] + m["fetch_cpu_per_frame"],
+        notes_per_call=m["notes_per_call"],
+        redis_commands=gateway.total / max(1, m["calls"]) * per_closed + reads.total / closes,
+        redis_cpu=m["redis_write_cpu_per_call"] * per_closed + m["redis_read_cpu_per_close"],
+        redis_bytes=(gateway.sent + gateway.received) / max(1, m["calls"]) * per_closed
+        + (reads.sent + reads.received) / closes,
+        redis_memory_fixed=m["memory_fixed"] + m["memory_notes_per_call"],
+        redis_memory_per_frame=m["memory_per_frame"],
+        pg_rows=m["rows_inserted"] + m["rows_updated"] + m["rows_deleted"],
+        pg_statements=m["statements"],
+        pg_commits=m["commits"],
+        pg_wal_bytes=m["wal_bytes"],
+        pg_cpu=m["pg_cpu_per_close"],
+    )
+
+
+def predict(
+    m: dict[str, Any], e2e: dict[str, Any], latency: dict[str, Any], scaling: dict[str, Any]
+) -> dict[str, Any]:
+    """The three predictions, each with the measured figure of the same run."""
+    costs = unit_costs(m)
+    frames = m["plan_frames_per_close"]
+    # Phase A's closes are the first half's: scaled to the frames of the whole workload's.
+    process = costs.process.with_frames(costs.per_frame_cpu, costs.frames, frames)
+    per_call = process.seconds_per_call()
+    row2 = model.Check("2. frames/s of one consumer", frames / per_call, e2e["ours_frames_per_s"])
+
+    simulated = model.simulate_latency(
+        rate=latency["rate"],
+        calls=latency["calls"],
+        notes_per_call=m["notes_per_call"],
+        s0=m["s0"],
+        s1=m["s1"],
+        noise=m["noise"],
+        batch_size=latency["batch_size"],
+    )
+    p99 = model.percentile(simulated, 0.99) * 1000
+    row4 = model.Check("4. settle latency p99 at half load (ms)", p99, latency["p99_ms"])
+
+    cores = float(scaling["cores"] or 1)
+    server = costs.redis_cpu + costs.pg_cpu
+    rates = {}
+    for name in ("one", "two"):
+        run = scaling[name]
+        background = max(
+            0.0, run["machine_cpu"] - run["redis_cpu"] - run["postgres_cpu"] - run["consumers_cpu"]
+        )
+        rates[name] = (
+            model.calls_per_s_many(process, run["processes"], cores - background, server),
+            background,
+        )
+    row9 = model.Check(
+        "9. two consumer processes vs one (ratio)", rates["two"][0] / rates["one"][0],
+        scaling["ratio"],
+    )  # fmt: skip
+    return {
+        "checks": [row2, row4, row9],
+        "per_call_s": per_call,
+        "frames": frames,
+        "latency_p50_ms": model.percentile(simulated, 0.5) * 1000,
+        "fixed_point_entries": _fixed_point(
+            latency["rate"] * m["notes_per_call"], m["s0"], m["s1"]
+        ),
+        "rates9": rates,
+        "process": process,
+        "costs": costs,
+    }
+
+
+def _fixed_point(entries_per_s: float, s0: float, s1: float) -> float:
+    """Entries per poll when each poll reads what arrived during the last: n = λ (s0 + s1 n)."""
+    load = entries_per_s * s1
+    return entries_per_s * s0 / (1 - load) if load < 1 else float("inf")
+
+
+def run(
+    smoke: bool,
+    e2e: dict[str, Any],
+    latency: dict[str, Any],
+    scaling: dict[str, Any],
+) -> dict[str, Any]:
+    m = measure(60 if smoke else CALLS)
+    found = predict(m, e2e, latency, scaling)
+    assumptions = model.Assumptions()
+    found["sizing"] = [
+        model.size(found["costs"], rate, 100, assumptions) for rate in (10_000, 100_000)
+    ]
+    found["assumptions"] = assumptions
+    found["measured"] = m
+    return found

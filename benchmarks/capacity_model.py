@@ -1,0 +1,275 @@
+"""The capacity model: measured unit costs in, predicted rates, latencies and sizes out. Pure: no IO.
+
+``bench_capacity`` measures the unit costs (``UnitCosts``) and checks three predictions against the
+rows of the same run; docs/capacity.md states the model in words. The formulas:
+
+* **One consumer process (row 2)** runs two threads under one interpreter lock: the reader (read a
+  batch, fetch its streams, reconcile) and the applier (the ledger transaction, acknowledgements).
+  Their waits on Redis and PostgreSQL overlap, their Python does not, so the time per call is
+  ``max(reader CPU + applier CPU + other CPU, reader wall, applier wall)``, each measured per call
+  by timing the consumer's steps one batch at a time.
+* **Two processes on a machine (row 9)**: each is bound as above, and together they, PostgreSQL
+  and Redis share the cores that other work leaves free: ``min(n / t, free cores / (consumer +
+  PostgreSQL + Redis CPU per call))``.
+* **Settle latency at half load (row 4)**: the consumer is a self-clocked batch server. A poll
+  reads what arrived while the last one ran (at most ``batch_size`` entries; it blocks only when
+  nothing did) and takes ``s0 + s1 x entries`` times a noise factor drawn from the measured polls.
+  A close waits for the poll running when it arrived, then for its own poll. ``simulate_latency``
+  plays that queue with the benchmark's arrivals (every call written whole at its scheduled
+  instant) and gives every close's latency.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# A prediction within this fraction of the measured figure passes.
+TOLERANCE = 0.20
+
+
+@dataclass(frozen=True)
+class ProcessCosts:
+    """Seconds per closed call of one consumer process, as its steps measured them."""
+
+    reader_cpu: float
+    reader_wall: float
+    applier_cpu: float
+    applier_wall: float
+    other_cpu: float  # the process's CPU outside the timed steps
+
+    @property
+    def cpu(self) -> float:
+        return self.reader_cpu + self.applier_cpu + self.other_cpu
+
+    def seconds_per_call(self) -> float:
+        """The pipelined drain: the lock serialises CPU, the waits overlap."""
+        return max(self.cpu, self.reader_wall, self.applier_wall)
+
+    def with_frames(
+        self, per_frame_cpu: float, frames_from: float, frames_to: float
+    ) -> ProcessCosts:
+        """The same process for calls of ``frames_to`` frames instead of ``frames_from``: the
+        per-frame CPU is the reader's (fetch and reconcile), wall time moves with it."""
+        delta = per_frame_cpu * (frames_to - frames_from)
+        return ProcessCosts(
+            self.reader_cpu + delta,
+            self.reader_wall + delta,
+            self.applier_cpu,
+            self.applier_wall,
+            self.other_cpu,
+        )
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least squares ``y = a + b x``; returns (a, b). With fewer than two distinct x, b is 0."""
+    n = len(xs)
+    if n == 0:
+        raise ValueError("no points to fit")
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return my, 0.0
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return my - b * mx, b
+
+
+def calls_per_s_many(
+    costs: ProcessCosts, processes: int, free_cores: float, server_cpu_per_call: float
+) -> float:
+    """``processes`` consumer processes sharing ``free_cores`` with the servers."""
+    alone = processes / costs.seconds_per_call()
+    shared = free_cores / (costs.cpu + server_cpu_per_call)
+    return min(alone, shared)
+
+
+def poll_cost(
+    entries_a: float, wall_a: float, entries_b: float, wall_b: float
+) -> tuple[float, float]:
+    """``(s0, s1)`` of a poll's wall time ``s0 + s1 x entries``, from the mean poll of two runs
+    at different batch sizes; neither is below 0 (noise can tilt the line past either axis)."""
+    if entries_a == entries_b:
+        return 0.0, wall_a / entries_a
+    s1 = (wall_a - wall_b) / (entries_a - entries_b)
+    s0 = wall_b - s1 * entries_b
+    if s0 < 0:
+        return 0.0, (wall_a + wall_b) / (entries_a + entries_b)
+    if s1 < 0:
+        return (wall_a + wall_b) / 2, 0.0
+    return s0, s1
+
+
+def simulate_latency(
+    *,
+    rate: float,
+    calls: int,
+    notes_per_call: float,
+    s0: float,
+    s1: float,
+    noise: Sequence[float],
+    batch_size: int,
+    seed: int = 1,
+) -> list[float]:
+    """Seconds from each call's write to the end of the poll that commits it. Call ``i`` is
+    written whole (its notifications together) at ``i / rate``."""
+    if not noise:
+        raise ValueError("no measured polls to draw the noise from")
+    rng = random.Random(seed)
+    per_poll = max(1, int(batch_size // max(notes_per_call, 1e-9)))
+    latencies: list[float] = []
+    now = 0.0
+    first = 0
+    while first < calls:
+        now = max(now, first / rate)  # a blocked read returns as soon as an entry arrives
+        last = first
+        while last < calls and last / rate <= now and last - first < per_poll:
+            last += 1
+        now += (s0 + s1 * (last - first) * notes_per_call) * rng.choice(noise)
+        latencies.extend(now - number / rate for number in range(first, last))
+        first = last
+    return latencies
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile, as bench_latency takes it."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A prediction set against the measured figure of the same run."""
+
+    name: str
+    predicted: float
+    measured: float
+
+    @property
+    def gap(self) -> float:
+        """(predicted - measured) / measured."""
+        return (self.predicted - self.measured) / self.measured if self.measured else math.inf
+
+    @property
+    def passed(self) -> bool:
+        return abs(self.gap) <= TOLERANCE
+
+
+# -- sizing ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnitCosts:
+    """Everything the sizing needs, per closed call unless named otherwise (measured by
+    ``bench_capacity``; docs/capacity.md says where each comes from)."""
+
+    process: ProcessCosts  # at ``frames`` frames per call
+    frames: float
+    per_frame_cpu: float
+    notes_per_call: float
+    redis_commands: float  # gateway writes + worker reads and acknowledgements
+    redis_cpu: float  # seconds of the Redis server per call (writes + reads)
+    redis_bytes: float  # on the wire, both directions, gateway + worker
+    redis_memory_fixed: float  # bytes of a call's stream besides its frame entries
+    redis_memory_per_frame: float
+    pg_rows: float  # inserted + updated + deleted
+    pg_statements: float
+    pg_commits: float
+    pg_wal_bytes: float
+    pg_cpu: float  # seconds of PostgreSQL per call
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What the sizing takes as given rather than measured here; docs/capacity.md gives reasons."""
+
+    worker_load: float = 0.5  # a process run at half its maximum: row 4's settle-latency regime
+    processes_per_partition: float = 2.0  # BILLING_DRAIN_MS 2 s, one drain per partition a second
+    max_partitions: int = 256  # docs/events.md section 2
+    redis_core_load: float = 0.5  # one Redis shard's main thread kept at half a core
+    call_seconds: float = 30.0  # a streamed call's stream lives from open to settle
+    outage_seconds: float = 600.0  # a worker outage the streams must absorb
+    pg_core_load: float = 0.6  # PostgreSQL's CPUs at 60 %
+    max_wal_size: float = 1 << 30  # this server's setting
+    checkpoint_completion_target: float = 0.9  # this server's setting
+    checkpoint_timeout: float = 300.0  # this server's setting
+    max_connections: int = 100  # this server's setting
+
+
+@dataclass(frozen=True)
+class Sizing:
+    calls_per_s: float
+    frames: float
+    worker_cpu_per_call: float
+    per_process_calls_per_s: float
+    processes: int
+    partitions: int
+    drain_ms: int  # BILLING_DRAIN_MS that keeps every process busy with that many partitions
+    notes_per_partition_per_s: float
+    redis_commands_per_s: float
+    redis_cpu_cores: float
+    redis_shards: int
+    redis_commands_per_shard: float
+    redis_mbytes_per_s_per_shard: float
+    redis_memory_per_call: float
+    redis_memory_in_flight_per_shard: float
+    redis_memory_outage_per_shard: float
+    pg_rows_per_s: float
+    pg_statements_per_s: float
+    pg_commits_per_s: float
+    pg_wal_mbytes_per_s: float
+    pg_cpu_cores: float
+    pg_cores: int
+    pg_connections: int
+    checkpoint_every_s: float
+
+
+def size(costs: UnitCosts, calls_per_s: float, frames: float, a: Assumptions) -> Sizing:
+    """A deployment for ``calls_per_s`` calls of ``frames`` frame entries each."""
+    process = costs.process.with_frames(costs.per_frame_cpu, costs.frames, frames)
+    per_process = a.worker_load / process.seconds_per_call()
+    processes = math.ceil(calls_per_s / per_process)
+    # Beat starts one drain per partition a second, each reading for BILLING_DRAIN_MS: past the
+    # partition cap, longer drains keep more processes reading.
+    partitions = min(a.max_partitions, math.ceil(processes / a.processes_per_partition))
+    drain_ms = max(2000, math.ceil(processes / partitions) * 1000)
+    redis_cpu = calls_per_s * costs.redis_cpu
+    shards = max(1, math.ceil(redis_cpu / a.redis_core_load))
+    memory = costs.redis_memory_fixed + costs.redis_memory_per_frame * frames
+    wal = calls_per_s * costs.pg_wal_bytes
+    pg_cpu = calls_per_s * costs.pg_cpu
+    return Sizing(
+        calls_per_s=calls_per_s,
+        frames=frames,
+        worker_cpu_per_call=process.cpu,
+        per_process_calls_per_s=per_process,
+        processes=processes,
+        partitions=partitions,
+        drain_ms=drain_ms,
+        notes_per_partition_per_s=calls_per_s * costs.notes_per_call / partitions,
+        redis_commands_per_s=calls_per_s * costs.redis_commands,
+        redis_cpu_cores=redis_cpu,
+        redis_shards=shards,
+        redis_commands_per_shard=calls_per_s * costs.redis_commands / shards,
+        redis_mbytes_per_s_per_shard=calls_per_s * costs.redis_bytes / shards / 1e6,
+        redis_memory_per_call=memory,
+        redis_memory_in_flight_per_shard=calls_per_s * memory * a.call_seconds / shards,
+        redis_memory_outage_per_shard=calls_per_s * memory * a.outage_seconds / shards,
+        pg_rows_per_s=calls_per_s * costs.pg_rows,
+        pg_statements_per_s=calls_per_s * costs.pg_statements,
+        pg_commits_per_s=calls_per_s * costs.pg_commits,
+        pg_wal_mbytes_per_s=wal / 1e6,
+        pg_cpu_cores=pg_cpu,
+        pg_cores=math.ceil(pg_cpu / a.pg_core_load),
+        pg_connections=processes,
+        # PostgreSQL requests a checkpoint once max_wal_size / (1 + completion target) of WAL
+        # was written since the last one (CheckPointSegments in xlog.c).
+        checkpoint_every_s=min(
+            a.checkpoint_timeout, a.max_wal_size / (1 + a.checkpoint_completion_target) / wal
+        )
+        if wal
+        else math.inf,
+    )

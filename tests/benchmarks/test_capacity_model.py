@@ -1,0 +1,159 @@
+"""The capacity model's formulas (``benchmarks.capacity_model``), on inputs whose answers are known
+by construction; the measurements themselves run in the smoke test of the whole suite."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+# Under pytest ``benchmarks`` names this test package (tests/ is on the path), so the suite's pure
+# module is loaded from its file; it imports nothing of the suite.
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "capacity_model.py"
+_SPEC = importlib.util.spec_from_file_location("capacity_model", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+model = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = model  # dataclasses look their module up there
+_SPEC.loader.exec_module(model)
+
+# Pure arithmetic; a shared, busy machine makes hypothesis's per-example deadline noise.
+quick = settings(deadline=None)
+finite = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False)
+
+
+@quick
+@given(a=finite, b=finite, xs=st.lists(st.integers(0, 10_000), min_size=2, unique=True))
+def test_fit_line_recovers_the_line_its_points_lie_on(a: float, b: float, xs: list[int]) -> None:
+    ys = [a + b * x for x in xs]
+    fitted_a, fitted_b = model.fit_line([float(x) for x in xs], ys)
+    assert fitted_b == pytest.approx(b, rel=1e-6, abs=1e-6)
+    assert fitted_a == pytest.approx(a, rel=1e-6, abs=1e-3)
+
+
+def test_fit_line_of_one_x_is_flat_at_the_mean() -> None:
+    assert model.fit_line([3.0, 3.0], [1.0, 2.0]) == (1.5, 0.0)
+    with pytest.raises(ValueError):
+        model.fit_line([], [])
+
+
+@quick
+@given(s0=st.floats(0, 0.1), s1=st.floats(0, 0.01), na=st.integers(20, 400), nb=st.integers(1, 19))
+def test_poll_cost_recovers_a_line_from_two_mean_polls(
+    s0: float, s1: float, na: int, nb: int
+) -> None:
+    got0, got1 = model.poll_cost(na, s0 + s1 * na, nb, s0 + s1 * nb)
+    assert got0 == pytest.approx(s0, abs=1e-9)
+    assert got1 == pytest.approx(s1, abs=1e-9)
+
+
+def test_poll_cost_never_goes_below_zero() -> None:
+    s0, s1 = model.poll_cost(200, 0.1, 16, 0.2)  # the bigger batch faster: noise
+    assert s0 >= 0 and s1 >= 0
+    s0, s1 = model.poll_cost(200, 0.2, 16, 0.001)  # the line crosses below the origin
+    assert s0 >= 0 and s1 >= 0
+
+
+def costs(reader_cpu: float, reader_wall: float, applier_cpu: float, applier_wall: float):
+    return model.ProcessCosts(reader_cpu, reader_wall, applier_cpu, applier_wall, 0.0)
+
+
+def test_one_process_is_bound_by_its_cpu_or_by_its_slowest_thread() -> None:
+    # CPU adds up across the two threads (one interpreter lock)...
+    assert costs(1.0, 1.5, 1.0, 1.5).seconds_per_call() == 2.0
+    # ...unless one thread waits longer than both compute.
+    assert costs(0.2, 0.3, 0.3, 5.0).seconds_per_call() == 5.0
+
+
+def test_more_frames_add_their_cpu_to_the_reader() -> None:
+    moved = costs(1.0, 2.0, 1.0, 1.0).with_frames(0.01, 100, 150)
+    assert moved.reader_cpu == pytest.approx(1.5)
+    assert moved.reader_wall == pytest.approx(2.5)
+    assert moved.applier_cpu == 1.0
+
+
+def test_several_processes_share_the_free_cores_with_the_servers() -> None:
+    one = costs(0.001, 0.001, 0.0, 0.0)  # 1,000 calls/s alone, 1 ms CPU per call
+    assert model.calls_per_s_many(one, 2, 10.0, 0.0) == pytest.approx(2000)
+    # 1.5 free cores, 1 ms + 0.5 ms of servers per call: 1,000 calls/s in all.
+    assert model.calls_per_s_many(one, 2, 1.5, 0.0005) == pytest.approx(1000)
+
+
+def test_a_lone_call_waits_for_exactly_its_own_poll() -> None:
+    # Calls a second apart, polls of 10 ms: each blocked read returns at its call and takes 10 ms.
+    latencies = model.simulate_latency(
+        rate=1.0, calls=5, notes_per_call=2, s0=0.004, s1=0.003, noise=[1.0], batch_size=200
+    )
+    assert latencies == pytest.approx([0.010] * 5)
+
+
+def test_a_backlog_is_read_in_batches_of_at_most_batch_size() -> None:
+    # Six calls a picosecond apart, 1 s a poll. The blocked first read returns with the first call
+    # alone; the other five are there when it ends, read two per batch (4 entries, 2 each).
+    latencies = model.simulate_latency(
+        rate=1e12, calls=6, notes_per_call=2, s0=1.0, s1=0.0, noise=[1.0], batch_size=4
+    )
+    assert latencies == pytest.approx([1, 2, 2, 3, 3, 4], abs=1e-6)
+
+
+def test_slower_polls_never_shorten_the_tail() -> None:
+    common = dict(rate=400.0, calls=4000, notes_per_call=2, s0=0.005, batch_size=200, seed=3)
+    noise = [0.5, 1.0, 1.0, 3.0]
+    tails = [
+        model.percentile(model.simulate_latency(s1=s1, noise=noise, **common), 0.99)
+        for s1 in (0.0002, 0.0005, 0.001)
+    ]
+    assert tails == sorted(tails)
+    assert tails[0] >= 0.005
+
+
+def test_a_check_passes_within_twenty_percent_either_way() -> None:
+    assert model.Check("x", 119, 100).passed
+    assert model.Check("x", 81, 100).passed
+    assert not model.Check("x", 121, 100).passed
+    assert not model.Check("x", 79, 100).passed
+    assert model.Check("x", 79, 100).gap == pytest.approx(-0.21)
+
+
+def unit_costs(**overrides: float) -> model.UnitCosts:
+    values = dict(
+        process=costs(0.0005, 0.0006, 0.0005, 0.0007),
+        frames=100.0,
+        per_frame_cpu=0.0,
+        notes_per_call=2.0,
+        redis_commands=10.0,
+        redis_cpu=0.0001,
+        redis_bytes=50_000.0,
+        redis_memory_fixed=1000.0,
+        redis_memory_per_frame=400.0,
+        pg_rows=10.0,
+        pg_statements=0.1,
+        pg_commits=0.005,
+        pg_wal_bytes=5000.0,
+        pg_cpu=0.0002,
+    )
+    return model.UnitCosts(**{**values, **overrides})
+
+
+def test_sizing_counts_processes_at_half_load_and_caps_partitions() -> None:
+    a = model.Assumptions()
+    # 1 ms per call: 1,000 calls/s a process, 500 at half load.
+    small = model.size(unit_costs(), 10_000, 100, a)
+    assert small.processes == 20 and small.partitions == 10 and small.drain_ms == 2000
+    big = model.size(unit_costs(), 1_000_000, 100, a)
+    assert big.processes == 2000
+    assert big.partitions == 256
+    assert big.drain_ms == 8000  # ceil(2000 / 256) processes per partition, one drain a second
+    assert big.redis_shards == math.ceil(1_000_000 * 0.0001 / a.redis_core_load)
+    assert big.pg_wal_mbytes_per_s == pytest.approx(5000.0)
+    assert big.redis_memory_per_call == 1000 + 400 * 100
+
+
+def test_sizing_moves_the_reader_cpu_with_the_frames() -> None:
+    a = model.Assumptions()
+    base = unit_costs(per_frame_cpu=0.00001)  # 10 µs a frame, measured at 100 frames
+    assert model.size(base, 1000, 200, a).worker_cpu_per_call == pytest.approx(0.002)

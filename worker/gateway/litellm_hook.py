@@ -36,10 +36,14 @@ prompt or a completion) and the call goes on. The hold is priced by the middlewa
 Lifecycle: the tee is built at the first call a proxy process publishes (so each worker process of
 a forking server gets its own, with its own spool file) and stopped at interpreter exit through
 ``atexit``: LiteLLM 1.108.7 gives a ``CustomLogger`` no shutdown hook (``proxy_shutdown_event``
-flushes its own loggers only), and uvicorn returns from a SIGTERM or Ctrl-C before the interpreter
-exits, so ``atexit`` runs on every clean stop. ``stop`` flushes for up to five seconds; what did
-not reach Redis stays in the spool file, which the next start (or any tee sharing the directory)
-replays.
+flushes its own loggers only). ``stop`` flushes for up to five seconds; what did not reach Redis
+stays in the spool file, which the next start (or any tee sharing the directory) replays.
+``atexit`` runs when the interpreter exits (Ctrl-C / SIGINT: the proxy exits 0), but not on
+SIGTERM: uvicorn 0.54 drains the open requests and runs the app's shutdown, then re-raises the
+signal with its default action, which ends the process without ``atexit`` (seen with 1.108.7).
+The tee thread runs through that drain, so only batches queued in the last moments (the 10 ms
+linger and a round trip) can be lost; what was spooled is on disk, and the file left behind is
+adopted by the next tee in the directory.
 """
 
 from __future__ import annotations

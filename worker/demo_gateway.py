@@ -20,9 +20,11 @@ is a fresh SQLite file under ``var/demo-gateway/``. Needs the ``gateway`` extra 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -305,6 +307,14 @@ def print_books(database_url: str, client: redis.Redis, made: list[tuple[Play, S
     return balanced and not wrong
 
 
+def interrupt(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """Ctrl-C for a gateway process: the way the LiteLLM proxy stops with its tee flushed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # ``stop`` follows
+            proc.wait(timeout)
+
+
 def run(gateway: str) -> int:
     started: list[subprocess.Popen[bytes]] = []
     upstream: Upstream | None = None
@@ -352,6 +362,8 @@ def run(gateway: str) -> int:
         return 1
     finally:
         for proc in reversed(started):
+            if proc is started[-1] and gateway == "litellm":
+                interrupt(proc)  # SIGINT: the proxy exits and its hook's tee flushes (atexit)
             stop(proc)
         if upstream is not None:
             upstream.stop()

@@ -16,6 +16,7 @@ Every process dies with the test process (``die_with_parent``) and is stopped at
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -110,6 +111,15 @@ class LiteLLMProxy(_Process):
         # LiteLLM reads DATABASE_URL as its own (virtual keys, spend): never the ledger's.
         self.env.pop("DATABASE_URL", None)
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self) -> None:
+        """SIGINT first: the proxy exits cleanly and the hook's tee flushes (docs/gateway.md)."""
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=20)
+        super().stop()
 
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

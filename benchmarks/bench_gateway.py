@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks import cpu, services
+from benchmarks.harness import cpu, services
 from benchmarks.bench_latency import percentile
 from worker.pipeline.keys import Keys
 

@@ -11,6 +11,8 @@ The cross-check compares, over the calls whose provider sent a cost, our charge 
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection, case, func, select
 
 from models import UsageRecord
@@ -21,7 +23,7 @@ from worker.reports.spec import ReportSpec
 UNKNOWN_PROVIDER = "unknown"
 
 
-def per_provider(conn: Connection, spec: ReportSpec) -> tuple[ProviderUsage, ...]:
+def statement(spec: ReportSpec) -> Any:
     """Two levels: the window's usage records grouped by their own columns (provider, shape,
     source: few, and known to be few, so PostgreSQL aggregates in parallel — migration 0012's
     statistics), then those few groups named (``unknown``, ``estimated``, ``unrecorded``) and
@@ -47,7 +49,7 @@ def per_provider(conn: Connection, spec: ReportSpec) -> tuple[ProviderUsage, ...
     shape = func.coalesce(
         g.usage_shape, case((g.usage_source == "estimated", "estimated"), else_="unrecorded")
     )
-    statement = (
+    return (
         select(
             func.coalesce(g.provider, UNKNOWN_PROVIDER).label("provider"),
             shape.label("shape"),
@@ -60,6 +62,10 @@ def per_provider(conn: Connection, spec: ReportSpec) -> tuple[ProviderUsage, ...
         .group_by("provider", "shape")
         .order_by("provider", "shape")
     )
+
+
+def per_provider(conn: Connection, spec: ReportSpec) -> tuple[ProviderUsage, ...]:
+    """Per provider and usage shape, ordered by both (``statement``)."""
     return tuple(
         ProviderUsage(
             provider=row.provider,
@@ -70,5 +76,5 @@ def per_provider(conn: Connection, spec: ReportSpec) -> tuple[ProviderUsage, ...
             charged_costed=Micros(int(row.charged_costed)),
             provider_cost=Micros(int(row.provider_cost)),
         )
-        for row in conn.execute(statement)
+        for row in conn.execute(statement(spec))
     )

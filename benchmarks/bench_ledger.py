@@ -42,7 +42,7 @@ from worker.request import RequestMeta
 from worker.result import Result
 
 BATCH = 200
-TARGET_RATIO = 0.3
+TARGET_RATIO = 0.5  # issue 17
 GRACE = timedelta(hours=1)
 WRITES = text("SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_user_tables")
 

@@ -343,8 +343,9 @@ def report(ctx: Context) -> list[Row]:
         "bulk-loaded with INSERT … SELECT (triggers off, as a restore does; every transaction "
         f"checked to balance) in {seed['load_seconds']:.0f} s, then VACUUM ANALYZE "
         f"({seed['vacuum_seconds']:.0f} s); the report ties out: {f['ties_out']}",
-        f"one more run, by section (drift runs on a second connection of the report's snapshot, "
-        f"beside calls and money: the sections overlap): {sections}; slowest: {f['slowest']}; "
+        "one more run, by section (drift, then providers, run on a second connection of the "
+        "report's snapshot, beside calls, money, parity and anomalies: the sections overlap): "
+        f"{sections}; slowest: {f['slowest']}; "
         f"{_plan(f['plan'])}",
     ]
     if not f["meets_target"] and f["slowest"] == "money":

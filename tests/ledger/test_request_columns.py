@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from metadata_values import hostile_metadata
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from models.reservations import Reservation
@@ -44,7 +44,17 @@ def test_accepted_metadata_is_held_by_both_paths_on_both_engines(engine: Engine,
         return
     twin = request_from_dict({**data, "request_id": meta.request_id[:190] + "-batched"}, b"1-1")
 
+    def held_now(session: Session) -> int:
+        found = session.scalar(
+            select(func.sum(MoneyDaily.held)).where(
+                MoneyDaily.account_id == meta.account_id, MoneyDaily.model == meta.model
+            )
+        )
+        return int(found or 0)
+
     def work(session: Session) -> None:
+        # What other tests committed to the shared database for this account and model stays out.
+        before = held_now(session)
         hold(session, meta, now=NOW)
         applied = apply_common(session, [twin], [], now=NOW)
         assert applied.held == ({twin.request_id} if twin.reserved_micros > 0 else set())
@@ -54,12 +64,7 @@ def test_accepted_metadata_is_held_by_both_paths_on_both_engines(engine: Engine,
             .where(Reservation.request_id == meta.request_id)
         ).one()  # fmt: skip
         assert tuple(stored) == (meta.account_id, meta.model, meta.reserved_micros)
-        held = session.scalar(
-            select(MoneyDaily.held).where(
-                MoneyDaily.account_id == meta.account_id, MoneyDaily.model == meta.model
-            )
-        )
-        assert (held or 0) == meta.reserved_micros + twin.reserved_micros
+        assert held_now(session) - before == meta.reserved_micros + twin.reserved_micros
 
     _in_rolled_back_session(engine, work)
 

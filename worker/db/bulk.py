@@ -16,6 +16,10 @@ serialized by orjson in C, and PostgreSQL parses it into the table's own column 
 (column arrays through ``unnest`` were tried first: psycopg dumps arrays element by element in
 Python, which cost as much as the conversion they saved).
 
+``insert_linked`` writes parents and their children (transactions and their entries) in one
+statement: the parents' INSERT … RETURNING is a CTE that the children's document joins on the
+parents' natural key, so the children need no ids from a first round trip.
+
 SQLite has no arrays; there the same functions run the Core statements as executemany.
 """
 
@@ -30,6 +34,8 @@ import orjson
 from sqlalchemy import Connection, Table, bindparam, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+
+from worker.errors import LedgerError
 
 _PG = postgresql.dialect()
 
@@ -52,7 +58,9 @@ def _processors(table: Table, names: tuple[str, ...]) -> tuple[tuple[str, Any], 
     """(column, bind processor) of the columns that have one for psycopg: only the type decorators
     (``UTCDateTime`` refuses naive datetimes and converts to UTC)."""
     dialect = postgresql.psycopg.dialect()
-    found = ((name, table.c[name].type.bind_processor(dialect)) for name in names)
+    found = (
+        (name, table.c[name].type.bind_processor(dialect)) for name in names if name in table.c
+    )
     return tuple((name, process) for name, process in found if process is not None)
 
 
@@ -152,6 +160,82 @@ def insert(
         _insert_sql(table, names, *key), {"rows": _document(table, names, rows)}
     )
     return result.all() if returning else []
+
+
+@cache
+def _linked_sql(
+    parent: Table, parent_names: tuple[str, ...], child: Table, child_names: tuple[str, ...],
+    key: tuple[str, ...], link: str,
+) -> str:  # fmt: skip
+    """The parents' INSERT … RETURNING as a CTE, the children's rows (typed by their columns,
+    the key's by the parent's) joined to it on ``key``; the statement returns how many children it
+    wrote."""
+    own = tuple(name for name in child_names if name not in key)
+    typed = ", ".join(
+        f"{_quote(name)} {(parent if name in key else child).c[name].type.compile(dialect=_PG)}"
+        for name in child_names
+    )
+    on = " AND ".join(f"p.{_quote(name)} = k.{_quote(name)}" for name in key)
+    returned = ", ".join(_quote(name) for name in ("id", *key))
+    columns = ", ".join(_quote(name) for name in (link, *own))
+    values = ", ".join(["p.id", *(f"k.{_quote(name)}" for name in own)])
+    return (
+        f"WITH p AS ({_insert_sql(parent, parent_names, None, (), ())} RETURNING {returned}), "
+        f"c AS (INSERT INTO {_quote(child.name)} ({columns}) SELECT {values} "
+        f"FROM json_to_recordset(%(children)s::json) AS k({typed}) JOIN p ON {on} RETURNING 1) "
+        "SELECT count(*) FROM c"
+    )
+
+
+def insert_linked(
+    session: Session | Connection,
+    parent: Table,
+    parent_rows: Sequence[dict[str, Any]],
+    child: Table,
+    child_rows: Sequence[dict[str, Any]],
+    *,
+    key: Sequence[str],
+    link: str,
+) -> None:
+    """Insert ``parent_rows``, then ``child_rows`` whose ``link`` column is their parent's ``id``.
+
+    A child row names its parent by the parent's ``key`` columns (unique together among the
+    parents), in place of ``link``. PostgreSQL: one statement, the parents' insert a CTE joined to
+    the children's document; SQLite: the parents with their ids returned, then the children. A
+    child row that names no parent written here is refused (``LedgerError``), never dropped."""
+    if not parent_rows:
+        if child_rows:
+            raise LedgerError(f"{len(child_rows)} {child.name} rows without a {parent.name} row")
+        return
+    key = tuple(key)
+    if not _is_pg(session):
+        written = insert(session, parent, parent_rows, returning=("id", *key))
+        ids = {tuple(row[1:]): row[0] for row in written}
+        rows = []
+        for row in child_rows:
+            found = ids.get(tuple(row[name] for name in key))
+            if found is None:
+                raise LedgerError(f"a {child.name} row names no {parent.name} row: {row}")
+            own = {name: value for name, value in row.items() if name not in key}
+            rows.append({link: found, **own})
+        insert(session, child, rows)
+        return
+    parent_names, child_names = tuple(parent_rows[0]), tuple(child_rows[0]) if child_rows else key
+    written = (
+        _connection(session)
+        .exec_driver_sql(
+            _linked_sql(parent, parent_names, child, child_names, key, link),
+            {
+                "rows": _document(parent, parent_names, parent_rows),
+                "children": _document(child, child_names, child_rows),
+            },
+        )
+        .scalar_one()
+    )
+    if written != len(child_rows):
+        raise LedgerError(
+            f"{len(child_rows) - written} {child.name} rows name no {parent.name} row written here"
+        )
 
 
 @cache

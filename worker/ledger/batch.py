@@ -9,12 +9,17 @@ back for the per-call operations to decide (duplicates, late and unpriced result
 commits.
 
 Why: per call, the operations cost 5 to 7 round trips (savepoint, lock, transaction, entries, usage,
-status). Here one batch costs about ten, whatever its size. The rules are not restated here: each
-reservation is decided by ``transitions.decide`` under the same row locks, its legs and rows come
-from ``legs`` and ``rows``, and ``postings.write`` writes them, as on the per-call path; this module
-only chooses which decisions it writes in bulk (``BULK_EFFECTS``). The batch's money is queued for ``money_daily`` like every posting's
-(``rollup``). If a bulk statement fails (a race on a unique key), the caller rolls back the savepoint
-around this function and sends every call down the per-call path.
+status). Here one batch costs a handful, whatever its size. The rules are not restated here: each
+reservation is decided by ``transitions.decide``, its legs and rows come from ``legs`` and ``rows``,
+and ``postings.write`` writes them, as on the per-call path; this module only chooses which
+decisions it writes in bulk (``BULK_EFFECTS``). A call whose open and close are both in the batch
+(the common case) is decided before its reservation is inserted, from the ``held`` status the insert
+gives it, and the reservation is inserted in the status that decision leaves it in: one row version,
+no lock to take and no UPDATE, its hold and charge posted by one ``postings.write`` (``_holds``).
+A result whose reservation was recorded earlier is decided under the reservation's row lock
+(``_results``). The batch's money is queued for ``money_daily`` like every posting's (``rollup``).
+If a bulk statement fails (a race on a unique key), the caller rolls back the savepoint around this
+function and sends every call down the per-call path.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from worker.ledger.effects import Effect
 from worker.ledger.operations import other_call
 from worker.ledger.rows import failure_values, reservation_values, usage_values
 from worker.request import RequestMeta
-from worker.result import Outcome, Result
+from worker.result import Outcome, Reason, Result
 
 log = logging.getLogger(__name__)
 
@@ -93,27 +98,108 @@ class Applied:
     unsettled: dict[str, int] = field(default_factory=dict)
 
 
-def _holds(session: Session, metas: Sequence[RequestMeta], now: datetime, applied: Applied) -> None:
-    fresh = {m.request_id: m for m in metas if m.reserved_micros > 0}
+def _decided_at_hold(
+    fresh: Mapping[str, RequestMeta], results: Sequence[Result], now: datetime
+) -> dict[str, tuple[Result, transitions.Decision]]:
+    """The results of requests held in this batch that ``transitions.decide`` settles or marks
+    unsettled from ``held``: what the reservation's row will end this transaction as, if it is new.
+
+    The same conditions as ``_results`` checks under the lock, on the row this batch is about to
+    insert (its own request entry, so never another call's): same hold, same account, a decision
+    this path writes in bulk."""
+    decided = {}
+    for result in results:
+        meta = fresh.get(result.request_id)
+        if meta is None or not (
+            int(meta.reserved_micros) == result.reserved_micros
+            and meta.account_id == result.account_id
+        ):
+            continue
+        decision = _bulk_decision(result, Status.HELD, now)
+        if decision is not None:
+            decided[result.request_id] = (result, decision)
+    return decided
+
+
+def _bulk_decision(result: Result, status: str, now: datetime) -> transitions.Decision | None:
+    """``transitions.decide`` for a reservation in ``status``, when its effect is one this path
+    writes (``BULK_EFFECTS``); None leaves the result to the per-call path, which decides it again
+    and records any refusal with its reason."""
+    if result.outcome not in (Outcome.SETTLED, Outcome.UNSETTLED):
+        return None
+    try:
+        decision = transitions.decide(
+            result, status, detected_at=None, resolved_at=None, now=now, grace=NO_GRACE
+        )
+    except LedgerError:
+        return None
+    # An unpriced settled result is decided ``unsettled`` too: the per-call path records it, with
+    # the findings that go with it.
+    if decision.effect is Effect.SETTLED:
+        return decision
+    if decision.effect is Effect.UNSETTLED and result.outcome is Outcome.UNSETTLED:
+        return decision
+    return None
+
+
+STATUS_OF = {Effect.SETTLED: Status.SETTLED, Effect.UNSETTLED: Status.UNSETTLED}
+
+
+def _holds(
+    session: Session,
+    fresh: Mapping[str, RequestMeta],
+    decided: Mapping[str, tuple[Result, transitions.Decision]],
+    now: datetime,
+    applied: Applied,
+    columns: Columns,
+) -> None:
+    """Insert the fresh reservations and post their holds; a reservation whose result is in
+    ``decided`` is inserted in the status its decision leaves it in, with the request's fingerprint,
+    and its charge or failure is written with it: the row is written once, never updated in the
+    same transaction. A request already recorded inserts nothing here (its result, if any, goes
+    through ``_results``)."""
     if not fresh:
         return
     ids = postings.customers_of(session, {m.account_id for m in fresh.values()}, now)
-    inserted = dict(
-        bulk.insert(
-            session,
-            reservations,
-            [reservation_values(m, now) for m in fresh.values()],
-            conflict=("request_id",),
-            returning=("request_id", "id"),
-        )
+    rows = []
+    for request_id, meta in fresh.items():
+        values = reservation_values(meta, now)
+        found = decided.get(request_id)
+        values["fingerprint"] = None
+        if found is not None:
+            values["status"] = str(STATUS_OF[found[1].effect])
+            values["fingerprint"] = columns.fingerprints.get(request_id)
+        rows.append(values)
+    inserted = bulk.insert(
+        session, reservations, rows, conflict=("request_id",), returning=("request_id", "id")
     )
-    moves = []
-    for request_id, reservation_id in inserted.items():
+    revenue = postings.system_account_id(session, LedgerKind.REVENUE)
+    moves, usage, failures = [], [], []
+    for request_id, reservation_id in inserted:
         meta = fresh[request_id]
+        reserved = int(meta.reserved_micros)
+        customer = ids[meta.account_id]
         grain = postings.Grain.of(meta.account_id, meta.model, meta.created_at)
-        moves += legs.hold(reservation_id, int(meta.reserved_micros), ids[meta.account_id], grain)
+        moves += legs.hold(reservation_id, reserved, customer, grain)
         applied.held.add(request_id)
+        found = decided.get(request_id)
+        if found is None:
+            continue
+        result, decision = found
+        if decision.effect is Effect.SETTLED:
+            charged = int(result.charge_micros or 0)  # decided ``settled``: priced
+            moves += legs.charge(reservation_id, reserved, charged, customer, revenue, grain)
+            values = usage_values(reservation_id, result, now)
+            values.update(columns.usage.get(request_id, NO_COLUMNS))
+            usage.append(values)
+            applied.settled[request_id] = reservation_id
+        else:
+            reason = decision.reason or Reason(str(result.reason))  # ``unsettled`` has one
+            failures.append(failure_values(reservation_id, result, reason, now))
+            applied.unsettled[request_id] = reservation_id
     postings.write(session, moves, now)
+    bulk.insert(session, postings.usage_records, usage)
+    bulk.insert(session, postings.failures, failures)
 
 
 # The effects this path writes in bulk: from a ``held`` reservation, a charge or a failure. Every
@@ -129,14 +215,17 @@ def _results(
     columns: Columns,
     digests: Mapping[str, str | None],
 ) -> None:
-    """Lock the reservations of the batch's results with a hold (request-id order), decide each
-    (``transitions.decide``, the rule both paths follow) and write the settlements and failures of
-    those ``held`` by the same call (``digests``: of the request entry each result was read with).
-    A ``held`` reservation has no failure, so no failure is read."""
+    """Lock the reservations of the batch's results with a hold that ``_holds`` did not decide
+    (request-id order), decide each (``transitions.decide``, the rule both paths follow) and write
+    the settlements and failures of those ``held`` by the same call (``digests``: of the request
+    entry each result was read with). A ``held`` reservation has no failure, so no failure is read."""
     candidates = {
         r.request_id: r
         for r in results
-        if r.reserved_micros > 0 and r.outcome in (Outcome.SETTLED, Outcome.UNSETTLED)
+        if r.reserved_micros > 0
+        and r.outcome in (Outcome.SETTLED, Outcome.UNSETTLED)
+        and r.request_id not in applied.settled
+        and r.request_id not in applied.unsettled
     }
     if not candidates:
         return
@@ -152,17 +241,12 @@ def _results(
             continue  # the per-call path refuses it, with the reason
         if row.status != Status.HELD:
             continue
-        try:
-            decision = transitions.decide(
-                result, row.status, detected_at=None, resolved_at=None, now=now, grace=NO_GRACE
-            )
-        except LedgerError:
-            continue  # the per-call path refuses it, with the reason
-        # An unpriced settled result is decided ``unsettled`` too: the per-call path records it,
-        # with the findings that go with it.
+        decision = _bulk_decision(result, row.status, now)
+        if decision is None:
+            continue
         if decision.effect is Effect.SETTLED:
             settling.append((row, result))
-        elif decision.effect is Effect.UNSETTLED and result.outcome is Outcome.UNSETTLED:
+        else:
             failing.append((row, result, decision))
     _settlements(session, settling, now, applied, columns)
     _failures(session, failing, now, applied, columns)
@@ -252,7 +336,8 @@ def apply_common(
     """
     applied = Applied()
     columns = columns or Columns()
-    _holds(session, holds, now, applied)
+    fresh = {m.request_id: m for m in holds if m.reserved_micros > 0}
+    _holds(session, fresh, _decided_at_hold(fresh, results, now), now, applied, columns)
     digests = {meta.request_id: meta.digest for meta in holds}
     _results(session, results, now, applied, columns, digests)
     return applied

@@ -180,10 +180,10 @@ def customers_of(session: Session, accounts: set[str], now: datetime) -> dict[st
 
 
 def write(session: Session, postings: Sequence[Posting], now: datetime) -> None:
-    """Write balanced transactions (``legs``) in two statements, transactions then entries, and
-    queue their money for ``money_daily``. Zero legs are dropped (entries are strictly positive);
-    a posting left with nothing to move is not written. A charge above its hold (a true-up) is
-    logged as a warning."""
+    """Write balanced transactions (``legs``) and their entries in one statement
+    (``bulk.insert_linked``; two on SQLite), and queue their money for ``money_daily``. Zero legs
+    are dropped (entries are strictly positive); a posting left with nothing to move is not
+    written. A charge above its hold (a true-up) is logged as a warning."""
     moving = []
     for posting in postings:
         check_balanced(posting)
@@ -192,28 +192,18 @@ def write(session: Session, postings: Sequence[Posting], now: datetime) -> None:
             moving.append(posting._replace(legs=legs))
     if not moving:
         return
-    written = bulk.insert(
-        session,
-        transactions,
-        [
-            {
-                "reservation_id": p.reservation_id,
-                "kind": str(p.kind),
-                "flagged": p.flagged,
-                "created_at": now,
-            }
-            for p in moving
-        ],
-        returning=("id", "reservation_id", "kind"),
-    )
-    # (reservation, kind) is unique, so it names each new transaction whatever order rows return in.
-    txn_ids = {(reservation_id, kind): txn_id for txn_id, reservation_id, kind in written}
     revenue = system_account_id(session, LedgerKind.REVENUE)
-    rows = []
+    txns, rows = [], []
     deltas: Deltas = {}
     for posting in moving:
-        txn_id = txn_ids[(posting.reservation_id, str(posting.kind))]
-        rows.extend(_entry_rows(txn_id, posting.legs))
+        kind = str(posting.kind)
+        txns.append(
+            {"reservation_id": posting.reservation_id, "kind": kind, "flagged": posting.flagged,
+             "created_at": now}
+        )  # fmt: skip
+        # (reservation, kind) is unique: it names each entry's transaction until that has an id.
+        named = {"reservation_id": posting.reservation_id, "kind": kind}
+        rows.extend({**named, **entry} for entry in _entry_rows(posting.legs))
         money_deltas(
             deltas, posting.grain, posting.kind, posting.legs,
             available_id=posting.available_id, revenue_id=revenue,
@@ -223,15 +213,18 @@ def write(session: Session, postings: Sequence[Posting], now: datetime) -> None:
                 "charge above hold: reservation=%s true-up=%s micros",
                 posting.reservation_id, sum(a for _, a in posting.legs if a > 0),
             )  # fmt: skip
-    bulk.insert(session, entries, rows)
+    bulk.insert_linked(
+        session, transactions, txns, entries, rows,
+        key=("reservation_id", "kind"), link="transaction_id",
+    )  # fmt: skip
     add_money(session, deltas)
 
 
-def _entry_rows(txn_id: int, legs: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
-    """The entries of a transaction: one per non-zero leg, amount positive, direction its sign."""
+def _entry_rows(legs: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+    """The entries of a transaction, without it: one per non-zero leg, amount positive, direction
+    its sign."""
     return [
         {
-            "transaction_id": txn_id,
             "ledger_account_id": account,
             "amount": abs(amount),
             "direction": "credit" if amount > 0 else "debit",
@@ -252,7 +245,9 @@ def write_unreserved(
         INSERT_TRANSACTION,
         {"reservation_id": None, "kind": str(kind), "flagged": False, "created_at": now},
     ).scalar_one()
-    session.execute(INSERT_ENTRY, _entry_rows(txn_id, legs))
+    session.execute(
+        INSERT_ENTRY, [{"transaction_id": txn_id, **entry} for entry in _entry_rows(legs)]
+    )
     return int(txn_id)
 
 

@@ -1,7 +1,8 @@
 """The report's provider section: per provider and usage shape, the calls settled from reported
 usage, what we charged, and the cross-check against the cost the provider reported itself.
 
-One scan of ``usage_records`` in the window (``requested_at``, as the drift section). A call the
+One scan of ``usage_records`` in the window (``requested_at``, as the drift section); on PostgreSQL it
+runs on the report's second connection, after drift and beside the calls (``query.build_report``). A call the
 gateway did not name a provider for is counted under ``unknown``; a usage record without a shape (an
 estimate, or a record written before the shapes were kept) under ``estimated`` or ``unrecorded``.
 The cross-check compares, over the calls whose provider sent a cost, our charge with theirs:
@@ -9,6 +10,8 @@ The cross-check compares, over the calls whose provider sent a cost, our charge 
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import Connection, case, func, select
 
@@ -20,28 +23,49 @@ from worker.reports.spec import ReportSpec
 UNKNOWN_PROVIDER = "unknown"
 
 
-def per_provider(conn: Connection, spec: ReportSpec) -> tuple[ProviderUsage, ...]:
+def statement(spec: ReportSpec) -> Any:
+    """Two levels: the window's usage records grouped by their own columns (provider, shape,
+    source: few, and known to be few, so PostgreSQL aggregates in parallel — migration 0012's
+    statistics), then those few groups named (``unknown``, ``estimated``, ``unrecorded``) and
+    merged. Naming every record before grouping costs an expression per row."""
     u = UsageRecord.__table__
     costed = u.c.provider_cost_micros.is_not(None)
-    shape = func.coalesce(
-        u.c.usage_shape, case((u.c.usage_source == "estimated", "estimated"), else_="unrecorded")
-    )
-    statement = (
+    grouped = (
         select(
-            func.coalesce(u.c.provider, UNKNOWN_PROVIDER).label("provider"),
-            shape.label("shape"),
+            u.c.provider,
+            u.c.usage_shape,
+            u.c.usage_source,
             func.count().label("calls"),
-            func.coalesce(func.sum(u.c.charge_micros), 0).label("charged"),
+            func.sum(u.c.charge_micros).label("charged"),
             func.count(u.c.provider_cost_micros).label("costed_calls"),
-            func.coalesce(func.sum(case((costed, u.c.charge_micros), else_=0)), 0).label(
-                "charged_costed"
-            ),
-            func.coalesce(func.sum(u.c.provider_cost_micros), 0).label("provider_cost"),
+            func.sum(u.c.charge_micros).filter(costed).label("charged_costed"),
+            func.sum(u.c.provider_cost_micros).label("provider_cost"),
         )
         .where(u.c.requested_at >= spec.since, u.c.requested_at < spec.until)
+        .group_by(u.c.provider, u.c.usage_shape, u.c.usage_source)
+        .subquery("grouped")
+    )
+    g = grouped.c
+    shape = func.coalesce(
+        g.usage_shape, case((g.usage_source == "estimated", "estimated"), else_="unrecorded")
+    )
+    return (
+        select(
+            func.coalesce(g.provider, UNKNOWN_PROVIDER).label("provider"),
+            shape.label("shape"),
+            func.sum(g.calls).label("calls"),
+            func.coalesce(func.sum(g.charged), 0).label("charged"),
+            func.sum(g.costed_calls).label("costed_calls"),
+            func.coalesce(func.sum(g.charged_costed), 0).label("charged_costed"),
+            func.coalesce(func.sum(g.provider_cost), 0).label("provider_cost"),
+        )
         .group_by("provider", "shape")
         .order_by("provider", "shape")
     )
+
+
+def per_provider(conn: Connection, spec: ReportSpec) -> tuple[ProviderUsage, ...]:
+    """Per provider and usage shape, ordered by both (``statement``)."""
     return tuple(
         ProviderUsage(
             provider=row.provider,
@@ -52,5 +76,5 @@ def per_provider(conn: Connection, spec: ReportSpec) -> tuple[ProviderUsage, ...
             charged_costed=Micros(int(row.charged_costed)),
             provider_cost=Micros(int(row.provider_cost)),
         )
-        for row in conn.execute(statement)
+        for row in conn.execute(statement(spec))
     )

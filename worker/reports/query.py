@@ -1,5 +1,6 @@
 """The report's SQL: a few aggregate queries, GROUP BY in the database, one snapshot (on PostgreSQL
-drift may run on a second connection of that snapshot, beside calls: ``build_report``'s ``side``).
+drift and providers may run on a second connection of that snapshot, beside calls: ``build_report``'s
+``side``).
 
 Shape (each one statement, portable between PostgreSQL and SQLite unless said):
 
@@ -75,6 +76,7 @@ from worker.reports.model import (
     Drift,
     GroupRow,
     Parity,
+    ProviderUsage,
     Report,
     Tally,
 )
@@ -476,42 +478,43 @@ def build_report(
 
     ``progress(section)`` is entered around each section's query. Read-only; the caller owns the
     transaction and should give it one snapshot (``worker.reports.snapshot``) so the sections agree.
-    With ``side`` (a second connection of that snapshot, ``worker.reports.exported``) the drift
-    section runs there, in a thread, while calls and money run on ``conn``: the same figures, the
-    report's time the longer of the two instead of their sum. With ``upstream_book`` the upstream
+    With ``side`` (a second connection of that snapshot, ``worker.reports.exported``) the sections
+    that read only ``usage_records`` (drift, then providers) run there, in a thread, while calls,
+    money, parity and anomalies run on ``conn``: the same figures, the report's time the longer of
+    the two instead of their sum. With ``upstream_book`` the upstream
     reconciliation runs too (``worker.upstream.query``), its model names matched by that book.
     """
     step = progress or (lambda _section: nullcontext())
     method = drift_method or drift_query.default_method(conn.dialect.name)
 
-    def drift_on(other: Connection) -> tuple[Drift, ...]:
+    def beside_on(other: Connection) -> tuple[tuple[Drift, ...], tuple[ProviderUsage, ...]]:
         with step("drift"):
-            return drift_query.per_model(other, spec, method)
+            found_drift = drift_query.per_model(other, spec, method)
+        with step("providers"):
+            return found_drift, providers_query.per_provider(other, spec)
 
-    def drift_beside(opened: Side) -> tuple[Drift, ...]:
+    def beside(opened: Side) -> tuple[tuple[Drift, ...], tuple[ProviderUsage, ...]]:
         with opened() as other:
-            return drift_on(other)
+            return beside_on(other)
 
-    with ThreadPoolExecutor(max_workers=1) as pool:  # leaving waits for drift, even on an error
-        pending = None if side is None else pool.submit(drift_beside, side)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # leaving waits for the side, even on an error
+        pending = None if side is None else pool.submit(beside, side)
         with step("calls"):
             calls = _calls(conn, spec)
         with step("money"):
             money = _money(conn, spec)
-        drift = drift_on(conn) if pending is None else pending.result()
-    grains = {
-        key: Tally.of(counts, {**money.get(key, {}), **counts}) for key, counts in calls.items()
-    }
-    keys = grain(spec)
-    groups = _roll_up(grains, tuple(range(len(spec.by))))
-    days = _roll_up(grains, (keys.index("day"),))
-    with step("parity"):
-        found_parity = parity(conn, spec)
-    inside = sum(counts["calls"] for counts in calls.values())
-    with step("anomalies"):
-        found_anomalies = anomaly_counts(conn, spec, inside)
-    with step("providers"):
-        found_providers = providers_query.per_provider(conn, spec)
+        grains = {
+            key: Tally.of(counts, {**money.get(key, {}), **counts}) for key, counts in calls.items()
+        }
+        keys = grain(spec)
+        groups = _roll_up(grains, tuple(range(len(spec.by))))
+        days = _roll_up(grains, (keys.index("day"),))
+        with step("parity"):
+            found_parity = parity(conn, spec)
+        inside = sum(counts["calls"] for counts in calls.values())
+        with step("anomalies"):
+            found_anomalies = anomaly_counts(conn, spec, inside)
+        drift, found_providers = beside_on(conn) if pending is None else pending.result()
     found_upstream = None
     if upstream_book is not None:
         with step("upstream"):

@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks import cpu, services
 from benchmarks.bench_latency import percentile
+from benchmarks.harness import cpu, services
 from worker.pipeline.keys import Keys
 
 TARGET_CPU_RATIO = 1.10

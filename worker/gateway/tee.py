@@ -184,7 +184,7 @@ class Tee:
         spool_dir: str | Path = DEFAULT_SPOOL_DIR,
         max_queue_bytes: int = 16 << 20,
         batch_bytes: int = 64 << 10,
-        linger_seconds: float = 0.01,
+        linger_seconds: float = 0.05,
         sync_seconds: float = 1.0,
         retry_seconds: float = 0.5,
         adopt_seconds: float = 30.0,

@@ -50,6 +50,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,6 @@ from worker.pipeline.publisher import (
     close_commands,
     now_ms,
     open_commands,
-    queue_commands,
     request_body,
     response_commands,
 )
@@ -127,6 +127,18 @@ def _advance(state: list[int]) -> None:
         state[0], state[1] = ms, 0
     else:
         state[1] += 1
+
+
+def wire(command: Command) -> tuple[str | bytes | int, ...]:
+    """The Redis command ``queue_commands`` would put on a pipeline for ``command``."""
+    if type(command) is XAdd:
+        head: tuple[str, ...] = (
+            ("XADD", command.key, "NOMKSTREAM", command.entry_id)
+            if command.nomkstream
+            else ("XADD", command.key, command.entry_id)
+        )
+        return (*head, *chain.from_iterable(command.fields.items()))
+    return ("EXPIRE", command.key, command.seconds)
 
 
 class _Queued:
@@ -218,6 +230,7 @@ class Tee:
         self._stopping = False
         self._flushing = 0  # callers waiting in ``flush``: no lingering then
         self._stopped = threading.Event()
+        self._connection: Any = None  # the thread's own, from the client's pool
         self._thread = threading.Thread(target=self._run, name="billing-tee", daemon=True)
         self._thread.start()
 
@@ -414,11 +427,27 @@ class Tee:
             log.error("tee: fsync of %s failed: %s", self._spool.path, exc)
 
     def _execute(self, commands: list[Command]) -> None:
-        """Write ``commands`` in one pipeline; raises one of ``UNREACHABLE`` if Redis may not have
-        had them all."""
-        pipe = self._client.pipeline(transaction=False)
-        queue_commands(pipe, commands)
-        results = pipe.execute(raise_on_error=False)
+        """Write ``commands`` in one round trip; raises one of ``UNREACHABLE`` if Redis may not
+        have had them all.
+
+        The thread keeps one connection of the client's pool and writes the commands' wire form
+        on it directly: redis-py's pipeline object, its per-command bookkeeping and the pool's
+        health check per checkout cost more than the writes. After an error the connection is
+        dropped (the next batch reconnects), never reused half read."""
+        if self._connection is None:
+            self._connection = self._client.connection_pool.get_connection()
+        connection = self._connection
+        results: list[Any] = []
+        try:
+            connection.send_packed_command(connection.pack_commands(map(wire, commands)))
+            for _ in commands:
+                try:
+                    results.append(connection.read_response())
+                except redis.ResponseError as exc:
+                    results.append(exc)
+        except BaseException:
+            connection.disconnect()
+            raise
         written = 0
         for command, result in zip(commands, results, strict=True):
             if not isinstance(result, Exception):
@@ -516,6 +545,9 @@ class Tee:
             self._wake.notify()
         self._stopped.set()
         self._thread.join()
+        if self._connection is not None:
+            self._client.connection_pool.release(self._connection)
+            self._connection = None
         self._sync()
         self._spool.close(delete=self._spool.size == 0)
         return flushed

@@ -439,7 +439,10 @@ class Tee:
         connection = self._connection
         results: list[Any] = []
         try:
-            connection.send_packed_command(connection.pack_commands(map(wire, commands)))
+            # One send: redis-py packs a large value apart, and each send is a poll and a write
+            # (the socket has a timeout), each letting the event loop's thread wait for the GIL.
+            packed = b"".join(connection.pack_commands(map(wire, commands)))
+            connection.send_packed_command([packed])
             for _ in commands:
                 try:
                     results.append(connection.read_response())

@@ -1,13 +1,16 @@
-"""The cost of the tee (row 10): the example gateway's CPU per streamed call and its time to first
+"""The cost of the tee (row 11): the example gateway's CPU per streamed call and its time to first
 byte, with the billing middleware and the tee against the same gateway without them.
 
 Three real processes: the upstream (``benchmarks.gateway_upstream``, a fixed 44-event stream), and
 the example gateway (``worker.gateway.example_app``) twice, once ``--no-billing``. This process is
-the client (httpx, one keep-alive connection per gateway) and calls the two gateways in turn, so
-both see the same machine at the same moments. Time to first byte: request sent → first body byte
-received, per call. CPU: user + system seconds of each gateway process over the measured calls
-(``/proc``), the tee's thread included; the billed run waits until every ``close`` is in Redis
-before it reads it. Redis's own CPU for the writes is not counted (it is the worker's side).
+the client (httpx, one keep-alive connection per gateway) and calls the two gateways in turn, call
+by call, so both see the same machine at the same moments. Time to first byte: request sent →
+first body byte received, per call; the added p99 comes with a bootstrap interval, the p99 of a
+few thousand calls on a shared machine being a handful of outliers. CPU: user + system seconds of
+each gateway process, all its threads (``/proc``), measured apart in each of several rounds so the
+ratio comes with its spread; the billed process's event-loop thread is also read apart (its other
+thread is the tee's). The billed round ends when every ``close`` is in Redis. Redis's own CPU for
+the writes is not counted (it is the worker's side).
 """
 
 from __future__ import annotations

@@ -26,11 +26,12 @@ The differences:
   which the worker ignores by the same rule.
 
 **Fewer entries when the thread is behind.** Frames of one call waiting together in the queue are
-written as one entry holding their events in order (docs/events.md allows several events an entry;
-the events keep their blank lines, so the entry is the bytes as sent), under the id of the last of
-them (``coalesce``). Only live writes are merged, never a replay: a replay writes each frame under
-its own id, and every one of them is at or below a merged entry's id, so Redis refuses those
-already written, and never appends an event twice.
+one run (``_Queued``): the call's ``frames`` extend it until the thread takes it. A run is written
+as one entry holding its events in order (docs/events.md allows several events an entry; the
+events keep their blank lines, so the entry is the bytes as sent), under the id of its last frame,
+and ``coalesce`` merges a call's runs sent together the same way. Only live writes are merged,
+never a replay: the spool holds each frame under its own id, every one of them at or below a
+merged entry's id, so Redis refuses those already written, and never appends an event twice.
 
 Redis errors other than a lost connection (a wrong type, a refused id that is not a duplicate) are
 counted, logged with the key (never a body), and not retried. A batch that can be neither queued
@@ -80,6 +81,7 @@ UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, Timeo
 _PER_COMMAND_BYTES = 64  # a command's keys, ids and Redis overhead, roughly
 
 _encode = msgspec.msgpack.Encoder().encode
+_clock = time.time
 _decode = msgspec.msgpack.Decoder(list[Command]).decode
 
 
@@ -270,14 +272,21 @@ class Tee:
     def frames(self, request_id: str, events: Iterable[bytes | str]) -> None:
         """Queue SSE events as sent to the client: they extend the call's run of frames waiting in
         the queue, or start one (see ``_Queued``)."""
+        # The hot path (once per SSE event, on the gateway's event loop): plain operations only.
         bodies = [event if isinstance(event, bytes) else event.encode() for event in events]
         if not bodies:
             return
-        size = sum(map(len, bodies))
-        state = self._id_state(request_id)
+        size = 0
+        state = self._ids.get(request_id) or self._id_state(request_id)
         ids = []
-        for _ in bodies:
-            _advance(state)
+        for body in bodies:
+            size += len(body)
+            ms = int(_clock() * 1000)  # now_ms, inlined
+            if ms > state[0]:
+                state[0] = ms
+                state[1] = 0
+            else:
+                state[1] += 1
             ids.append(f"{state[0]}-{state[1]}")
         with self._lock:
             self._submitted += 1

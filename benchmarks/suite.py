@@ -442,6 +442,9 @@ def cli(ctx: Context) -> list[Row]:
 def gateway(ctx: Context) -> list[Row]:
     f = ctx.figures["gateway"] = bench_gateway.run(ctx.smoke)
     cpu, p99, p50 = f["cpu_ms"], f["ttfb_p99_ms"], f["ttfb_p50_ms"]
+    low, high = f["added_ttfb_p99_interval_ms"]
+    ratios = f["round_ratios"]
+    loop = f["billed_loop_cpu_ms"]
     return [
         Row(
             "11. gateway tee: CPU per streamed call",
@@ -454,10 +457,16 @@ def gateway(ctx: Context) -> list[Row]:
                 f"the example ASGI gateway (uvicorn, Starlette, httpx to a local upstream "
                 f"streaming {f['events_per_call']} events, {f['bytes_per_call']:,} bytes a call) "
                 f"with BillingMiddleware + Tee vs --no-billing, {f['calls']:,} calls each, "
-                f"alternating, one keep-alive httpx client per gateway; TTFB added at p99 "
-                f"{f['added_ttfb_p99_ms']:+.2f} ms (p50 {p50['billed']:.2f} vs "
-                f"{p50['plain']:.2f} ms); CPU of each gateway process from /proc, the tee's "
-                "thread included, Redis's not"
+                f"alternating call by call, one keep-alive httpx client per gateway; CPU of each "
+                f"gateway process (all its threads) from /proc over {f['rounds']} rounds, the "
+                f"billed one's after its tee wrote the round's calls: {f['ratio']:.3f}x in all, "
+                f"per round "
+                f"{ratios[0]:.3f}x … {ratios[len(ratios) // 2]:.3f}x (median) … "
+                f"{ratios[-1]:.3f}x; of the billed gateway's {cpu['billed']:.2f} ms, its event "
+                f"loop's thread {loop:.2f} ms and the tee's thread {cpu['billed'] - loop:.2f} ms; "
+                f"TTFB added at p99 {f['added_ttfb_p99_ms']:+.2f} ms (95 % bootstrap interval "
+                f"{low:+.2f} … {high:+.2f} ms), at p50 {p50['billed'] - p50['plain']:+.2f} ms "
+                f"({p50['billed']:.2f} vs {p50['plain']:.2f} ms); Redis's CPU not counted"
             ],
         )
     ]

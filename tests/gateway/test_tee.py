@@ -18,7 +18,7 @@ from redis.retry import Retry
 
 from worker.gateway.records import frame
 from worker.gateway.spool import spool_name
-from worker.gateway.tee import Tee, coalesce
+from worker.gateway.tee import Tee, coalesce, wire
 from worker.pipeline.entries import decode_call
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import (
@@ -329,3 +329,23 @@ def test_coalesce_keeps_every_stream_in_order(ops: list[tuple[str, str]]) -> Non
             c.entry_id for c in merged if isinstance(c, XAdd) and c.key == key and c.entry_id != "*"
         ]
         assert ids == sorted(ids, key=lambda i: int(i.split("-")[1]))
+
+
+def test_the_wire_form_is_what_redis_py_queues() -> None:
+    """The tee writes commands' wire form itself; redis-py's own ``xadd``/``expire`` (through
+    ``queue_commands`` on a pipeline) are the oracle for the arguments."""
+    keys = Keys("w")
+    commands = [
+        *open_commands(keys, "r", b'{"a":1}', 60, lambda: "5-0"),
+        *frame_commands(keys, "r", [b"data: 1\n\n", "data: 2\n\n"], lambda: "5-1"),
+        *response_commands(keys, "r", 200, b"{}"),
+        *close_commands(keys, "r", "timeout"),
+    ]
+    pipe = redis.Redis().pipeline(transaction=False)
+    queue_commands(pipe, commands)
+    expected = [tuple(args) for args, _options in pipe.command_stack]
+
+    def normal(args: tuple[object, ...]) -> tuple[bytes, ...]:
+        return tuple(a if isinstance(a, bytes) else str(a).encode() for a in args)
+
+    assert [normal(wire(c)) for c in commands] == [normal(a) for a in expected]

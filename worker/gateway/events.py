@@ -28,6 +28,10 @@ class EventSplitter:
     def feed(self, data: bytes) -> list[bytes]:
         """The events ``data`` completes, in order (often none, often one)."""
         held = self._buffer
+        # Exactly one whole event with LF line ends (how OpenAI chunks its stream): as it came.
+        one = len(data) > 1 and data.find(_LF_BLANK) == len(data) - 2
+        if one and not held and b"\r" not in data:
+            return [data]
         if held:
             buffer = held + data
             # A blank line may begin in the bytes held: its first line end is at most 2 bytes back.

@@ -135,12 +135,16 @@ class _Call:
             log.exception("billing: open of %s not published", self.request_id)
 
     def body(self, chunk: bytes) -> None:
+        """Called per body chunk: the hot path, so the publisher is called without ``publish``."""
         if not self.streamed:
             self.parts.append(chunk)
             return
         events = self.splitter.feed(chunk)
         if events:
-            self.publish("frames", events)
+            try:
+                self.publisher.frames(self.request_id, events)
+            except Exception:
+                log.exception("billing: frames of %s not published", self.request_id)
 
     def end(self, reason: str | None) -> None:
         if not self.opened:
@@ -261,8 +265,8 @@ class BillingMiddleware:
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, call: _Call) -> None:
         async def watch(message: Message) -> None:
-            kind = message["type"]
-            if kind == "http.response.start":
+            body = message["type"] == "http.response.body"
+            if not body and message["type"] == "http.response.start":
                 call.status = message["status"]
                 content_type = b""
                 for key, value in message.get("headers") or ():
@@ -274,7 +278,7 @@ class BillingMiddleware:
             except OSError:  # uvicorn's ClientDisconnected: the client went away
                 call.disconnected = True
                 raise
-            if kind == "http.response.body":
+            if body:
                 call.body(message.get("body", b""))
                 if not message.get("more_body", False):
                     call.finished = True

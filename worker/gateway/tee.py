@@ -26,11 +26,12 @@ The differences:
   which the worker ignores by the same rule.
 
 **Fewer entries when the thread is behind.** Frames of one call waiting together in the queue are
-written as one entry holding their events in order (docs/events.md allows several events an entry;
-the events keep their blank lines, so the entry is the bytes as sent), under the id of the last of
-them (``coalesce``). Only live writes are merged, never a replay: a replay writes each frame under
-its own id, and every one of them is at or below a merged entry's id, so Redis refuses those
-already written, and never appends an event twice.
+one run (``_Queued``): the call's ``frames`` extend it until the thread takes it. A run is written
+as one entry holding its events in order (docs/events.md allows several events an entry; the
+events keep their blank lines, so the entry is the bytes as sent), under the id of its last frame,
+and ``coalesce`` merges a call's runs sent together the same way. Only live writes are merged,
+never a replay: the spool holds each frame under its own id, every one of them at or below a
+merged entry's id, so Redis refuses those already written, and never appends an event twice.
 
 Redis errors other than a lost connection (a wrong type, a refused id that is not a duplicate) are
 counted, logged with the key (never a body), and not retried. A batch that can be neither queued
@@ -50,6 +51,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +65,8 @@ from worker.pipeline.publisher import (
     Command,
     XAdd,
     close_commands,
-    frame_commands,
     now_ms,
     open_commands,
-    queue_commands,
     request_body,
     response_commands,
 )
@@ -81,6 +81,7 @@ UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, Timeo
 _PER_COMMAND_BYTES = 64  # a command's keys, ids and Redis overhead, roughly
 
 _encode = msgspec.msgpack.Encoder().encode
+_clock = time.time
 _decode = msgspec.msgpack.Decoder(list[Command]).decode
 
 
@@ -121,6 +122,70 @@ def _size(commands: list[Command]) -> int:
     return total
 
 
+def _advance(state: list[int]) -> None:
+    """A call's next entry id: ``[ms, seq]``, the wall clock, increasing within the call."""
+    ms = now_ms()
+    if ms > state[0]:
+        state[0], state[1] = ms, 0
+    else:
+        state[1] += 1
+
+
+def wire(command: Command) -> tuple[str | bytes | int, ...]:
+    """The Redis command ``queue_commands`` would put on a pipeline for ``command``."""
+    if type(command) is XAdd:
+        head: tuple[str, ...] = (
+            ("XADD", command.key, "NOMKSTREAM", command.entry_id)
+            if command.nomkstream
+            else ("XADD", command.key, command.entry_id)
+        )
+        return (*head, *chain.from_iterable(command.fields.items()))
+    return ("EXPIRE", command.key, command.seconds)
+
+
+class _Queued:
+    """One batch in the queue: a method's commands, or a run of one call's frames.
+
+    A run is the frames of one call queued one after another, each with its own entry id; the
+    call's later ``frames`` extend it until the tee's thread takes it or the queue is spilled,
+    which seals it (a sealed batch never changes). Sent live, a run is one entry holding its
+    events in order under the id of the last (as ``coalesce`` merges); spooled, it is one entry
+    per frame under its own id, so a replay never merges (see the module's docstring)."""
+
+    __slots__ = ("bodies", "commands", "ids", "key", "request_id", "size")
+
+    def __init__(
+        self, commands: list[Command] | None, size: int, request_id: str = "", key: str = ""
+    ) -> None:
+        self.commands = commands
+        self.size = size
+        self.request_id = request_id
+        self.key = key
+        self.bodies: list[bytes] = []
+        self.ids: list[str] = []
+
+    def live(self) -> list[Command]:
+        """The commands to send now."""
+        if self.commands is not None:
+            return self.commands
+        fields = {"kind": b"frame", "body": b"".join(self.bodies)}
+        return [XAdd(self.key, fields, self.ids[-1], True)]
+
+    def spooled(self) -> list[Command]:
+        """The commands to spool."""
+        if self.commands is not None:
+            return self.commands
+        return _frames(self.key, self.bodies, self.ids)
+
+
+def _frames(key: str, bodies: list[bytes], ids: list[str]) -> list[Command]:
+    """A frame entry per body, under its id (as ``frame_commands`` writes them)."""
+    return [
+        XAdd(key, {"kind": b"frame", "body": body}, entry_id, True)
+        for body, entry_id in zip(bodies, ids, strict=True)
+    ]
+
+
 class Tee:
     """Asynchronous, spooling ``Publisher``. See the module's docstring for the guarantees."""
 
@@ -133,7 +198,7 @@ class Tee:
         spool_dir: str | Path = DEFAULT_SPOOL_DIR,
         max_queue_bytes: int = 16 << 20,
         batch_bytes: int = 64 << 10,
-        linger_seconds: float = 0.01,
+        linger_seconds: float = 0.05,
         sync_seconds: float = 1.0,
         retry_seconds: float = 0.5,
         adopt_seconds: float = 30.0,
@@ -152,8 +217,11 @@ class Tee:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
-        self._queue: deque[tuple[list[Command], int]] = deque()
+        self._queue: deque[_Queued] = deque()
         self._queued_bytes = 0
+        self._runs: dict[str, _Queued] = {}  # request id -> its run of frames still open
+        self._submitted = 0  # call events queued or spooled; reported to ``metrics.QUEUED``
+        self._reported = 0
         self._generation = 0  # bumped when the queue is spilled into the spool
         # Spooling: every batch goes to the spool until it is replayed (then the queue is empty).
         self._spooling = self._spool.size > 0
@@ -164,6 +232,7 @@ class Tee:
         self._stopping = False
         self._flushing = 0  # callers waiting in ``flush``: no lingering then
         self._stopped = threading.Event()
+        self._connection: Any = None  # the thread's own, from the client's pool
         self._thread = threading.Thread(target=self._run, name="billing-tee", daemon=True)
         self._thread.start()
 
@@ -180,17 +249,17 @@ class Tee:
         """For ``Publisher``'s callers: the tee batches by itself, so this changes nothing."""
         yield self
 
-    def _next_id(self, request_id: str) -> Callable[[], str]:
+    def _id_state(self, request_id: str) -> list[int]:
         state = self._ids.get(request_id)
         if state is None:
             state = self._ids[request_id] = [0, 0]
+        return state
+
+    def _next_id(self, request_id: str) -> Callable[[], str]:
+        state = self._id_state(request_id)
 
         def next_id() -> str:
-            ms = now_ms()
-            if ms > state[0]:
-                state[0], state[1] = ms, 0
-            else:
-                state[1] += 1
+            _advance(state)
             return f"{state[0]}-{state[1]}"
 
         return next_id
@@ -198,45 +267,84 @@ class Tee:
     def open(self, meta: dict[str, Any] | bytes, request_id: str | None = None) -> None:
         """Queue the ``request`` entry, the key's TTL and the ``open`` notification."""
         body, rid = request_body(meta, request_id)
-        self._submit(open_commands(self.keys, rid, body, self.ttl_seconds, self._next_id(rid)))
+        self._submit(rid, open_commands(self.keys, rid, body, self.ttl_seconds, self._next_id(rid)))
 
     def frames(self, request_id: str, events: Iterable[bytes | str]) -> None:
-        """Queue SSE events as sent to the client, one entry each."""
-        commands = frame_commands(self.keys, request_id, events, self._next_id(request_id))
-        if commands:
-            self._submit(commands)
+        """Queue SSE events as sent to the client: they extend the call's run of frames waiting in
+        the queue, or start one (see ``_Queued``)."""
+        # The hot path (once per SSE event, on the gateway's event loop): plain operations only.
+        bodies = [event if isinstance(event, bytes) else event.encode() for event in events]
+        if not bodies:
+            return
+        size = 0
+        state = self._ids.get(request_id) or self._id_state(request_id)
+        ids = []
+        for body in bodies:
+            size += len(body)
+            ms = int(_clock() * 1000)  # now_ms, inlined
+            if ms > state[0]:
+                state[0] = ms
+                state[1] = 0
+            else:
+                state[1] += 1
+            ids.append(f"{state[0]}-{state[1]}")
+        with self._lock:
+            self._submitted += 1
+            run = self._runs.get(request_id)
+            if (
+                run is not None
+                and self._queued_bytes + size <= self.max_queue_bytes
+                and run.size + size <= MAX_MERGED_BYTES
+            ):
+                run.bodies += bodies
+                run.ids += ids
+                run.size += size
+                self._queued_bytes += size
+                return
+            key = self.keys.request(request_id)
+            size += _PER_COMMAND_BYTES
+            if self._spooling or self._queued_bytes + size > self.max_queue_bytes:
+                self._spill_locked(_frames(key, bodies, ids))
+                return
+            run = self._runs[request_id] = _Queued(None, size, request_id, key)
+            run.bodies, run.ids = bodies, ids
+            self._enqueue_locked(run)
 
     def response(self, request_id: str, status: int, body: bytes | str) -> None:
         """Queue a non-streamed call's HTTP status and body."""
-        self._submit(
-            response_commands(self.keys, request_id, status, body, self._next_id(request_id))
-        )
+        commands = response_commands(self.keys, request_id, status, body, self._next_id(request_id))
+        self._submit(request_id, commands)
 
     def close(self, request_id: str, reason: str = "done") -> None:
         """Queue the ``close`` notification; the call's id state is forgotten."""
         commands = close_commands(self.keys, request_id, reason)
         self._ids.pop(request_id, None)
-        self._submit(commands)
+        self._submit(request_id, commands)
 
     # ------------------------------------------------------------------ queue and spool
 
-    def _submit(self, commands: list[Command]) -> None:
+    def _submit(self, request_id: str, commands: list[Command]) -> None:
+        """Queue ``commands`` after the call's run of frames, which no later frame may join."""
         size = _size(commands)
         with self._lock:
+            self._submitted += 1
+            self._runs.pop(request_id, None)
             if not self._spooling and self._queued_bytes + size <= self.max_queue_bytes:
-                self._queue.append((commands, size))
-                self._queued_bytes += size
-                metrics.QUEUED.inc()
-                metrics.QUEUE_BYTES.inc(size)
-                if len(self._queue) == 1:
-                    self._wake.notify()
+                self._enqueue_locked(_Queued(commands, size))
                 return
             self._spill_locked(commands)
+
+    def _enqueue_locked(self, batch: _Queued) -> None:
+        self._queue.append(batch)
+        self._queued_bytes += batch.size
+        if len(self._queue) == 1:  # the thread waits only on an empty queue
+            self._wake.notify()
 
     def _spill_locked(self, extra: list[Command] | None = None) -> None:
         """Move the queue (and ``extra`` after it) into the spool; from now on everything is
         spooled until the spool is replayed. The caller holds the lock."""
-        batches = [commands for commands, _ in self._queue]
+        batches = [batch.spooled() for batch in self._queue]
+        self._runs.clear()
         if extra is not None:
             batches.append(extra)
         if not batches:
@@ -252,13 +360,20 @@ class Tee:
                 metrics.LOST.inc()
             return
         metrics.SPOOLED.inc(len(batches))
-        metrics.QUEUE_BYTES.dec(self._queued_bytes)
         self._queue.clear()
         self._queued_bytes = 0
+        self._report_locked()
         self._generation += 1
         self._spooling = True
         self._account_spool_locked()
         self._wake.notify()
+
+    def _report_locked(self) -> None:
+        """The queue's metrics, brought up to date by the thread (not per call event: a metric's
+        lock and arithmetic per event cost the event loop more than the queueing itself)."""
+        metrics.QUEUED.inc(self._submitted - self._reported)
+        self._reported = self._submitted
+        metrics.QUEUE_BYTES.set(self._queued_bytes)
 
     def _account_spool_locked(self) -> None:
         pending = self._spool.size - self._replay_offset
@@ -277,6 +392,7 @@ class Tee:
                     self._idle.notify_all()
                     return
                 if not self._queue and not self._spooling:
+                    self._report_locked()
                     self._idle.notify_all()
                     self._wake.wait(self.sync_seconds)
                 linger = 0 < self._queued_bytes < self.batch_bytes and not self._flushing
@@ -285,15 +401,18 @@ class Tee:
                 # CPU than the rest of the tee together.
                 self._stopped.wait(self.linger_seconds)
             with self._lock:
-                taken: list[list[Command]] = []
+                taken: list[_Queued] = []
                 budget = self.batch_bytes
-                for commands, size in self._queue:
-                    if taken and size > budget:
+                for batch in self._queue:
+                    if taken and batch.size > budget:
                         break
-                    taken.append(commands)
-                    budget -= size
+                    if self._runs.get(batch.request_id) is batch:
+                        del self._runs[batch.request_id]  # sealed: later frames start a run
+                    taken.append(batch)
+                    budget -= batch.size
                 generation, spooling = self._generation, self._spooling
                 idle = not taken and not spooling
+                self._report_locked()
             if taken:
                 ok = self._send_queued(taken, generation)
             elif spooling:
@@ -317,11 +436,30 @@ class Tee:
             log.error("tee: fsync of %s failed: %s", self._spool.path, exc)
 
     def _execute(self, commands: list[Command]) -> None:
-        """Write ``commands`` in one pipeline; raises one of ``UNREACHABLE`` if Redis may not have
-        had them all."""
-        pipe = self._client.pipeline(transaction=False)
-        queue_commands(pipe, commands)
-        results = pipe.execute(raise_on_error=False)
+        """Write ``commands`` in one round trip; raises one of ``UNREACHABLE`` if Redis may not
+        have had them all.
+
+        The thread keeps one connection of the client's pool and writes the commands' wire form
+        on it directly: redis-py's pipeline object, its per-command bookkeeping and the pool's
+        health check per checkout cost more than the writes. After an error the connection is
+        dropped (the next batch reconnects), never reused half read."""
+        if self._connection is None:
+            self._connection = self._client.connection_pool.get_connection()
+        connection = self._connection
+        results: list[Any] = []
+        try:
+            # One send: redis-py packs a large value apart, and each send is a poll and a write
+            # (the socket has a timeout), each letting the event loop's thread wait for the GIL.
+            packed = b"".join(connection.pack_commands(map(wire, commands)))
+            connection.send_packed_command([packed])
+            for _ in commands:
+                try:
+                    results.append(connection.read_response())
+                except redis.ResponseError as exc:
+                    results.append(exc)
+        except BaseException:
+            connection.disconnect()
+            raise
         written = 0
         for command, result in zip(commands, results, strict=True):
             if not isinstance(result, Exception):
@@ -335,9 +473,9 @@ class Tee:
                 log.error("tee: Redis refused a write to %s: %s", command.key, result)
         metrics.PUBLISHED.inc(written)
 
-    def _send_queued(self, taken: list[list[Command]], generation: int) -> bool:
+    def _send_queued(self, taken: list[_Queued], generation: int) -> bool:
         try:
-            self._execute(coalesce([command for commands in taken for command in commands]))
+            self._execute(coalesce([command for batch in taken for command in batch.live()]))
         except UNREACHABLE as exc:
             log.warning("tee: Redis unreachable (%s); spooling", type(exc).__name__)
             with self._lock:
@@ -347,9 +485,7 @@ class Tee:
         with self._lock:
             if self._generation == generation:  # else a full queue was spilled meanwhile
                 for _ in taken:
-                    _, size = self._queue.popleft()
-                    self._queued_bytes -= size
-                    metrics.QUEUE_BYTES.dec(size)
+                    self._queued_bytes -= self._queue.popleft().size
         return True
 
     def _replay(self, spool: Spool, offset: int) -> tuple[int, bool]:
@@ -421,6 +557,9 @@ class Tee:
             self._wake.notify()
         self._stopped.set()
         self._thread.join()
+        if self._connection is not None:
+            self._client.connection_pool.release(self._connection)
+            self._connection = None
         self._sync()
         self._spool.close(delete=self._spool.size == 0)
         return flushed

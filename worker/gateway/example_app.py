@@ -13,7 +13,9 @@ and ``authorization`` go upstream as they came (an ``X-Upstream-Scenario`` picks
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -39,9 +41,20 @@ def account_from_key(scope: dict[str, Any], body: dict[str, Any]) -> CallInfo | 
     return None
 
 
-def proxy_app(upstream: str) -> Starlette:
-    """The gateway without billing: forwards ``POST /v1/chat/completions`` to ``upstream``."""
+def proxy_app(upstream: str, *, on_shutdown: Callable[[], object] | None = None) -> Starlette:
+    """The gateway without billing: forwards ``POST /v1/chat/completions`` to ``upstream``.
+    ``on_shutdown`` runs (in a thread) when the server shuts down: uvicorn runs the lifespan's end
+    on SIGTERM and SIGINT before it exits, which a ``finally`` around ``uvicorn.run`` is not."""
     client = httpx.AsyncClient(base_url=upstream, timeout=httpx.Timeout(60.0, connect=5.0))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await client.aclose()
+            if on_shutdown is not None:
+                await asyncio.get_running_loop().run_in_executor(None, on_shutdown)
 
     async def chat_completions(request: Request) -> StreamingResponse:
         headers = {k: v for k, v in request.headers.items() if k not in _NOT_FORWARDED}
@@ -64,13 +77,17 @@ def proxy_app(upstream: str) -> Starlette:
             background=BackgroundTask(reply.aclose),
         )
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"])])
+    return Starlette(
+        routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"])],
+        lifespan=lifespan,
+    )
 
 
 def create_app(upstream: str, publisher: Any, **options: Any) -> BillingMiddleware:
     """The billed gateway: ``proxy_app`` inside the middleware (``options``: its keywords)."""
     options.setdefault("hook", account_from_key)
-    return BillingMiddleware(proxy_app(upstream), publisher=publisher, **options)
+    app = proxy_app(upstream, on_shutdown=getattr(publisher, "stop", None))
+    return BillingMiddleware(app, publisher=publisher, **options)
 
 
 def main(argv: list[str] | None = None) -> None:

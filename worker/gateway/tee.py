@@ -550,11 +550,15 @@ class Tee:
 
     def stop(self, timeout: float = 5.0) -> bool:
         """Flush for up to ``timeout`` seconds, then stop the thread; what is left stays in the
-        spool file. Returns whether everything reached Redis."""
+        spool file. Returns whether everything reached Redis. Stopping a stopped tee does nothing
+        and returns what the first stop returned."""
+        if self._stopped.is_set():
+            return self._flushed_at_stop
         flushed = self.flush(timeout)
         with self._lock:
             self._stopping = True
             self._wake.notify()
+        self._flushed_at_stop = flushed
         self._stopped.set()
         self._thread.join()
         if self._connection is not None:

@@ -108,7 +108,9 @@ def test_import_is_idempotent_and_alerts_once(database: Path) -> None:
     first = _import(*files)
     assert "3 added, 0 unchanged, 0 replaced" in first and "1 cost rows rounded" in first
     later = datetime.now(UTC) + timedelta(minutes=6)  # the import's alert window has closed
-    assert _collect(database, later) == 1
+    # The page; and its resolved notice when the import fell in the last half minute of its window
+    # (the next window has closed by then too). That it pages once is checked below.
+    assert _collect(database, later) in (1, 2)
     again = _import(*files)
     assert "0 added, 3 unchanged, 0 replaced" in again
     _collect(database, later + timedelta(minutes=5))  # may add the resolved notice, no page

@@ -116,36 +116,49 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def fresh_run(
+    client: redis.Redis, redis_url: str, workdir: Path, prefix: str, *, broker_db: int
+) -> tuple[str, dict[str, str]]:
+    """A new ledger in ``workdir`` at the migrations' head, ``prefix``'s keys and the broker's
+    database (``broker_db`` on the same Redis) cleared: the ledger's URL and the demo worker's
+    environment (a short sweep and drain, so the demo ends quickly)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for stale in workdir.glob("billing.db*"):
+        stale.unlink()
+    database_url = f"sqlite:///{(workdir / 'billing.db').resolve()}"
+    upgrade(database_url)
+    clear_keys(client, prefix)
+    broker_url = redis_url.rsplit("/", 1)[0] + f"/{broker_db}"
+    redis.Redis.from_url(broker_url).flushdb()
+    env = {
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": broker_url,
+        "DATABASE_URL": database_url,
+        "BILLING_PREFIX": prefix,
+        "BILLING_SWEEP_IDLE_MS": "3000",
+        "BILLING_SWEEP_INTERVAL_SECONDS": "1",
+        "BILLING_DRAIN_MS": "1000",
+    }
+    return database_url, env
+
+
 def run() -> int:
     started: list[subprocess.Popen[bytes]] = []
     webhook = WebhookReceiver()
     try:
         redis_url = find_redis(started)
         client = redis.Redis.from_url(redis_url)
-        WORKDIR.mkdir(parents=True, exist_ok=True)
-        db_file = WORKDIR / "billing.db"
-        for stale in WORKDIR.glob("billing.db*"):
-            stale.unlink()
-        database_url = f"sqlite:///{db_file}"
-        upgrade(database_url)
+        database_url, env = fresh_run(client, redis_url, WORKDIR, PREFIX, broker_db=15)
         fund_demo_account(database_url)
-        clear_keys(client, PREFIX)
-        broker_url = redis_url.rsplit("/", 1)[0] + "/15"
-        redis.Redis.from_url(broker_url).flushdb()
-        env = {
-            "REDIS_URL": redis_url,
-            "CELERY_BROKER_URL": broker_url,
-            "DATABASE_URL": database_url,
-            "BILLING_PREFIX": PREFIX,
-            "BILLING_SWEEP_IDLE_MS": "3000",
-            "BILLING_SWEEP_INTERVAL_SECONDS": "1",
-            "BILLING_RECHECK_SECONDS": "2",
-            "BILLING_CLAIM_IDLE_MS": "5000",
-            "BILLING_DRAIN_MS": "1000",
-            "BILLING_ALERT_WEBHOOK_URL": webhook.url,
-            "BILLING_ALERT_WINDOW_SECONDS": str(ALERT_WINDOW_SECONDS),
-            "BILLING_ALERT_DIGEST_SECONDS": str(ALERT_DIGEST_SECONDS),
-        }
+        env.update(
+            {
+                "BILLING_RECHECK_SECONDS": "2",
+                "BILLING_CLAIM_IDLE_MS": "5000",
+                "BILLING_ALERT_WEBHOOK_URL": webhook.url,
+                "BILLING_ALERT_WINDOW_SECONDS": str(ALERT_WINDOW_SECONDS),
+                "BILLING_ALERT_DIGEST_SECONDS": str(ALERT_DIGEST_SECONDS),
+            }
+        )
         worker = start_worker(env)
         started.append(worker)
         calls = plan(

@@ -41,10 +41,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models import Failure, Reservation
 from models.usage import UsageRecord
-from worker.demo import DemoError, clear_keys, find_redis, start_worker, stop
+from worker.demo import DemoError, clear_keys, find_redis, fresh_run, start_worker, stop
 from worker.gateway.recorded_upstream import DEMO_SCENARIOS, SCENARIO_HEADER, Sent, Upstream
 from worker.ledger.balances import ledger_is_balanced
-from worker.ledger.database import make_engine, upgrade
+from worker.ledger.database import make_engine
 from worker.localservers.ports import free_port
 from worker.pipeline.keys import Keys
 from worker.prices import load_price_book
@@ -325,22 +325,7 @@ def run(gateway: str) -> int:
         WORKDIR.mkdir(parents=True, exist_ok=True)
         redis_url = find_redis(started)
         client = redis.Redis.from_url(redis_url)
-        for stale in WORKDIR.glob("billing.db*"):
-            stale.unlink()
-        database_url = f"sqlite:///{(WORKDIR / 'billing.db').resolve()}"
-        upgrade(database_url)
-        clear_keys(client, PREFIX)
-        broker_url = redis_url.rsplit("/", 1)[0] + "/14"
-        redis.Redis.from_url(broker_url).flushdb()
-        env = {
-            "REDIS_URL": redis_url,
-            "CELERY_BROKER_URL": broker_url,
-            "DATABASE_URL": database_url,
-            "BILLING_PREFIX": PREFIX,
-            "BILLING_SWEEP_IDLE_MS": "3000",
-            "BILLING_SWEEP_INTERVAL_SECONDS": "1",
-            "BILLING_DRAIN_MS": "1000",
-        }
+        database_url, env = fresh_run(client, redis_url, WORKDIR, PREFIX, broker_db=14)
         worker = start_worker(env, WORKDIR)
         started.append(worker)
         upstream = Upstream.start(DEMO_SCENARIOS)

@@ -32,6 +32,7 @@ from models import (
     Reservation,
     Transaction,
 )
+from worker.ledger.balances import SIGNED
 from worker.ledger.postings import system_account_id
 from worker.money import Micros
 
@@ -42,8 +43,6 @@ reservations = Reservation.__table__
 accounts = Account.__table__
 account_credits = AccountCredit.__table__
 credit_limits = CreditLimit.__table__
-
-SIGNED = case((entries.c.direction == "credit", entries.c.amount), else_=-entries.c.amount)
 
 
 @dataclass(frozen=True, slots=True)

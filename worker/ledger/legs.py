@@ -14,6 +14,7 @@ hold back to ``available``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from models import Kind
@@ -41,10 +42,14 @@ class Posting(NamedTuple):
     available_id: int  # the customer's available account, for the rollup's ``released``
 
 
-def check_balanced(posting: Posting) -> None:
+def check_legs(kind: Kind, legs: Sequence[Leg]) -> None:
     """Refuse a transaction whose legs do not sum to zero (a bug, never a race)."""
-    if sum(amount for _, amount in posting.legs) != 0:
-        raise LedgerError(f"refusing an unbalanced {posting.kind} transaction: {posting.legs}")
+    if sum(amount for _, amount in legs) != 0:
+        raise LedgerError(f"refusing an unbalanced {kind} transaction: {tuple(legs)}")
+
+
+def check_balanced(posting: Posting) -> None:
+    check_legs(posting.kind, posting.legs)
 
 
 def hold(reservation_id: int, amount: int, customer: Customer, grain: Grain) -> list[Posting]:

@@ -39,7 +39,7 @@ from models import (
 from worker.db import bulk
 from worker.db.dialect import dialect, insert_ignore_on, one_of
 from worker.errors import LedgerError
-from worker.ledger.legs import Customer, Posting, check_balanced
+from worker.ledger.legs import Customer, Posting, check_balanced, check_legs
 from worker.ledger.rollup import Deltas, Grain, add_money, money_deltas
 
 log = logging.getLogger(__name__)
@@ -239,8 +239,9 @@ def write_unreserved(
 ) -> int:
     """Write one balanced transaction that belongs to no reservation (funding an account); its id.
     No call's money moves, so nothing reaches ``money_daily``."""
-    if sum(amount for _, amount in legs) != 0 or any(amount == 0 for _, amount in legs):
-        raise LedgerError(f"refusing an unbalanced {kind} transaction: {list(legs)}")
+    check_legs(kind, legs)
+    if any(amount == 0 for _, amount in legs):
+        raise LedgerError(f"refusing a {kind} transaction with an empty leg: {tuple(legs)}")
     txn_id = session.execute(
         INSERT_TRANSACTION,
         {"reservation_id": None, "kind": str(kind), "flagged": False, "created_at": now},

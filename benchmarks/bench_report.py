@@ -16,7 +16,9 @@ every transaction balances with at least two legs, no entry lacks its transactio
 itself ties out. ``money_daily``, the report's per (day, account, model) money the workers keep in
 the posting transaction, is filled from the seeded ledger as migration 0004's backfill does
 (``worker.reports.query.rebuild_money``, one ``INSERT … SELECT`` of the ledger join) and checked equal
-to the join, key by key (``verify_money``). Then ``VACUUM ANALYZE`` (the state autovacuum keeps a live
+to the join, key by key (``verify_money``); ``calls_daily``, every call counted in the row of its
+state, likewise as migration 0014's backfill does (``rebuild_calls``, checked by ``verify_calls``).
+Then ``VACUUM ANALYZE`` (the state autovacuum keeps a live
 table in).
 
 The report and the peer — ``SELECT count(*), sum(…) FROM usage_records`` — are each timed, best of
@@ -40,7 +42,7 @@ from sqlalchemy.dialects import postgresql
 from benchmarks.harness import services
 from worker.ledger.database import make_engine
 from worker.reports import PG_SETTINGS, ReportSpec, run_report
-from worker.reports.query import rebuild_money, verify_money
+from worker.reports.query import rebuild_calls, rebuild_money, verify_calls, verify_money
 from worker.reports.render_json import render_json
 
 SETTLED = 1_000_000
@@ -227,9 +229,11 @@ def seed(url: str, settled: int) -> dict[str, Any]:
                 )
             # As migration 0004's backfill: the rollup the workers keep, from the seeded ledger.
             rollup_rows = _in_transaction(url, rebuild_money)
+            call_rows = _in_transaction(url, rebuild_calls)
             loaded = time.perf_counter() - started
             check = conn.execute(text(CHECK_SQL)).mappings().one()
             compared, differences = _in_transaction(url, verify_money)
+            calls_compared, call_differences = _in_transaction(url, verify_calls)
             counts = {
                 table: conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
                 for table in ("reservations", "usage_records", "failures", "anomalies")
@@ -247,12 +251,15 @@ def seed(url: str, settled: int) -> dict[str, Any]:
         raise AssertionError(f"seed is not a ledger: {bad}, statuses {found}")
     if differences or compared != rollup_rows:
         raise AssertionError(f"money_daily is not the ledger's sums: {differences[:3]}")
+    if call_differences or calls_compared != call_rows:
+        raise AssertionError(f"calls_daily is not the calls' counts: {call_differences[:3]}")
     return {
         "calls": total,
         "statuses": found,
         "transactions": int(check["transactions"]),
         "entries": int(check["entries"]),
         "money_daily_rows": rollup_rows,
+        "calls_daily_rows": call_rows,
         "counts": counts,
         "load_seconds": loaded,
         "vacuum_seconds": vacuumed,
@@ -287,15 +294,16 @@ def whole_spec() -> ReportSpec:
     return ReportSpec(datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC), ("day",))
 
 
-def _statement(section: str) -> Any | None:
+def _statement(section: str, conn: Any) -> Any | None:
+    """The statement the report runs for ``section`` (for a whole-day window, as ``report_json``)."""
     from worker.reports import drift, providers, query
 
     spec = whole_spec()
     made = {
-        "calls": lambda: query.calls_statement(spec, "postgresql"),
+        "calls": lambda: query.rollup_calls_statement(spec),
         "money": lambda: query.money_statement(spec, "postgresql"),
-        "drift": lambda: drift.percentile_cont_statement(spec),
-        "providers": lambda: providers.statement(spec),
+        "drift": lambda: drift.percentile_cont_statement(spec, query.drift_bounds(conn, spec)),
+        "providers": lambda: providers.statement(spec, rolled=True),
     }.get(section)
     return None if made is None else made()
 
@@ -324,15 +332,17 @@ def _nodes(plan: dict[str, Any], found: list[dict[str, Any]]) -> float:
 
 def explain(url: str, section: str) -> dict[str, Any] | None:
     """EXPLAIN (ANALYZE, BUFFERS) of a section's statement, in the report's transaction settings."""
-    statement = _statement(section)
-    if statement is None:
-        return None
-    sql = str(
-        statement.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
-    )
     engine = make_engine(url)
     try:
         with engine.connect() as conn, conn.begin():
+            statement = _statement(section, conn)
+            if statement is None:
+                return None
+            sql = str(
+                statement.compile(
+                    dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}
+                )
+            )
             for setting in PG_SETTINGS:
                 conn.exec_driver_sql(setting)
             raw = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}").scalar()

@@ -318,10 +318,15 @@ MONEY_BOUND = (
 
 
 CALLS_BOUND = (
-    "what bounds calls: one pass over every call in the window (as many rows as the peer scans, in "
-    "half its pages), each row's UTC day computed and hashed with its status and probed against the "
-    "estimated usage records; the window's failures are looked up apart by primary key. Below that "
-    "would take a per-(day, account, model, status) count rollup kept by the ledger's writers"
+    "what bounds calls: nothing per call: calls and providers read calls_daily (every call counted "
+    "in the row of its (day, account, model, state), kept by the ledger's writers, a few thousand "
+    "rows); drift is what is left per call"
+)
+DRIFT_BOUND = (
+    "what bounds drift: exact percentiles need every drift value in the window: an index-only "
+    "scan of ix_usage_records_drift, already in (model, drift) order, cut into model ranges that "
+    "a Parallel Append runs one per process (an ordered-set aggregate cannot be split further); "
+    "the ranges are cut by calls_daily's counts, so the slowest range bounds it"
 )
 
 
@@ -352,6 +357,8 @@ def report(ctx: Context) -> list[Row]:
         notes.append(MONEY_BOUND)
     if f["slowest"] == "calls":
         notes.append(CALLS_BOUND)
+    if f["slowest"] == "drift":
+        notes.append(DRIFT_BOUND)
     return [
         Row(
             title,

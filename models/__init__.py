@@ -10,13 +10,15 @@ from models.ledger import Direction, Entry, Kind, Transaction
 from models.parity import ParityPair, Verdict
 from models.prices import PriceRow
 from models.reservations import OPEN_STATUSES, Reservation, Status
-from models.rollup import MONEY_COLUMNS, MoneyDaily
+from models.rollup import CALL_COLUMNS, CALL_STATE_KEY, MONEY_COLUMNS, CallsDaily, MoneyDaily
 from models.secrets import DeploymentSecret
 from models.upstream import CallRoute, UpstreamCost, UpstreamRevision, UpstreamUsage
 from models.usage import UsageRecord
 
 __all__ = [
     "ANOMALY_KINDS",
+    "CALL_COLUMNS",
+    "CALL_STATE_KEY",
     "MONEY_COLUMNS",
     "NAMING_CONVENTION",
     "OPEN_STATUSES",
@@ -29,6 +31,7 @@ __all__ = [
     "AnomalyKind",
     "Base",
     "CallRoute",
+    "CallsDaily",
     "CreditKind",
     "CreditLimit",
     "DeploymentSecret",

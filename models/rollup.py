@@ -33,3 +33,55 @@ class MoneyDaily(Base):
     charged: Mapped[int] = mapped_column(BigInteger, default=0)
     true_ups: Mapped[int] = mapped_column(BigInteger, default=0)
     released: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+# The call rollup's measures, in this order everywhere (``worker.ledger.rollup.call_measures``).
+CALL_COLUMNS = (
+    "calls",
+    "streamed",
+    "reserved",
+    "charged",
+    "costed_calls",
+    "charged_costed",
+    "provider_cost",
+    "exposure",
+)
+# Its key besides (day, account, model); '' where the call has none (no usage record, no failure,
+# no provider or shape, an open failure's action): a primary key column cannot be NULL.
+CALL_STATE_KEY = ("status", "usage_source", "provider", "usage_shape", "reason", "action")
+
+
+class CallsDaily(Base):
+    """Calls per call day and state: every call counted in exactly one row, the one its reservation's
+    status, its usage record (source, provider, shape) and its failure (reason, resolution) name.
+
+    Kept like ``money_daily``, by the ledger's writers in the transaction that changes the call
+    (``worker.ledger.rollup``): each change moves the call's measures from the row of its state
+    before to the row of its state after. A row whose calls all moved on stays, at zero. The report's
+    calls and providers sections read it for whole UTC days; ``billing report --verify-ledger``
+    compares it with ``reservations ⟕ usage_records ⟕ failures``. Not append-only.
+
+    Measures: ``calls``; ``streamed`` (of them); ``reserved`` (their holds); ``charged``,
+    ``costed_calls``, ``charged_costed``, ``provider_cost`` (of their usage records: the charge, the
+    calls whose provider sent a cost, our charge on those, and the provider's); ``exposure`` (their
+    failures' exposure, whether resolved or not: the action is in the key)."""
+
+    __tablename__ = "calls_daily"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    account_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    status: Mapped[str] = mapped_column(String(32), primary_key=True)
+    usage_source: Mapped[str] = mapped_column(String(16), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(64), primary_key=True)
+    usage_shape: Mapped[str] = mapped_column(String(32), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(32), primary_key=True)
+    action: Mapped[str] = mapped_column(String(32), primary_key=True)
+    calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    streamed: Mapped[int] = mapped_column(BigInteger, default=0)
+    reserved: Mapped[int] = mapped_column(BigInteger, default=0)
+    charged: Mapped[int] = mapped_column(BigInteger, default=0)
+    costed_calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    charged_costed: Mapped[int] = mapped_column(BigInteger, default=0)
+    provider_cost: Mapped[int] = mapped_column(BigInteger, default=0)
+    exposure: Mapped[int] = mapped_column(BigInteger, default=0)

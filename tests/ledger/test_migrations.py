@@ -25,6 +25,7 @@ TABLES = {
     "alert_events",
     "alert_outbox",
     "money_daily",
+    "calls_daily",
     "deployment_secrets",
     "account_credits",
     "credit_limits",

@@ -13,7 +13,7 @@ from conftest import create_pg_database, drop_pg_database
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from models import MoneyDaily
+from models import CallsDaily, MoneyDaily
 from reports.book import SINCE, UNTIL, _tally, key_of, post, scenario
 from reports.test_query import GROUPINGS, _only
 from worker.cli import main
@@ -164,7 +164,7 @@ def test_cli_verifies_and_rebuilds(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     runner = CliRunner()
     result = runner.invoke(main, ["report", "--verify-ledger"])
     assert result.exit_code == 0, result.output
-    assert "equals the ledger" in result.output
+    assert "equal the ledger" in result.output
     window = ["--since", "2033-05-01", "--until", "2033-05-03"]
     assert runner.invoke(main, ["report", "--verify-ledger", *window]).exit_code == 0
     partial = ["--since", "2033-05-01T01:00:00Z", "--until", "2033-05-03"]
@@ -178,6 +178,9 @@ def test_cli_verifies_and_rebuilds(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert result.exit_code == 0, result.output
     assert run_verify(url)[1] == []
     with engine.connect() as conn:
-        rows = conn.execute(select(func.count()).select_from(MoneyDaily.__table__)).scalar_one()
+        rows = sum(
+            conn.execute(select(func.count()).select_from(table)).scalar_one()
+            for table in (MoneyDaily.__table__, CallsDaily.__table__)
+        )
     assert f"{rows} rows" in result.output
     engine.dispose()

@@ -3,10 +3,11 @@
 A thin shell over ``worker.reports``: parse, run the queries in one snapshot with a progress line
 per section on stderr, render, write. Bad input and database errors print one line and exit 2.
 
-``--verify-ledger`` instead compares the money rollup (``money_daily``) with the ledger per (day,
-account, model) — over the window's whole days, or everything without one — and exits 1 on any
-difference; ``--rebuild-rollup`` recomputes the rollup from the ledger (after an upgrade from a
-release that did not keep it, or to repair what ``--verify-ledger`` found).
+``--verify-ledger`` instead compares the rollups with the ledger — the money (``money_daily``) per
+(day, account, model), the calls (``calls_daily``) per (day, account, model, state) — over the
+window's whole days, or everything without one, and exits 1 on any difference; ``--rebuild-rollup``
+recomputes both from the ledger (after an upgrade from a release that did not keep them, or to
+repair what ``--verify-ledger`` found).
 """
 
 from __future__ import annotations
@@ -85,10 +86,13 @@ def _progress_display() -> Iterator[object]:
 @click.option(
     "--verify-ledger",
     is_flag=True,
-    help="Compare the money rollup with the ledger (window's whole days, or all); exit 1 if unequal.",
+    help="Compare the money and call rollups with the ledger (window's whole days, or all); "
+    "exit 1 if unequal.",
 )
 @click.option(
-    "--rebuild-rollup", is_flag=True, help="Recompute the money rollup from the ledger, then exit."
+    "--rebuild-rollup",
+    is_flag=True,
+    help="Recompute the money and call rollups from the ledger, then exit.",
 )
 @click.option(
     "--upstream",
@@ -151,7 +155,7 @@ def _rollup(since: str | None, until: str | None, *, rebuild: bool) -> None:
             if since or until:
                 raise ReportError("--rebuild-rollup recomputes every day: no --since/--until")
             rows = run_rebuild(url)
-            click.echo(f"money rollup rebuilt from the ledger: {rows} rows")
+            click.echo(f"money and call rollups rebuilt from the ledger: {rows} rows")
             return
         spec: ReportSpec | None = None
         if since or until:
@@ -162,13 +166,13 @@ def _rollup(since: str | None, until: str | None, *, rebuild: bool) -> None:
     except SQLAlchemyError as exc:
         fail("report", database_error(exc))
     if not differences:
-        click.echo(f"money rollup equals the ledger: {compared} (day, account, model) rows")
+        click.echo(f"money and call rollups equal the ledger: {compared} rows")
         return
     for found in differences:
         key = printable(" ".join(found.key))
-        click.echo(f"differs: {key}: rollup {found.rollup}, ledger {found.ledger}")
+        click.echo(f"differs: {found.table} {key}: rollup {found.rollup}, ledger {found.ledger}")
     click.echo(
-        f"money rollup differs from the ledger on {len(differences)} of {compared} rows "
+        f"rollups differ from the ledger on {len(differences)} of {compared} rows "
         "(`billing report --rebuild-rollup` recomputes it)",
         err=True,
     )

@@ -17,7 +17,8 @@ decisions it writes in bulk (``BULK_EFFECTS``). A call whose open and close are 
 gives it, and the reservation is inserted in the status that decision leaves it in: one row version,
 no lock to take and no UPDATE, its hold and charge posted by one ``postings.write`` (``_holds``).
 A result whose reservation was recorded earlier is decided under the reservation's row lock
-(``_results``). The batch's money is queued for ``money_daily`` like every posting's (``rollup``).
+(``_results``). The batch's money is queued for ``money_daily`` like every posting's, and each call's
+move in ``calls_daily`` from the same values its rows are written with (``rollup``).
 If a bulk statement fails (a race on a unique key), the caller rolls back the savepoint around this
 function and sends every call down the per-call path.
 """
@@ -40,6 +41,7 @@ from worker.errors import LedgerError
 from worker.ledger import legs, postings, transitions
 from worker.ledger.effects import Effect
 from worker.ledger.operations import other_call
+from worker.ledger.rollup import CallDeltas, CallState, add_calls, move_call
 from worker.ledger.rows import failure_values, reservation_values, usage_values
 from worker.request import RequestMeta
 from worker.result import Outcome, Reason, Result
@@ -63,6 +65,7 @@ LOCK_MANY = {
         reservations.c.status,
         reservations.c.reserved_micros,
         reservations.c.request_digest,
+        reservations.c.stream,
     )
     .where(where)
     # Locks in request-id order, the order the consumer applies a batch in, so two consumers
@@ -161,9 +164,9 @@ def _holds(
     if not fresh:
         return
     ids = postings.customers_of(session, {m.account_id for m in fresh.values()}, now)
-    rows = []
+    rows, written = [], {}
     for request_id, meta in fresh.items():
-        values = reservation_values(meta, now)
+        values = written[request_id] = reservation_values(meta, now)
         found = decided.get(request_id)
         values["fingerprint"] = None
         if found is not None:
@@ -175,6 +178,7 @@ def _holds(
     )
     revenue = postings.system_account_id(session, LedgerKind.REVENUE)
     moves, usage, failures = [], [], []
+    counted: CallDeltas = {}
     for request_id, reservation_id in inserted:
         meta = fresh[request_id]
         reserved = int(meta.reserved_micros)
@@ -184,6 +188,7 @@ def _holds(
         applied.held.add(request_id)
         found = decided.get(request_id)
         if found is None:
+            move_call(counted, None, CallState.of(written[request_id]))
             continue
         result, decision = found
         if decision.effect is Effect.SETTLED:
@@ -192,12 +197,16 @@ def _holds(
             values = usage_values(reservation_id, result, now)
             values.update(columns.usage.get(request_id, NO_COLUMNS))
             usage.append(values)
+            move_call(counted, None, CallState.of(written[request_id], usage=values))
             applied.settled[request_id] = reservation_id
         else:
             reason = decision.reason or Reason(str(result.reason))  # ``unsettled`` has one
-            failures.append(failure_values(reservation_id, result, reason, now))
+            failure = failure_values(reservation_id, result, reason, now)
+            failures.append(failure)
+            move_call(counted, None, CallState.of(written[request_id], failure=failure))
             applied.unsettled[request_id] = reservation_id
     postings.write(session, moves, now)
+    add_calls(session, counted)
     bulk.insert(session, postings.usage_records, usage)
     bulk.insert(session, postings.failures, failures)
 
@@ -272,11 +281,15 @@ def _settlements(
         )  # fmt: skip
     postings.write(session, moves, now)
     usage = []
+    counted: CallDeltas = {}
     for row, result in common:
         values = usage_values(row.id, result, now)
         values.update(columns.usage.get(row.request_id, NO_COLUMNS))
         usage.append(values)
+        before = _state(row)
+        move_call(counted, before, before._replace(status=str(Status.SETTLED), usage=values))
     bulk.insert(session, postings.usage_records, usage)
+    add_calls(session, counted)
     _set_status(session, common, Status.SETTLED, now, columns.fingerprints, applied.settled)
 
 
@@ -293,8 +306,19 @@ def _failures(
         return
     rows = [failure_values(row.id, r, decision.reason, now) for row, r, decision in common]
     bulk.insert(session, postings.failures, rows)
+    counted: CallDeltas = {}
+    for (row, _, _), failure in zip(common, rows, strict=True):
+        before = _state(row)
+        move_call(counted, before, before._replace(status=str(Status.UNSETTLED), failure=failure))
+    add_calls(session, counted)
     decided = [(row, r) for row, r, _ in common]
     _set_status(session, decided, Status.UNSETTLED, now, columns.fingerprints, applied.unsettled)
+
+
+def _state(row: Any) -> CallState:
+    """A ``LOCK_MANY`` row as ``calls_daily`` counts it: ``held``, so no usage record or failure."""
+    grain = postings.Grain.of(row.account_id, row.model, row.created_at)
+    return CallState(grain, bool(row.stream), int(row.reserved_micros), str(row.status))
 
 
 def _set_status(

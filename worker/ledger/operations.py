@@ -207,8 +207,10 @@ def execute(
             row.grain,
         )  # fmt: skip
         postings.write(session, charged, now)
-        session.execute(postings.INSERT_USAGE, usage_values(row.id, result, now))
-        postings.set_status(session, row, Status.SETTLED, now)
+        usage = usage_values(row.id, result, now)
+        session.execute(postings.INSERT_USAGE, usage)
+        closed = _resolved(row, Action.SETTLED_LATE) if effect is Effect.SETTLED_LATE else None
+        postings.set_status(session, row, Status.SETTLED, now, usage=usage, failure=closed)
         if effect is Effect.SETTLED_LATE:
             postings.close_failure(
                 session, row, Action.SETTLED_LATE, who=WORKER, note="a late result settled it",
@@ -223,14 +225,23 @@ def execute(
             raise LedgerError(f"{result.request_id}: unsettled without a reason")
         failure = failure_values(row.id, result, decision.reason, now)
         session.execute(postings.INSERT_FAILURE, failure)
-        postings.set_status(session, row, Status.UNSETTLED, now)
+        postings.set_status(session, row, Status.UNSETTLED, now, failure=failure)
     elif decision.relabel_unpriced:
         session.execute(
             update(Failure)
             .where(Failure.reservation_id == row.id, Failure.reason != str(Reason.UNPRICED))
             .values(reason=str(Reason.UNPRICED), exposure_micros=None)
         )
+        if row.failure_id is not None and row.reason != Reason.UNPRICED:  # the UPDATE's rows
+            relabelled = {"reason": str(Reason.UNPRICED), "exposure_micros": None,
+                          "action": row.action}  # fmt: skip
+            postings.move_call(session, row.state, row.state._replace(failure=relabelled))
     return effect
+
+
+def _resolved(row: postings.Locked, action: Action) -> dict[str, Any]:
+    """The locked call's failure as ``close_failure`` leaves it (for ``calls_daily``)."""
+    return {"reason": row.reason, "exposure_micros": row.exposure, "action": str(action)}
 
 
 # --- resolution ------------------------------------------------------------------------------------
@@ -272,7 +283,7 @@ def resolve(
         status = Status.SETTLED_FROM_ESTIMATE
     postings.write(session, moved, now)
     postings.close_failure(session, row, Action(action), who=who, note=note, now=now)
-    postings.set_status(session, row, status, now)
+    postings.set_status(session, row, status, now, failure=_resolved(row, Action(action)))
     return str(status)
 
 

@@ -9,6 +9,9 @@ the caller's transaction (never a commit). Statements are built once, at import.
 Every transaction's money is also added to ``money_daily`` (``models.rollup``), the report's per-day
 sums, in the same database transaction: the deltas are queued and written once, in key order, just
 before the transaction commits (``worker.ledger.rollup``, which also holds the one definition of them).
+Likewise every change of a call's reservation status, usage record or failure moves the call in
+``calls_daily`` (``rollup.move_call``): ``insert_reservation``, ``set_status`` and ``move_call`` here,
+and ``batch`` for its bulk writes.
 """
 
 from __future__ import annotations
@@ -40,7 +43,16 @@ from worker.db import bulk
 from worker.db.dialect import dialect, insert_ignore_on, one_of
 from worker.errors import LedgerError
 from worker.ledger.legs import Customer, Posting, check_balanced, check_legs
-from worker.ledger.rollup import Deltas, Grain, add_money, money_deltas
+from worker.ledger.rollup import (
+    CallDeltas,
+    CallState,
+    Deltas,
+    Grain,
+    add_calls,
+    add_money,
+    money_deltas,
+)
+from worker.ledger.rollup import move_call as _move
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +93,19 @@ LEDGER_IDS = select(ledger_accounts.c.kind, ledger_accounts.c.id).where(
 
 
 def insert_reservation(session: Session, values: dict[str, Any]) -> int | None:
-    """The new reservation's id, or None when the request is already recorded."""
-    return session.execute(INSERT_RESERVATION[dialect(session)], values).scalar_one_or_none()
+    """The new reservation's id, or None when the request is already recorded; a new one is
+    counted in ``calls_daily``."""
+    found = session.execute(INSERT_RESERVATION[dialect(session)], values).scalar_one_or_none()
+    if found is not None:
+        move_call(session, None, CallState.of(values))
+    return found
+
+
+def move_call(session: Session, before: CallState | None, after: CallState | None) -> None:
+    """Queue one call's move in ``calls_daily`` from the row of ``before`` to that of ``after``."""
+    deltas: CallDeltas = {}
+    _move(deltas, before, after)
+    add_calls(session, deltas)
 
 
 # --- ledger account ids ----------------------------------------------------------------------------
@@ -263,15 +286,27 @@ class Locked(NamedTuple):
     reserved: int
     available_id: int
     held_id: int
+    stream: bool
     failure_id: int | None
     detected_at: datetime | None
     exposure: int | None
     resolved_at: datetime | None
     action: str | None
+    reason: str | None
 
     @property
     def grain(self) -> Grain:
         return Grain.of(self.account_id, self.model, self.created_at)
+
+    @property
+    def state(self) -> CallState:
+        """The call as ``calls_daily`` counts it now (a locked reservation has no usage record:
+        only ``held`` and ``unsettled`` ones change)."""
+        failure = None
+        if self.failure_id is not None:
+            failure = {"reason": self.reason, "exposure_micros": self.exposure,
+                       "action": self.action}  # fmt: skip
+        return CallState(self.grain, self.stream, self.reserved, self.status, None, failure)
 
     @property
     def customer(self) -> Customer:
@@ -291,6 +326,7 @@ LOCK = (
         reservations.c.reserved_micros,
         _available.c.id,
         _held.c.id,
+        reservations.c.stream,
     )
     .select_from(
         reservations.join(
@@ -316,8 +352,9 @@ FAILURE_OF = select(
     failures.c.exposure_micros,
     failures.c.resolved_at,
     failures.c.action,
+    failures.c.reason,
 ).where(failures.c.reservation_id == bindparam("b_id"))
-NO_FAILURE = (None, None, None, None, None)
+NO_FAILURE = (None, None, None, None, None, None)
 
 
 def lock(session: Session, request_id: str) -> Locked | None:
@@ -334,8 +371,22 @@ def lock(session: Session, request_id: str) -> Locked | None:
     return Locked(*row, *(failure or NO_FAILURE))
 
 
-def set_status(session: Session, row: Locked, status: Status, now: datetime) -> None:
+def set_status(
+    session: Session,
+    row: Locked,
+    status: Status,
+    now: datetime,
+    *,
+    usage: dict[str, Any] | None = None,
+    failure: dict[str, Any] | None = None,
+) -> None:
+    """Write the reservation's new status and move the call in ``calls_daily``: to ``status``,
+    with the ``usage`` record or the ``failure`` written beside it, if any (otherwise its failure as
+    it was)."""
     session.execute(SET_STATUS, {"b_id": row.id, "b_status": str(status), "b_now": now})
+    before = row.state
+    after = before._replace(status=str(status), usage=usage, failure=failure or before.failure)
+    move_call(session, before, after)
 
 
 def close_failure(

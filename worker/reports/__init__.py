@@ -3,8 +3,8 @@
 ``spec`` parses what to report, ``query`` (with ``drift``) runs the SQL and builds the ``model``, and
 one renderer per format writes it (``render_table``, ``render_csv``, ``render_json``,
 ``render_html``). ``run_report`` is the whole thing against a database URL; see docs/reports.md.
-``run_verify`` compares the money rollup (``money_daily``) with the ledger, ``run_rebuild``
-recomputes it from the ledger (``billing report --verify-ledger`` / ``--rebuild-rollup``). Each of the
+``run_verify`` compares the rollups (``money_daily``, ``calls_daily``) with the ledger, ``run_rebuild``
+recomputes them from it (``billing report --verify-ledger`` / ``--rebuild-rollup``). Each of the
 three refuses a database that is not at the migrations' head (``ReportError``: run
 ``billing db upgrade``), since the queries read every table the migrations create.
 """
@@ -26,7 +26,9 @@ from worker.reports.query import (
     Progress,
     Side,
     build_report,
+    rebuild_calls,
     rebuild_money,
+    verify_calls,
     verify_money,
 )
 from worker.reports.spec import ReportError, ReportSpec
@@ -141,22 +143,26 @@ def run_report(
 
 
 def run_verify(url: str, spec: ReportSpec | None = None) -> tuple[int, list[MoneyDifference]]:
-    """``verify_money`` in one snapshot: (keys compared, differences); read-only."""
+    """``verify_money`` and ``verify_calls`` in one snapshot: (keys compared, differences) of both
+    rollups together; read-only."""
     engine = make_engine(url, readonly=True, **connect_args(url))
     try:
         with snapshot(engine) as conn:
             require_head(conn)
-            return verify_money(conn, spec)
+            money, money_differences = verify_money(conn, spec)
+            calls, call_differences = verify_calls(conn, spec)
+            return money + calls, money_differences + call_differences
     finally:
         engine.dispose()
 
 
 def run_rebuild(url: str) -> int:
-    """``rebuild_money`` in its own transaction, committed; returns the rollup's rows."""
+    """``rebuild_money`` and ``rebuild_calls`` in one transaction, committed; returns the two
+    rollups' rows."""
     engine = make_engine(url, **connect_args(url))
     try:
         with engine.begin() as conn:
             require_head(conn)
-            return rebuild_money(conn)
+            return rebuild_money(conn) + rebuild_calls(conn)
     finally:
         engine.dispose()

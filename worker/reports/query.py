@@ -4,10 +4,14 @@ drift and providers may run on a second connection of that snapshot, beside call
 
 Shape (each one statement, portable between PostgreSQL and SQLite unless said):
 
-1. calls — two statements: ``reservations`` LEFT JOIN (estimated ``usage_records`` only) grouped by
-   the grain and the status (count, streamed, reserved, estimated; the per-status figures are read
-   off the groups), and the window's ``failures`` ⋈ their reservations grouped by grain, reason and
-   resolution (the unsettled and resolved counts, the open exposure).
+1. calls — for a window of whole UTC days a scan of ``calls_daily`` (``models.rollup.CallsDaily``),
+   every call counted in the row of its state, grouped by the grain, status, usage source, failure
+   reason and resolution; otherwise exact, two statements: ``reservations`` LEFT JOIN (estimated
+   ``usage_records`` only) grouped by the grain and the status (count, streamed, reserved,
+   estimated; the per-status figures are read off the groups), and the window's ``failures`` ⋈ their
+   reservations grouped by grain, reason and resolution (the unsettled and resolved counts, the open
+   exposure). ``verify_calls`` compares the rollup with ``reservations ⟕ usage_records ⟕ failures``
+   per key, ``rebuild_calls`` recomputes it from them.
 2. money — held, charged, true-ups and released. For a window of whole UTC days (``whole_days``) a
    scan of ``money_daily`` (``models.rollup``), the per (day, account, model) sums the ledger's
    writers keep in the transaction that posts the money; otherwise — a window with a time of day
@@ -17,7 +21,10 @@ Shape (each one statement, portable between PostgreSQL and SQLite unless said):
    ``verify_money`` compares the two per (day, account, model); ``rebuild_money`` recomputes the
    rollup from the ledger (``billing report --verify-ledger`` / ``--rebuild-rollup``).
 3. drift — percentiles per model of ``usage_records.drift_ppm``, from usage records alone
-   (``worker.reports.drift``).
+   (``worker.reports.drift``); on PostgreSQL in model ranges that parallel workers take one each,
+   the ranges cut where ``calls_daily`` says the streamed settled calls split evenly.
+3b. providers — from ``calls_daily`` for whole UTC days, else from ``usage_records``
+   (``worker.reports.providers``).
 4. parity and 5. anomalies. Anomalies are all anomalies minus those
    of the calls outside the window when those are the fewer (``ix_reservations_created_at``), else
    joined to the window's calls; both exact.
@@ -56,8 +63,10 @@ from sqlalchemy import (
 from sqlalchemy.sql import ColumnElement
 
 from models import (
+    CALL_COLUMNS,
     MONEY_COLUMNS,
     Anomaly,
+    CallsDaily,
     Entry,
     Failure,
     LedgerAccount,
@@ -90,6 +99,7 @@ transactions = Transaction.__table__
 entries = Entry.__table__
 ledger_accounts = LedgerAccount.__table__
 money_daily = MoneyDaily.__table__
+calls_daily = CallsDaily.__table__
 parity_pairs = ParityPair.__table__
 anomalies = Anomaly.__table__
 
@@ -266,7 +276,65 @@ CALL_FIGURES = (
 
 
 def _calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str, int]]:
-    """Per grain key, every count of the calls section and the still-held and exposure sums."""
+    """Per grain key, every count of the calls section and the still-held and exposure sums:
+    from ``calls_daily`` for whole UTC days, else exact."""
+    if whole_days(spec):
+        return _rolled_calls(conn, spec)
+    return _exact_calls(conn, spec)
+
+
+def rollup_calls_statement(spec: ReportSpec) -> Any:
+    """The calls section from ``calls_daily``: per grain key and the state the section tells apart
+    (status, usage source, failure reason and resolution), the sums of the rows."""
+    c = calls_daily.c
+    since, until = (moment.astimezone(UTC).date() for moment in (spec.since, spec.until))
+    dims = [c[ROLLUP_KEYS[key]].label(key) for key in grain(spec)]
+    state = [c.status, c.usage_source, c.reason, c.action]
+    return (
+        select(*dims, *state, *(func.sum(c[name]).label(name) for name in
+                                ("calls", "streamed", "reserved", "exposure")))
+        .where(c.day >= since, c.day < until)
+        .group_by(*dims, *state)
+    )  # fmt: skip
+
+
+def _rolled_calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str, int]]:
+    """``_exact_calls``'s figures from ``calls_daily``: the same definitions, read off each state."""
+    keys = grain(spec)
+    found: dict[tuple[str, ...], dict[str, int]] = {}
+    for row in conn.execute(rollup_calls_statement(spec)).mappings():
+        n = int(row["calls"])
+        if n == 0:
+            continue  # every call of this state moved on: not a call of the window
+        values = found.setdefault(_key(row, keys), dict.fromkeys(CALL_FIGURES, 0))
+        status, reason, action = row["status"], row["reason"], row["action"]
+        values["calls"] += n
+        values["streamed"] += int(row["streamed"])
+        if row["usage_source"] == "estimated":
+            values["settled_estimated"] += n
+        if status == "settled":
+            values["settled"] += n
+        elif status == "voided":
+            values["void"] += n
+        elif status == "held":
+            values["pending"] += n
+        if status in STILL_HELD:
+            values["still_held"] += int(row["reserved"])
+        if reason:
+            if reason not in REASONS:  # a reason with no column would drop calls silently
+                raise ValueError(f"failure reason {reason!r} has no report column")
+            values[f"unsettled_{reason}"] += n
+            if action in RESOLVE_ACTIONS:
+                values[f"resolved_{action}"] += n
+            if not action:
+                values["exposure"] += int(row["exposure"])
+    for values in found.values():
+        values["settled_reported"] = values.pop("settled") - values["settled_estimated"]
+        values["non_streamed"] = values["calls"] - values["streamed"]
+    return found
+
+
+def _exact_calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str, int]]:
     keys = grain(spec)
     dialect = conn.dialect.name
     found: dict[tuple[str, ...], dict[str, int]] = {}
@@ -320,11 +388,13 @@ FULL_KEYS = ("day", "account", "model")
 
 @dataclass(frozen=True)
 class MoneyDifference:
-    """A (day, account, model) where ``money_daily`` and the ledger disagree (missing rows are 0)."""
+    """A key where a rollup and the ledger disagree (missing rows are 0): a (day, account, model) of
+    ``money_daily``, or a row of ``calls_daily`` (``table``)."""
 
     key: tuple[str, ...]
     rollup: dict[str, int]
     ledger: dict[str, int]
+    table: str = "money_daily"
 
 
 def verify_money(
@@ -366,6 +436,87 @@ def rebuild_money(conn: Connection) -> int:
         )
     )  # fmt: skip
     return int(conn.execute(select(func.count()).select_from(money_daily)).scalar_one())
+
+
+CALL_KEYS = ("day", "account_id", "model", "status", "usage_source", "provider", "usage_shape",
+             "reason", "action")  # fmt: skip
+
+
+def exact_calls_statement(dialect: str, spec: ReportSpec | None = None) -> Any:
+    """``calls_daily``'s rows straight from the calls: ``reservations ⟕ usage_records ⟕ failures``
+    grouped by the rollup's key ('' for what a call has none of), over ``spec``'s window (every
+    call without one). What ``calls_daily`` must equal (``verify_calls``) and what rebuilds it;
+    the same placement as ``worker.ledger.rollup.call_key`` and ``call_measures``."""
+    r, u, f = reservations, usage_records, failures
+    none = literal_column("''")
+    keys = [
+        _day(dialect).label("day"), r.c.account_id, r.c.model, r.c.status,
+        *(func.coalesce(column, none).label(column.name)
+          for column in (u.c.usage_source, u.c.provider, u.c.usage_shape, f.c.reason, f.c.action)),
+    ]  # fmt: skip
+    costed = u.c.provider_cost_micros.is_not(None)
+    measures = [
+        func.count().label("calls"),
+        func.count().filter(r.c.stream == true()).label("streamed"),
+        func.sum(r.c.reserved_micros).label("reserved"),
+        func.coalesce(func.sum(u.c.charge_micros), 0).label("charged"),
+        func.count(u.c.provider_cost_micros).label("costed_calls"),
+        func.coalesce(func.sum(u.c.charge_micros).filter(costed), 0).label("charged_costed"),
+        func.coalesce(func.sum(u.c.provider_cost_micros), 0).label("provider_cost"),
+        func.coalesce(func.sum(f.c.exposure_micros), 0).label("exposure"),
+    ]
+    statement = select(*keys, *measures).select_from(
+        r.outerjoin(u, u.c.reservation_id == r.c.id).outerjoin(f, f.c.reservation_id == r.c.id)
+    )
+    if spec is not None:
+        statement = statement.where(window_clause(spec))
+    return statement.group_by(*keys)
+
+
+def _call_rows(conn: Connection, statement: Any) -> dict[tuple[str, ...], dict[str, int]]:
+    """Rows by key; a row whose every measure is 0 (its calls all moved on) is no row."""
+    found = {}
+    for row in conn.execute(statement).mappings():
+        measures = {name: int(row[name] or 0) for name in CALL_COLUMNS}
+        if any(measures.values()):
+            found[_key(row, CALL_KEYS)] = measures
+    return found
+
+
+def verify_calls(
+    conn: Connection, spec: ReportSpec | None = None
+) -> tuple[int, list[MoneyDifference]]:
+    """Compare ``calls_daily`` with the calls per key, over ``spec``'s whole days or everything;
+    returns (keys compared, differences). Read-only."""
+    if spec is not None and not whole_days(spec):
+        raise ReportError("verifying the call rollup needs a window of whole UTC days")
+    c = calls_daily.c
+    rolled = select(*(c[key] for key in CALL_KEYS), *(c[name] for name in CALL_COLUMNS))
+    if spec is not None:
+        since, until = (moment.astimezone(UTC).date() for moment in (spec.since, spec.until))
+        rolled = rolled.where(c.day >= since, c.day < until)
+    rollup = _call_rows(conn, rolled)
+    exact = _call_rows(conn, exact_calls_statement(conn.dialect.name, spec))
+    zero = dict.fromkeys(CALL_COLUMNS, 0)
+    differences = [
+        MoneyDifference(key, rollup.get(key, zero), exact.get(key, zero), "calls_daily")
+        for key in sorted(set(rollup) | set(exact))
+        if rollup.get(key, zero) != exact.get(key, zero)
+    ]
+    return len(set(rollup) | set(exact)), differences
+
+
+def rebuild_calls(conn: Connection) -> int:
+    """Recompute ``calls_daily`` from the calls in the caller's transaction; returns its rows.
+    Locked as ``rebuild_money`` locks ``money_daily`` (safe while workers run)."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        conn.exec_driver_sql("LOCK TABLE calls_daily IN EXCLUSIVE MODE")
+    conn.execute(calls_daily.delete())
+    conn.execute(
+        insert(calls_daily).from_select([*CALL_KEYS, *CALL_COLUMNS], exact_calls_statement(dialect))
+    )
+    return int(conn.execute(select(func.count()).select_from(calls_daily)).scalar_one())
 
 
 def _roll_up(
@@ -461,6 +612,38 @@ def anomaly_counts(conn: Connection, spec: ReportSpec, inside: int | None = None
     return {str(kind): int(n) for kind, n in conn.execute(statement).all()}
 
 
+DRIFT_RANGES = 3  # the report's process and PostgreSQL's default two parallel workers
+
+
+def drift_bounds(conn: Connection, spec: ReportSpec, ranges: int = DRIFT_RANGES) -> tuple[str, ...]:
+    """Model names that cut the drift section into ``ranges`` model ranges of about as many calls
+    with a drift each (streamed settled calls with reported usage in ``calls_daily``, over the days
+    the window touches): a weight only, so a stale rollup slows the section but cannot change it.
+    Nothing on SQLite, or when there are too few models to cut."""
+    if conn.dialect.name != "postgresql":
+        return ()
+    c = calls_daily.c
+    since = spec.since.astimezone(UTC).date()
+    weight = func.sum(c.streamed)
+    statement = (
+        select(c.model, weight)
+        .where(c.day >= since, c.day <= spec.until.astimezone(UTC).date())
+        .where(c.status == "settled", c.usage_source == "reported")
+        .group_by(c.model)
+        .having(weight > 0)
+        .order_by(c.model)
+    )
+    weights = [(str(model), int(n)) for model, n in conn.execute(statement).all()]
+    total = sum(n for _, n in weights)
+    bounds: list[str] = []
+    running = 0
+    for model, n in weights:
+        if running >= total * (len(bounds) + 1) / ranges and len(bounds) < ranges - 1:
+            bounds.append(model)  # this model starts the next range
+        running += n
+    return tuple(bounds)
+
+
 def build_report(
     conn: Connection,
     spec: ReportSpec,
@@ -487,11 +670,14 @@ def build_report(
     step = progress or (lambda _section: nullcontext())
     method = drift_method or drift_query.default_method(conn.dialect.name)
 
+    rolled = whole_days(spec)
+
     def beside_on(other: Connection) -> tuple[tuple[Drift, ...], tuple[ProviderUsage, ...]]:
         with step("drift"):
-            found_drift = drift_query.per_model(other, spec, method)
+            bounds = drift_bounds(other, spec) if method == "percentile_cont" else ()
+            found_drift = drift_query.per_model(other, spec, method, bounds)
         with step("providers"):
-            return found_drift, providers_query.per_provider(other, spec)
+            return found_drift, providers_query.per_provider(other, spec, rolled=rolled)
 
     def beside(opened: Side) -> tuple[tuple[Drift, ...], tuple[ProviderUsage, ...]]:
         with opened() as other:

@@ -168,8 +168,8 @@ def _write(
                 transaction = session.begin()
                 apply(session, work[first : first + BATCH], settings, now)
                 committing = time.perf_counter()
-                # The ledger's balance triggers are deferred: they run here, one per row inserted
-                # into transactions and entries.
+                # The ledger's balance check is deferred: it runs here, one query per INSERT
+                # statement into transactions or entries (migration 0013).
                 transaction.commit()
                 commit_s += time.perf_counter() - committing
         seconds = time.perf_counter() - started

@@ -6,7 +6,7 @@ from models.anomalies import ANOMALY_KINDS, Anomaly, AnomalyKind
 from models.base import NAMING_CONVENTION, Base
 from models.credits import AccountCredit, CreditKind, CreditLimit
 from models.failures import Action, Failure
-from models.ledger import Direction, Entry, Kind, Transaction
+from models.ledger import Direction, Entry, Kind, LedgerCheck, Transaction
 from models.parity import ParityPair, Verdict
 from models.prices import PriceRow
 from models.reservations import OPEN_STATUSES, Reservation, Status
@@ -40,6 +40,7 @@ __all__ = [
     "Failure",
     "Kind",
     "LedgerAccount",
+    "LedgerCheck",
     "LedgerKind",
     "MoneyDaily",
     "OutboxAlert",

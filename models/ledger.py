@@ -1,8 +1,10 @@
 """The append-only double-entry ledger: transactions and their entries.
 
 Each entry moves a positive amount into (credit) or out of (debit) one ledger account; the credits and
-debits of a transaction are equal. On PostgreSQL the migration adds a deferred constraint trigger that
-refuses a transaction whose entries do not balance, and triggers refusing UPDATE and DELETE.
+debits of a transaction are equal. On PostgreSQL the migrations make the database refuse, at COMMIT, a
+transaction whose entries do not balance (each INSERT statement queues the ledger transactions it
+touched as one ``LedgerCheck`` row, whose deferred constraint trigger checks them all; migration
+0013), and triggers refuse UPDATE and DELETE.
 """
 
 from __future__ import annotations
@@ -10,7 +12,15 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, BigId, UTCDateTime
@@ -63,3 +73,15 @@ class Entry(Base):
     ledger_account_id: Mapped[int] = mapped_column(ForeignKey("ledger_accounts.id"))
     amount: Mapped[int] = mapped_column(BigInteger)
     direction: Mapped[str] = mapped_column(String(6))
+
+
+class LedgerCheck(Base):
+    """The ledger transactions one INSERT statement touched, waiting for the balance check at COMMIT.
+
+    Written only by the PostgreSQL triggers (migration 0013) and deleted by the check itself, so the
+    table is empty outside a database transaction; never written on SQLite, where the code checks."""
+
+    __tablename__ = "ledger_checks"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    transaction_ids: Mapped[list[int]] = mapped_column(JSON)

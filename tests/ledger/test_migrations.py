@@ -18,6 +18,7 @@ TABLES = {
     "reservations",
     "transactions",
     "entries",
+    "ledger_checks",
     "usage_records",
     "failures",
     "parity_pairs",

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, delete, insert, select, text, update
+from sqlalchemy import Engine, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ledger.factories import T0, make_meta, unsettled
-from models import Entry, Failure, LedgerAccount, Reservation, Transaction
+from models import Entry, Failure, LedgerAccount, LedgerCheck, Reservation, Transaction
 from worker.ledger.operations import apply_result, hold
 
 NOW = T0
@@ -127,6 +127,25 @@ def test_postgres_refuses_an_unbalanced_transaction_at_commit(
             ],
         )  # fmt: skip
         session.commit()
+        # An entry added later to that committed transaction unbalances it: refused at commit too.
+        session.execute(
+            insert(Entry.__table__).values(
+                transaction_id=txn, ledger_account_id=held, amount=1, direction="credit"
+            )
+        )
+        with pytest.raises(IntegrityError, match="does not balance"):
+            session.commit()
+        session.rollback()
+        # A savepoint rolled back takes its queued check with it; the queue is empty after commits.
+        savepoint = session.begin_nested()
+        session.execute(
+            insert(Entry.__table__).values(
+                transaction_id=txn, ledger_account_id=held, amount=1, direction="credit"
+            )
+        )
+        savepoint.rollback()
+        session.commit()
+        assert session.execute(select(func.count()).select_from(LedgerCheck)).scalar_one() == 0
 
 
 @pytest.mark.postgres
@@ -135,5 +154,5 @@ def test_postgres_triggers_exist(pg_engine: Engine) -> None:
         names = set(
             conn.execute(text("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")).scalars()
         )
-    assert {"entries_balanced", "transactions_balanced"} <= names
+    assert {"entries_balanced", "transactions_balanced", "ledger_checks_balanced"} <= names
     assert {"entries_append_only", "transactions_append_only"} <= names

@@ -13,7 +13,7 @@ keep writing without it until they are replaced: run ``billing report --rebuild-
 (docs/reports.md).
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-12-05 09:00:00.000000
 """
 
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0014"
-down_revision: str | None = "0012"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -127,7 +127,7 @@ def _rows(conn) -> dict:
     return {tuple(row[:9]): tuple(row[9:]) for row in conn.execute(select(calls_daily)).all()}
 
 
-def test_upgrade_from_0012_backfills_the_call_rollup(fresh_url: str) -> None:
+def test_upgrade_from_0013_backfills_the_call_rollup(fresh_url: str) -> None:
     upgrade(fresh_url)
     engine = make_engine(fresh_url)
     try:
@@ -136,7 +136,7 @@ def test_upgrade_from_0012_backfills_the_call_rollup(fresh_url: str) -> None:
         with engine.connect() as conn:
             written = {key: row for key, row in _rows(conn).items() if any(row)}
         assert written
-        downgrade(fresh_url, "0012")  # the rollup is dropped, the calls stay
+        downgrade(fresh_url, "0013")  # the rollup is dropped, the calls stay
         upgrade(fresh_url)
         with engine.connect() as conn:
             assert _rows(conn) == written  # no zero rows: the backfill writes only what is there

@@ -33,6 +33,7 @@ from models import Action, Failure, Kind, LedgerKind, Status
 from worker.config import RESOLVE_POLICIES
 from worker.errors import LedgerError, RequestIdReused
 from worker.ledger import legs, postings, transitions
+from worker.ledger.alert_events import correct_unsettled_event
 from worker.ledger.effects import Effect
 from worker.ledger.rows import aware, failure_values, micros, reservation_values, usage_values
 from worker.money import Micros
@@ -139,19 +140,29 @@ def _lock_for(session: Session, result: Result, now: datetime) -> postings.Locke
 # --- results ---------------------------------------------------------------------------------------
 
 
-def apply_result(session: Session, result: Result, *, now: datetime, grace: timedelta) -> Effect:
+RECORDED_REASON = select(failures.c.reason).where(failures.c.id == bindparam("b_id"))
+
+
+def apply_result(
+    session: Session, result: Result, *, now: datetime, grace: timedelta, closed: bool = False
+) -> Effect:
     """Apply a reconciled result to its reservation; the one entry point for the pipeline.
 
     Returns what happened (``transitions.decide``): ``settled``, ``settled_late``, ``voided``,
-    ``unsettled``, ``duplicate`` (this result was applied before) or ``final`` (the reservation is
-    closed; nothing changed). A result arriving before its hold records the hold first, in the same
-    transaction.
+    ``unsettled``, ``reclassified``, ``duplicate`` (this result was applied before) or ``final``
+    (the reservation is closed; nothing changed). A result arriving before its hold records the
+    hold first, in the same transaction. ``closed``: the result is a close's reading of the stream,
+    which may correct the reason of a failure recorded before the close (the sweeper's); the
+    sweeper's and the recheck's readings never do.
     """
     now = aware(now)
     row = _lock_for(session, result, now)
+    recorded = None
+    if closed and row.failure_id is not None and result.outcome is Outcome.UNSETTLED:
+        recorded = Reason(session.scalar(RECORDED_REASON, {"b_id": row.failure_id}))
     decision = transitions.decide(
         result, row.status, detected_at=row.detected_at, resolved_at=row.resolved_at,
-        now=now, grace=grace,
+        now=now, grace=grace, closed=closed, recorded=recorded,
     )  # fmt: skip
     return execute(session, row, result, decision, now)
 
@@ -224,6 +235,10 @@ def execute(
         failure = failure_values(row.id, result, decision.reason, now)
         session.execute(postings.INSERT_FAILURE, failure)
         postings.set_status(session, row, Status.UNSETTLED, now)
+    elif effect is Effect.RECLASSIFIED:
+        if decision.reason is None:
+            raise LedgerError(f"{result.request_id}: reclassified without a reason")
+        _reclassify(session, row, result, decision.reason, now)
     elif decision.relabel_unpriced:
         session.execute(
             update(Failure)
@@ -231,6 +246,27 @@ def execute(
             .values(reason=str(Reason.UNPRICED), exposure_micros=None)
         )
     return effect
+
+
+def _reclassify(
+    session: Session, row: postings.Locked, result: Result, reason: Reason, now: datetime
+) -> None:
+    """The open failure takes the close's reading (reason, estimate, exposure, finish reasons)
+    and so does its alert event; ``detected_at`` stays, so grace still counts from the first
+    detection. No money moves: the hold stays, and the ledger's entries are untouched."""
+    values = failure_values(row.id, result, reason, now)
+    del values["reservation_id"], values["detected_at"]
+    corrected = session.execute(
+        update(failures)
+        .where(failures.c.id == row.failure_id, failures.c.resolved_at.is_(None))
+        .values(**values)
+    ).rowcount
+    if corrected != 1:
+        raise LedgerError(f"{result.request_id}: failure {row.failure_id} is already resolved")
+    correct_unsettled_event(
+        session, row.id, reason=values["reason"], exposure=values["exposure_micros"]
+    )
+    log.info("%s: its close read %s; the failure takes that reason", result.request_id, reason)
 
 
 # --- resolution ------------------------------------------------------------------------------------

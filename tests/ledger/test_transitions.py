@@ -1,5 +1,5 @@
-"""``transitions.decide`` for an unsettled reservation met by another unsettled reading (pure): only
-a close's reading, within grace of an unresolved failure, replaces the recorded reason."""
+"""``transitions.decide`` for an unsettled reservation met by another reading (pure): only a close's
+reading, within grace of an unresolved failure, replaces the recorded reason or voids the call."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from worker.ledger.effects import Effect
 from worker.ledger.transitions import decide
 from worker.result import Reason
 
-from .factories import T0, unsettled
+from .factories import T0, unsettled, voided
 
 GRACE = timedelta(hours=1)
 MISSING = unsettled(reason=Reason.MISSING_USAGE, finish_reason="stop")
@@ -69,6 +69,30 @@ def test_a_held_reservation_is_marked_unsettled_whoever_read_it() -> None:
     for closed in (True, False):
         decision = decided(closed=closed, recorded=None, status=Status.HELD)
         assert (decision.effect, decision.reason) == (Effect.UNSETTLED, Reason.MISSING_USAGE)
+
+
+@pytest.mark.parametrize(
+    ("closed", "after", "resolved", "effect"),
+    [
+        (True, timedelta(seconds=5), False, Effect.VOIDED_LATE),
+        (False, timedelta(seconds=5), False, Effect.FINAL),
+        (True, GRACE + timedelta(seconds=1), False, Effect.FINAL),
+        (True, timedelta(seconds=5), True, Effect.FINAL),
+    ],
+)
+def test_only_a_close_within_grace_voids_an_unsettled_call(
+    closed: bool, after: timedelta, resolved: bool, effect: Effect
+) -> None:
+    decision = decide(
+        voided(),
+        Status.UNSETTLED,
+        detected_at=T0,
+        resolved_at=T0 + after if resolved else None,
+        now=T0 + after,
+        grace=GRACE,
+        closed=closed,
+    )
+    assert decision.effect is effect
 
 
 def test_a_close_on_an_unsettled_reservation_needs_its_recorded_reason() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import orjson
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -159,3 +160,54 @@ def test_a_close_after_grace_leaves_the_reason(consumer, publisher, sessions, ac
     publisher.close(m["request_id"])
     drain(consumer)
     assert failure(sessions, m["request_id"])[0] == "incomplete"
+
+
+ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "gpt-4o",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Hello there."},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14},
+}
+
+
+@pytest.mark.parametrize(
+    ("code", "body", "want", "money"),
+    [
+        (200, orjson.dumps(ANSWER), "settled", (0, 58)),
+        (429, b'{"error": {"message": "rate limited"}}', "voided", (0, 0)),
+    ],
+)
+def test_a_non_streamed_call_swept_before_its_answer_is_decided_by_its_close(
+    consumer, publisher, sessions, account, code, body, want, money
+) -> None:
+    m = meta(account, stream=False)
+    publisher.open(m)
+    drain(consumer)
+    sweeper = Sweeper(consumer)
+    sweeper.run()  # no answer yet, quiet past the idle time
+    assert failure(sessions, m["request_id"]) == ("incomplete", "incomplete")
+    publisher.response(m["request_id"], code, body)
+    publisher.close(m["request_id"], "done" if code == 200 else "upstream_error")
+    drain(consumer)
+    publisher.close(m["request_id"])  # the close again, then a sweep: nothing changes
+    drain(consumer)
+    sweeper.run()
+    assert status(sessions, m["request_id"]) == want
+    with sessions() as s:
+        b = balance(s, account)
+        action = s.scalar(
+            select(Failure.action)
+            .join(Reservation, Reservation.id == Failure.reservation_id)
+            .where(Reservation.request_id == m["request_id"])
+        )
+    assert (b.held, b.charged) == money
+    assert action == ("settled_late" if want == "settled" else "release")
+    if want == "voided":
+        assert transactions(sessions, m["request_id"]) == ["hold", "release"]

@@ -16,6 +16,9 @@ class Effect(StrEnum):
     # an unsettled call's close read another reason than its failure's (recorded before the close,
     # by the sweeper): the failure takes the close's reason; the hold stays, no money moves
     RECLASSIFIED = "reclassified"
+    # an unsettled call's close read a void call (the sweeper had finalized it before its answer
+    # came): the whole hold released, the failure closed as released
+    VOIDED_LATE = "voided_late"
     DUPLICATE = "duplicate"  # this very effect was applied before: nothing changed
     FINAL = "final"  # the reservation was already closed another way: nothing changed
     DEFERRED = "deferred"  # nothing applied: left pending, for a redelivery to try again

@@ -149,11 +149,11 @@ def apply_result(
     """Apply a reconciled result to its reservation; the one entry point for the pipeline.
 
     Returns what happened (``transitions.decide``): ``settled``, ``settled_late``, ``voided``,
-    ``unsettled``, ``reclassified``, ``duplicate`` (this result was applied before) or ``final``
+    ``voided_late``, ``unsettled``, ``reclassified``, ``duplicate`` (this result was applied before) or ``final``
     (the reservation is closed; nothing changed). A result arriving before its hold records the
     hold first, in the same transaction. ``closed``: the result is a close's reading of the stream,
-    which may correct the reason of a failure recorded before the close (the sweeper's); the
-    sweeper's and the recheck's readings never do.
+    which may correct the reason of a failure recorded before the close (the sweeper's), or void
+    the call; the sweeper's and the recheck's readings never do.
     """
     now = aware(now)
     row = _lock_for(session, result, now)
@@ -225,10 +225,15 @@ def execute(
                 session, row, Action.SETTLED_LATE, who=WORKER, note="a late result settled it",
                 now=now,
             )  # fmt: skip
-    elif effect is Effect.VOIDED:
+    elif effect in (Effect.VOIDED, Effect.VOIDED_LATE):
         released = legs.release(row.id, row.reserved, row.customer, row.grain, Kind.RELEASE)
         postings.write(session, released, now)
         postings.set_status(session, row, Status.VOIDED, now)
+        if effect is Effect.VOIDED_LATE:
+            postings.close_failure(
+                session, row, Action.RELEASE, who=WORKER, note="its close read a void call",
+                now=now,
+            )  # fmt: skip
     elif effect is Effect.UNSETTLED:
         if decision.reason is None:
             raise LedgerError(f"{result.request_id}: unsettled without a reason")

@@ -5,7 +5,7 @@ Contract of ``decide``: given the result and the reservation's status (with its 
 and resolution times, when it has one), the one ``Decision`` both write paths execute. ``held`` →
 ``settled`` | ``voided`` | ``unsettled``; an ``unsettled`` reservation settles late within ``grace``
 of its failure, and within ``grace`` a close's reading replaces the failure's reason when it reads
-another (``reclassified``: see ``unsettled``); the same effect again is a ``duplicate``, anything
+another (``reclassified``: see ``unsettled``) or voids it (``voided_late``); the same effect again is a ``duplicate``, anything
 else on a closed reservation is ``final``. It raises ``LedgerError`` for a result that contradicts
 itself (unsettled without a reason, a negative charge, an unknown outcome) or a ledger that does
 (unsettled without a failure).
@@ -53,10 +53,14 @@ def unsettled(status: str, reason: Reason, *, correctable: Reason | None = None)
     return Decision(Effect.UNSETTLED, reason)
 
 
-def void(status: str) -> Decision:
-    """Release the whole hold: only a ``held`` reservation."""
+def void(status: str, *, late: bool = False) -> Decision:
+    """Release the whole hold: a ``held`` reservation, or an ``unsettled`` one when ``late`` (a
+    close's reading within grace of an unresolved failure, which is provisional as in
+    ``unsettled``): ``voided_late``, the failure closed as released."""
     if status == Status.VOIDED:
         return DUPLICATE
+    if late and status == Status.UNSETTLED:
+        return Decision(Effect.VOIDED_LATE)
     if status != Status.HELD:
         return FINAL
     return Decision(Effect.VOIDED)
@@ -120,17 +124,17 @@ def decide(
         return settled(
             result, status, detected_at=detected_at, resolved_at=resolved_at, now=now, grace=grace
         )
+    # A close's reading may still change an unsettled call (see ``unsettled``).
+    late = (
+        closed and status == Status.UNSETTLED and _open_within(detected_at, resolved_at, now, grace)
+    )
     if result.outcome is Outcome.VOID:
-        return void(status)
+        return void(status, late=late)
     if result.outcome is Outcome.UNSETTLED:
         if result.reason is None:
             raise LedgerError(f"{result.request_id}: unsettled result without a reason")
         correctable = None
-        if (
-            closed
-            and status == Status.UNSETTLED
-            and _open_within(detected_at, resolved_at, now, grace)
-        ):
+        if late:
             if recorded is None:
                 raise LedgerError(f"{result.request_id}: unsettled without a recorded failure")
             correctable = recorded

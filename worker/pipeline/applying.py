@@ -208,7 +208,7 @@ class Applier:
         known = opened or call.held_here
         reservation = None if known else reservation_of(session, call.request_id)
         call.effect = apply_result(session, result, now=now, grace=self.grace, closed=True)
-        if call.effect in NO_CHANGE or call.effect is Effect.RECLASSIFIED:
+        if call.effect in NO_CHANGE or call.effect in (Effect.RECLASSIFIED, Effect.VOIDED_LATE):
             # Its close came: the sweeper's ``no_close`` was a suspicion.
             withdraw(session, call.request_id, AnomalyKind.NO_CLOSE)
         record_findings(

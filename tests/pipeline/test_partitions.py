@@ -1,19 +1,18 @@
 """A change of ``BILLING_PARTITIONS`` strands nothing: retired streams are found, drained, deleted.
 
-Real Redis, both databases, the real Celery tasks run in this process (``task_always_eager``: the
-drain ``drain_retired`` sends runs at once). ``test_partitions_e2e.py`` does the same with real
-worker processes.
+Real Redis, both databases, no Celery: what each beat tick's tasks run, in this process: a drain per
+configured partition, and a drain of each stream ``partitions.to_drain`` names (what
+``billing.drain_retired`` sends a ``billing.drain`` for). ``test_partitions_e2e.py`` runs the same
+with real worker and beat processes, so the tasks' wiring is proved there.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.reservations import Status
@@ -25,8 +24,6 @@ from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 from worker.pipeline.sweeper import Sweeper
-from worker.service import runtime, tasks
-from worker.service.app import app
 
 from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import frames, meta, play, status
@@ -46,40 +43,32 @@ def publish(client: redis.Redis, prefix: str, partitions_: int, count: int) -> t
 
 @pytest.fixture
 def worker_of(
-    redis_client: redis.Redis,
-    engine: Engine,
-    sessions: sessionmaker[Session],
-    prefix: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator:
-    """Install a worker runtime with ``partitions`` as this process's, with Celery eager."""
-    app.conf.update(task_always_eager=True)
+    redis_client: redis.Redis, sessions: sessionmaker[Session], prefix: str
+) -> Callable[[int], Consumer]:
+    """A worker's consumer with ``partitions`` configured."""
 
-    def install(count: int) -> runtime.Runtime:
+    def install(count: int) -> Consumer:
         # sweep_idle_ms long: the sweeper must not rescue a held call whose close was stranded.
         settings = Settings(hash_salt=FINGERPRINT_KEY,
             prefix=prefix, partitions=count, batch_size=20, drain_ms=100, block_ms=10,
             sweep_idle_ms=3_600_000, claim_idle_ms=60_000,
         )  # fmt: skip
-        consumer = Consumer(redis_client, sessions, settings, name="w1", recheck_seconds=0)
-        rt = runtime.Runtime(
-            os.getpid(), settings, redis_client, engine, consumer, Sweeper(consumer)
-        )
-        monkeypatch.setattr(runtime, "_current", rt)
-        return rt
+        return Consumer(redis_client, sessions, settings, name="w1", recheck_seconds=0)
 
-    try:
-        yield install
-    finally:
-        app.conf.update(task_always_eager=False)
+    return install
 
 
-def run_worker(rt: runtime.Runtime, ticks: int = 3) -> None:
-    """What beat sends each second: a drain per configured partition, and ``drain_retired``."""
+def run_worker(consumer: Consumer, ticks: int = 3) -> None:
+    """What the tasks beat sends each second run (``worker.service.tasks``): ``billing.drain`` of
+    each configured partition, then ``billing.drain_retired``'s look and the drain it sends for
+    each retired stream with work waiting."""
+    settings = consumer.settings
+    seconds, block_ms = settings.drain_ms / 1000, settings.block_ms
     for _ in range(ticks):
-        for partition in range(rt.settings.partitions):
-            tasks.drain(partition)
-        tasks.drain_retired()
+        for partition in range(settings.partitions):
+            consumer.drain(partition, seconds=seconds, block_ms=block_ms)
+        for stream in partitions.to_drain(consumer.client, consumer.keys):
+            consumer.drain(seconds=seconds, block_ms=block_ms, until_idle=True, stream=stream)
 
 
 def settled(sessions: sessionmaker[Session], ids: list[str]) -> set:
@@ -91,17 +80,17 @@ def test_calls_published_under_another_partition_count_all_settle(
     worker_of, redis_client, sessions, prefix, published: int, configured: int
 ) -> None:
     account, ids = publish(redis_client, prefix, published, 40)
-    rt = worker_of(configured)
-    run_worker(rt)
+    consumer = worker_of(configured)
+    run_worker(consumer)
     assert settled(sessions, ids) == {Status.SETTLED}
     with sessions() as session:
         assert balance(session, account).held == 0
-    for item in read_backlog(redis_client, rt.consumer.keys):
+    for item in read_backlog(redis_client, consumer.keys):
         assert (item.lag, item.pending) in ((0, 0), (None, 0)), item
     # Drained and acknowledged: the retired streams go once quiet (here: at once).
-    left = partitions.retired(redis_client, rt.consumer.keys)
+    left = partitions.retired(redis_client, consumer.keys)
     assert all(partitions.retire(redis_client, stream, quiet_ms=0) for stream in left)
-    assert partitions.retired(redis_client, rt.consumer.keys) == []
+    assert partitions.retired(redis_client, consumer.keys) == []
 
 
 def test_retired_streams_are_found_by_name(redis_client, prefix) -> None:
@@ -147,12 +136,12 @@ def test_a_retired_stream_written_again_after_deletion_is_drained_again(
 ) -> None:
     """The process that drained it remembers its group; the group went with the stream."""
     _, first = publish(redis_client, prefix, 4, 10)
-    rt = worker_of(2)
-    run_worker(rt, ticks=1)
-    for stream in partitions.retired(redis_client, rt.consumer.keys):
+    consumer = worker_of(2)
+    run_worker(consumer, ticks=1)
+    for stream in partitions.retired(redis_client, consumer.keys):
         assert partitions.retire(redis_client, stream, quiet_ms=0)
     _, again = publish(redis_client, prefix, 4, 10)  # a gateway still on the old count
-    run_worker(rt, ticks=2)
+    run_worker(consumer, ticks=2)
     assert settled(sessions, first + again) == {Status.SETTLED}
 
 
@@ -162,13 +151,13 @@ def test_the_sweeper_trims_retired_streams(
     # However slow the machine, the drained streams are not quiet long enough to be deleted here.
     monkeypatch.setattr(partitions, "RETIRE_QUIET_MS", 3_600_000)
     _, ids = publish(redis_client, prefix, 4, 20)
-    rt = worker_of(1)
-    run_worker(rt)
+    consumer = worker_of(1)
+    run_worker(consumer)
     assert settled(sessions, ids) == {Status.SETTLED}
-    retired = partitions.retired(redis_client, rt.consumer.keys)
+    retired = partitions.retired(redis_client, consumer.keys)
     assert len(retired) == 4
     assert sum(redis_client.xlen(stream) for stream in retired) == 40
-    rt.sweeper.run()
+    Sweeper(consumer).run()
     # Like a partition's: up to the last delivered entry, which stays.
     assert [redis_client.xlen(stream) for stream in retired] == [1, 1, 1, 1]
 

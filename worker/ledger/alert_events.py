@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from models import AlertEvent, Failure, Reservation
@@ -51,6 +51,19 @@ def record_unsettled_events(session: Session, reservation_ids: list[int]) -> Non
     if reservation_ids:
         source = _EVENT_SOURCE.where(reservations.c.id.in_(reservation_ids))
         session.execute(insert_ignore(session, alert_events).from_select(_EVENT_COLUMNS, source))
+
+
+def correct_unsettled_event(
+    session: Session, reservation_id: int, *, reason: str, exposure: int | None
+) -> None:
+    """The alert event of a call whose failure's reason was corrected (``reclassified``) takes
+    the failure's new reason and exposure; a call without an event yet gets none here (the
+    backfill copies the corrected failure)."""
+    session.execute(
+        update(alert_events)
+        .where(alert_events.c.reservation_id == reservation_id)
+        .values(reason=reason, exposure_micros=exposure)
+    )
 
 
 def backfill_unsettled_events(session: Session, since: datetime) -> int:

@@ -13,6 +13,12 @@ class Effect(StrEnum):
     SETTLED_LATE = "settled_late"  # settled within grace of a recorded failure, closing it
     VOIDED = "voided"  # the whole hold released: the call never ran or cost nothing
     UNSETTLED = "unsettled"  # the hold kept and a failure recorded, for a later resolution
+    # an unsettled call's close read another reason than its failure's (recorded before the close,
+    # by the sweeper): the failure takes the close's reason; the hold stays, no money moves
+    RECLASSIFIED = "reclassified"
+    # an unsettled call's close read a void call (the sweeper had finalized it before its answer
+    # came): the whole hold released, the failure closed as released
+    VOIDED_LATE = "voided_late"
     DUPLICATE = "duplicate"  # this very effect was applied before: nothing changed
     FINAL = "final"  # the reservation was already closed another way: nothing changed
     DEFERRED = "deferred"  # nothing applied: left pending, for a redelivery to try again

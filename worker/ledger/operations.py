@@ -33,6 +33,7 @@ from models import Action, Failure, Kind, LedgerKind, Status
 from worker.config import RESOLVE_POLICIES
 from worker.errors import LedgerError, RequestIdReused
 from worker.ledger import legs, postings, transitions
+from worker.ledger.alert_events import correct_unsettled_event
 from worker.ledger.effects import Effect
 from worker.ledger.rows import aware, failure_values, micros, reservation_values, usage_values
 from worker.money import Micros
@@ -139,19 +140,26 @@ def _lock_for(session: Session, result: Result, now: datetime) -> postings.Locke
 # --- results ---------------------------------------------------------------------------------------
 
 
-def apply_result(session: Session, result: Result, *, now: datetime, grace: timedelta) -> Effect:
+def apply_result(
+    session: Session, result: Result, *, now: datetime, grace: timedelta, closed: bool = False
+) -> Effect:
     """Apply a reconciled result to its reservation; the one entry point for the pipeline.
 
     Returns what happened (``transitions.decide``): ``settled``, ``settled_late``, ``voided``,
-    ``unsettled``, ``duplicate`` (this result was applied before) or ``final`` (the reservation is
-    closed; nothing changed). A result arriving before its hold records the hold first, in the same
-    transaction.
+    ``voided_late``, ``unsettled``, ``reclassified``, ``duplicate`` (this result was applied before) or ``final``
+    (the reservation is closed; nothing changed). A result arriving before its hold records the
+    hold first, in the same transaction. ``closed``: the result is a close's reading of the stream,
+    which may correct the reason of a failure recorded before the close (the sweeper's), or void
+    the call; the sweeper's and the recheck's readings never do.
     """
     now = aware(now)
     row = _lock_for(session, result, now)
+    recorded = None
+    if closed and row.failure_id is not None and result.outcome is Outcome.UNSETTLED:
+        recorded = Reason(row.reason)
     decision = transitions.decide(
         result, row.status, detected_at=row.detected_at, resolved_at=row.resolved_at,
-        now=now, grace=grace,
+        now=now, grace=grace, closed=closed, recorded=recorded,
     )  # fmt: skip
     return execute(session, row, result, decision, now)
 
@@ -216,16 +224,26 @@ def execute(
                 session, row, Action.SETTLED_LATE, who=WORKER, note="a late result settled it",
                 now=now,
             )  # fmt: skip
-    elif effect is Effect.VOIDED:
+    elif effect in (Effect.VOIDED, Effect.VOIDED_LATE):
         released = legs.release(row.id, row.reserved, row.customer, row.grain, Kind.RELEASE)
         postings.write(session, released, now)
-        postings.set_status(session, row, Status.VOIDED, now)
+        closed = _resolved(row, Action.RELEASE) if effect is Effect.VOIDED_LATE else None
+        postings.set_status(session, row, Status.VOIDED, now, failure=closed)
+        if effect is Effect.VOIDED_LATE:
+            postings.close_failure(
+                session, row, Action.RELEASE, who=WORKER, note="its close read a void call",
+                now=now,
+            )  # fmt: skip
     elif effect is Effect.UNSETTLED:
         if decision.reason is None:
             raise LedgerError(f"{result.request_id}: unsettled without a reason")
         failure = failure_values(row.id, result, decision.reason, now)
         session.execute(postings.INSERT_FAILURE, failure)
         postings.set_status(session, row, Status.UNSETTLED, now, failure=failure)
+    elif effect is Effect.RECLASSIFIED:
+        if decision.reason is None:
+            raise LedgerError(f"{result.request_id}: reclassified without a reason")
+        _reclassify(session, row, result, decision.reason, now)
     elif decision.relabel_unpriced:
         session.execute(
             update(Failure)
@@ -242,6 +260,31 @@ def execute(
 def _resolved(row: postings.Locked, action: Action) -> dict[str, Any]:
     """The locked call's failure as ``close_failure`` leaves it (for ``calls_daily``)."""
     return {"reason": row.reason, "exposure_micros": row.exposure, "action": str(action)}
+
+
+def _reclassify(
+    session: Session, row: postings.Locked, result: Result, reason: Reason, now: datetime
+) -> None:
+    """The open failure takes the close's reading (reason, estimate, exposure, finish reasons)
+    and so does its alert event; ``detected_at`` stays, so grace still counts from the first
+    detection. No money moves: the hold stays, and the ledger's entries are untouched; the call
+    moves to its new reason's row in ``calls_daily``."""
+    values = failure_values(row.id, result, reason, now)
+    del values["reservation_id"], values["detected_at"]
+    corrected = session.execute(
+        update(failures)
+        .where(failures.c.id == row.failure_id, failures.c.resolved_at.is_(None))
+        .values(**values)
+    ).rowcount
+    if corrected != 1:
+        raise LedgerError(f"{result.request_id}: failure {row.failure_id} is already resolved")
+    correct_unsettled_event(
+        session, row.id, reason=values["reason"], exposure=values["exposure_micros"]
+    )
+    corrected_failure = {"reason": values["reason"], "exposure_micros": values["exposure_micros"],
+                         "action": row.action}  # fmt: skip
+    postings.move_call(session, row.state, row.state._replace(failure=corrected_failure))
+    log.info("%s: its close read %s; the failure takes that reason", result.request_id, reason)
 
 
 # --- resolution ------------------------------------------------------------------------------------

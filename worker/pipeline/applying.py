@@ -207,8 +207,9 @@ class Applier:
         # A hold recorded by this very close means no open came before it.
         known = opened or call.held_here
         reservation = None if known else reservation_of(session, call.request_id)
-        call.effect = apply_result(session, result, now=now, grace=self.grace)
-        if call.effect in NO_CHANGE:
+        call.effect = apply_result(session, result, now=now, grace=self.grace, closed=True)
+        if call.effect in NO_CHANGE or call.effect in (Effect.RECLASSIFIED, Effect.VOIDED_LATE):
+            # Its close came: the sweeper's ``no_close`` was a suspicion.
             withdraw(session, call.request_id, AnomalyKind.NO_CLOSE)
         record_findings(
             session,

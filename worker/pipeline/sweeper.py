@@ -3,6 +3,10 @@
 * Calls whose ``close`` never came (a gateway crash): a reservation still ``held`` whose stream has had
   no new entry for ``sweep_idle_ms`` is reconciled from what is there. A stream with finish and usage
   settles; one without is ``incomplete``; one that expired away is ``incomplete`` with nothing assembled.
+  Without a close the sweeper cannot know the stream ended, so its failure is provisional: a close
+  that comes after all (the gateway was only slow) decides the call within grace: it settles it
+  late, voids it, or replaces the failure's reason with its own (``transitions``). The sweeper's own
+  readings, here and in the recheck, never replace a reason.
 * Late data: an unsettled call's stream is kept through the grace period and reconciled again on a
   schedule (the ``recheck`` sorted set), so a usage frame that arrived after ``close`` still settles it.
   At the end of grace the stream is deleted and the resolve policy decides the hold.

@@ -12,7 +12,6 @@ from worker import metrics
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
 from worker.pipeline import partitions
-from worker.pipeline.backlog import stream_backlog
 from worker.retention import purge as purge_retained
 from worker.service import runtime
 from worker.service.app import RETIRED_INTERVAL_SECONDS, app
@@ -76,16 +75,9 @@ def drain_retired() -> None:
     rt = _runtime("drain_retired")
     if rt is None:
         return
-    client, keys = rt.client, rt.consumer.keys
     try:
-        for stream in partitions.retired(client, keys):
-            found = stream_backlog(client, stream, keys.group)
-            if found.waiting:
-                if not found.group:
-                    partitions.adopt(client, keys, stream)
-                drain.apply_async(kwargs={"stream": stream}, expires=RETIRED_DRAIN_EXPIRES)
-            elif partitions.retire(client, stream):
-                log.info("%s: drained and quiet, deleted", stream)
+        for stream in partitions.to_drain(rt.client, rt.consumer.keys):
+            drain.apply_async(kwargs={"stream": stream}, expires=RETIRED_DRAIN_EXPIRES)
     except Exception as exc:
         if not is_transient(exc):
             raise

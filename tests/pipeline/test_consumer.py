@@ -268,6 +268,7 @@ def test_unpriced_model_is_unsettled_not_free(
 def test_late_usage_of_an_unpriced_model_turns_the_reason_to_unpriced(
     consumer, publisher, sessions, account
 ) -> None:
+    from models import AlertEvent
     from models.failures import Failure
 
     m = {**meta(account), "model": "mystery-model-9"}
@@ -281,7 +282,13 @@ def test_late_usage_of_an_unpriced_model_turns_the_reason_to_unpriced(
             .join(Reservation, Failure.reservation_id == Reservation.id)
             .where(Reservation.request_id == m["request_id"])
         )
+        event = s.scalar(
+            select(AlertEvent.reason)
+            .join(Reservation, AlertEvent.reservation_id == Reservation.id)
+            .where(Reservation.request_id == m["request_id"])
+        )
     assert reason == "unpriced"
+    assert event == "unpriced"  # the alert event follows the failure
     assert status(sessions, m["request_id"]) == "unsettled"
 
 

@@ -254,6 +254,7 @@ def execute(
             relabelled = {"reason": str(Reason.UNPRICED), "exposure_micros": None,
                           "action": row.action}  # fmt: skip
             postings.move_call(session, row.state, row.state._replace(failure=relabelled))
+            correct_unsettled_event(session, row.id, reason=str(Reason.UNPRICED), exposure=None)
     return effect
 
 

@@ -45,8 +45,8 @@ MetadataHook = Callable[[dict[str, Any], dict[str, Any]], CallInfo | None]
 
 class _RequestIds:
     """``req_`` and 32 hex digits, as ``uuid4().hex`` gives, unique for ever: 80 random bits drawn
-    per process (again in a forked child, and after 2^48 ids) and a 48-bit counter. A ``uuid4``
-    per call asked the kernel for randomness every time: ~20 µs of the event loop a call."""
+    per process (again in a forked child, and after 2^48 ids) and a 48-bit counter: no call to
+    the kernel for randomness per request, on the event loop, as ``uuid4`` makes."""
 
     def __init__(self) -> None:
         self._draw()

@@ -57,7 +57,7 @@ def short_prompt_bound(messages: object, tools: object) -> int | None:
     (UTF-8). Every token of the shipped encodings is at least one byte, so a text's bytes are at
     least its tokens; each message adds the cookbook's per-message and per-name tokens. None for
     any other prompt. The hold it gives is at most about ``SHORT_PROMPT_BYTES`` input tokens above
-    the estimate's; the tokenizer cost the gateway's event loop ~40 µs a call."""
+    the estimate's, and the gateway's event loop does not run the tokenizer for it."""
     if tools or not isinstance(messages, list):
         return None
     size = 0

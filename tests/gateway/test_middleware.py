@@ -26,9 +26,10 @@ from starlette.routing import Route
 from worker.estimate import estimate_prompt
 from worker.gateway.metadata import CallInfo
 from worker.gateway.middleware import BillingMiddleware
-from worker.gateway.reservation import DEFAULT_MAX_TOKENS
+from worker.gateway.reservation import DEFAULT_MAX_TOKENS, SHORT_PROMPT_BYTES
 from worker.gateway.tee import Tee
 from worker.pipeline.keys import Keys
+from worker.pipeline.publisher import Publisher
 from worker.prices import load_price_book
 
 from .serving import served
@@ -122,21 +123,24 @@ sse_bodies = st.lists(
 ).map(b"".join)
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(sse_bodies, st.lists(st.integers(0, 400), max_size=8))
-def test_frames_are_the_bytes_the_client_got_whatever_the_chunking(
-    gateway: tuple[str, Tee, Keys], body: bytes, cuts: list[int]
-) -> None:
-    rid = f"sse-{next(counter)}"
-    bounds = [0, *sorted(c % (len(body) + 1) for c in cuts), len(body)]
-    chunks = [body[a:b] for a, b in itertools.pairwise(bounds) if b > a]
-    REPLIES[rid] = (200, "text/event-stream", chunks)
-    with httpx.Client(base_url=gateway[0]) as client:
-        got = client.post("/v1/chat/completions", json=request(rid)).content
-    assert got == body
-    stored = entries(gateway, rid)
+@pytest.fixture(scope="module")
+def sync_gateway() -> Iterator[tuple[str, Keys]]:
+    """The middleware with the synchronous ``Publisher``, which has no ``chunk``: the middleware
+    cuts the body into its events itself and publishes them with ``frames``."""
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    keys = Keys(f"t-gw-sync-{threading.get_ident()}-{id(client)}")
+    app = BillingMiddleware(
+        Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+        publisher=Publisher(client, keys),
+        hook=hook,
+    )
+    with served(app) as url:
+        yield url, keys
+    for key in client.scan_iter(match=f"{keys.prefix}:*"):
+        client.delete(key)
+
+
+def assert_frames_are_the_body(stored: list[dict[bytes, bytes]], body: bytes) -> None:
     assert stored[0][b"kind"] == b"request"
     frames = [e[b"body"] for e in stored[1:]]
     assert all(e[b"kind"] == b"frame" for e in stored[1:])
@@ -146,6 +150,48 @@ def test_frames_are_the_bytes_the_client_got_whatever_the_chunking(
         assert frame.endswith(
             (b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n", b"\r\n\n", b"\n\r", b"\r\r\n")
         )
+
+
+def chunked(body: bytes, cuts: list[int]) -> list[bytes]:
+    bounds = [0, *sorted(c % (len(body) + 1) for c in cuts), len(body)]
+    return [body[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sse_bodies, st.lists(st.integers(0, 400), max_size=8))
+def test_frames_are_the_bytes_the_client_got_without_chunk(
+    sync_gateway: tuple[str, Keys], body: bytes, cuts: list[int]
+) -> None:
+    url, keys = sync_gateway
+    rid = f"sync-{next(counter)}"
+    REPLIES[rid] = (200, "text/event-stream", chunked(body, cuts))
+    with httpx.Client(base_url=url) as client:
+        got = client.post("/v1/chat/completions", json=request(rid)).content
+    assert got == body
+    redis_client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    for _ in range(500):  # the middleware closes after the client got the end
+        if any(f[b"request_id"] == rid.encode() for _id, f in redis_client.xrange(keys.events())):
+            break
+        threading.Event().wait(0.02)
+    assert_frames_are_the_body([f for _id, f in redis_client.xrange(keys.request(rid))], body)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sse_bodies, st.lists(st.integers(0, 400), max_size=8))
+def test_frames_are_the_bytes_the_client_got_whatever_the_chunking(
+    gateway: tuple[str, Tee, Keys], body: bytes, cuts: list[int]
+) -> None:
+    """Through the tee's ``chunk``: the tee's thread cuts the events."""
+    rid = f"sse-{next(counter)}"
+    REPLIES[rid] = (200, "text/event-stream", chunked(body, cuts))
+    with httpx.Client(base_url=gateway[0]) as client:
+        got = client.post("/v1/chat/completions", json=request(rid)).content
+    assert got == body
+    assert_frames_are_the_body(entries(gateway, rid), body)
 
 
 def test_the_real_openai_client_streams_and_the_call_is_published(
@@ -268,19 +314,35 @@ def _half_up(value: Decimal) -> int:
     return int(value.to_integral_value(rounding=ROUND_HALF_UP))
 
 
+LONG_PROMPT = "Tell me about rivers, their sources, their deltas and the towns on them. " * 5
+
+
 @pytest.mark.parametrize(
-    ("limits", "tokens"), [({"max_tokens": 100, "n": 2}, 200), ({}, DEFAULT_MAX_TOKENS)]
+    ("limits", "tokens", "content"),
+    [
+        ({"max_tokens": 100, "n": 2}, 200, "Say hello."),
+        ({}, DEFAULT_MAX_TOKENS, "Say hello."),
+        ({"max_tokens": 100}, 100, LONG_PROMPT),
+    ],
 )
 def test_reserved_micros_is_the_prompt_estimate_and_max_tokens_at_the_book_price(
-    gateway: tuple[str, Tee, Keys], limits: dict[str, int], tokens: int
+    gateway: tuple[str, Tee, Keys], limits: dict[str, int], tokens: int, content: str
 ) -> None:
-    rid = f"reserve-{tokens}"
+    """A long prompt is held at its estimate; a short one at the bound of its estimate that
+    ``short_prompt_bound`` gives without the tokenizer (its bytes and the per-message tokens)."""
+    rid = f"reserve-{tokens}-{len(content)}"
     REPLIES[rid] = (200, "application/json", [b"{}"])
     body = request(rid, stream=False, **limits)
+    body["messages"] = [{"role": "user", "content": content}]
     with httpx.Client(base_url=gateway[0]) as client:
         client.post("/v1/chat/completions", json=body)
     meta = orjson.loads(entries(gateway, rid)[0][b"body"])
     price = load_price_book().price_for("gpt-4o", datetime.now(UTC), provider="openai")
     assert price is not None
-    prompt = estimate_prompt("gpt-4o", body["messages"])
+    estimate = estimate_prompt("gpt-4o", body["messages"])
+    if len(content) > SHORT_PROMPT_BYTES:
+        prompt = estimate
+    else:
+        prompt = 3 + 3 + 1 + len("user") + len(content)  # primer, message, name, the bytes
+        assert prompt > estimate
     assert meta["reserved_micros"] == _half_up(price.input * prompt + price.output * tokens) > 0

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from redis.backoff import NoBackoff
@@ -349,3 +351,123 @@ def test_the_wire_form_is_what_redis_py_queues() -> None:
         return tuple(a if isinstance(a, bytes) else str(a).encode() for a in args)
 
     assert [normal(wire(c)) for c in commands] == [normal(a) for a in expected]
+
+
+sse_bodies = st.lists(
+    st.sampled_from(
+        [b'data: {"choices":[]}', b"data: [DONE]", b": ping", b"\n", b"\r\n", b"\r", b"\n\n"]
+    ),
+    min_size=1,
+    max_size=20,
+).map(b"".join)
+
+
+def cut(body: bytes, cuts: list[int]) -> list[bytes]:
+    bounds = [0, *sorted(c % (len(body) + 1) for c in cuts), len(body)]
+    return [body[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def assert_frames_are(client: redis.Redis, keys: Keys, rid: str, body: bytes) -> None:
+    """The call's frames are ``body`` byte for byte, cut at blank lines, under increasing ids."""
+    entries = client.xrange(keys.request(rid))
+    assert entries[0][1][b"kind"] == b"request"
+    frames = [fields[b"body"] for _id, fields in entries[1:]]
+    assert all(fields[b"kind"] == b"frame" for _id, fields in entries[1:])
+    assert b"".join(frames) == body
+    for frame_body in frames[:-1]:
+        assert frame_body.endswith((b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n", b"\r\n\n", b"\n\r"))
+    ids = [tuple(map(int, entry_id.split(b"-"))) for entry_id, _ in entries]
+    assert ids == sorted(set(ids))
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sse_bodies, st.lists(st.integers(0, 400), max_size=8), st.sets(st.integers(0, 8)))
+def test_chunks_are_published_as_their_events_whatever_the_cut(
+    redis_client: redis.Redis, body: bytes, cuts: list[int], flushes: set[int]
+) -> None:
+    """``chunk``: the thread cuts the chunks into events, also when it takes a call's run in the
+    middle of an event (a ``flush`` after chunk i); ``close`` publishes an unfinished last event."""
+    keys = Keys(f"t-chunk-{next(chunk_calls)}")
+    spool = tempfile.TemporaryDirectory()
+    tee = Tee(redis_client, keys, spool_dir=spool.name)
+    try:
+        tee.open(meta("c"))
+        for i, part in enumerate(cut(body, cuts)):
+            tee.chunk("c", part)
+            if i in flushes:
+                assert tee.flush(timeout=10)
+        tee.close("c", "done")
+        assert tee.flush(timeout=10)
+        assert_frames_are(redis_client, keys, "c", body)
+        assert notes(redis_client, keys) == [(b"open", b"c"), (b"close", b"c")]
+    finally:
+        tee.stop()
+        spool.cleanup()
+        for key in redis_client.scan_iter(match=f"{keys.prefix}:*"):
+            redis_client.delete(key)
+
+
+chunk_calls = iter(range(10**9))
+
+
+def test_chunks_spooled_while_redis_is_away_replay_as_their_events(
+    redis_client: redis.Redis, prefix: str, spool_dir: Path
+) -> None:
+    """A spilled queue cuts the call's runs in order (each event its own frame in the spool);
+    chunks after it are cut as they are spooled; the replay gives the bytes as sent."""
+    keys = Keys(prefix)
+    body = b"data: 1\n\ndata: 2\r\n\r\n: ping\n\ndata: [DONE]\n\nno blank line"
+    parts = cut(body, [3, 12, 13, 25, 40, 47])
+    down = Tee(unreachable(), keys, spool_dir=spool_dir, retry_seconds=0.05)
+    down.open(meta("s"))
+    for part in parts[:3]:
+        down.chunk("s", part)
+    down.flush(timeout=1)  # the write fails: the queue goes to the spool
+    assert down.spooling
+    for part in parts[3:]:
+        down.chunk("s", part)
+    down.close("s", "client_disconnect")
+    assert not down.stop(timeout=1)
+    back = Tee(redis_client, keys, spool_dir=spool_dir)
+    assert back.flush(timeout=10)
+    back.stop()
+    assert_frames_are(redis_client, keys, "s", body)
+    frames = [f[b"body"] for _id, f in redis_client.xrange(keys.request("s"))[1:]]
+    assert frames == [b"data: 1\n\n", b"data: 2\r\n\r\n", b": ping\n\n", b"data: [DONE]\n\n",
+                      b"no blank line"]  # fmt: skip
+    assert notes(redis_client, keys) == [(b"open", b"s"), (b"close", b"s")]
+
+
+def test_a_full_queue_of_chunks_spools_and_memory_stays_bounded(
+    redis_client: redis.Redis, prefix: str, spool_dir: Path
+) -> None:
+    keys = Keys(prefix)
+    server = SilentServer()
+    hung = redis.Redis(
+        port=server.port,
+        socket_timeout=0.5,
+        socket_connect_timeout=0.5,
+        retry=Retry(NoBackoff(), 0),
+    )
+    bound = 4_000
+    tee = Tee(hung, keys, spool_dir=spool_dir, max_queue_bytes=bound, retry_seconds=0.05)
+    body = b"".join(b'data: {"i":%d}\n\n' % i for i in range(40)) + b"data: [DONE]\n\n"
+    rids = [f"q{i}" for i in range(20)]
+    for rid in rids:
+        tee.open(meta(rid))
+        for part in cut(body, [7, 100, 101, 300, 420]):
+            tee.chunk(rid, part)
+            assert tee._queued_bytes <= bound
+        tee.close(rid, "done")
+    tee.stop(timeout=0)
+    server.close()
+    back = Tee(redis_client, keys, spool_dir=spool_dir)
+    assert back.flush(timeout=20)
+    back.stop()
+    for rid in rids:
+        assert_frames_are(redis_client, keys, rid, body)
+    assert notes(redis_client, keys) == [
+        (kind, rid.encode()) for rid in rids for kind in (b"open", b"close")
+    ]

@@ -17,7 +17,8 @@ dead-letter is answered at once with an HTTP 400 instead.
 
 from __future__ import annotations
 
-import uuid
+import itertools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,8 +43,28 @@ class CallInfo:
 MetadataHook = Callable[[dict[str, Any], dict[str, Any]], CallInfo | None]
 
 
-def new_request_id() -> str:
-    return f"req_{uuid.uuid4().hex}"
+class _RequestIds:
+    """``req_`` and 32 hex digits, as ``uuid4().hex`` gives, unique for ever: 80 random bits drawn
+    per process (again in a forked child, and after 2^48 ids) and a 48-bit counter: no call to
+    the kernel for randomness per request, on the event loop, as ``uuid4`` makes."""
+
+    def __init__(self) -> None:
+        self._draw()
+        os.register_at_fork(after_in_child=self._draw)
+
+    def _draw(self) -> None:
+        self._prefix = f"req_{os.urandom(10).hex()}"
+        self._count = itertools.count()
+
+    def __call__(self) -> str:
+        n = next(self._count)
+        if n >= 1 << 48:
+            self._draw()
+            n = next(self._count)
+        return f"{self._prefix}{n:012x}"
+
+
+new_request_id = _RequestIds()
 
 
 def rfc3339(at: datetime) -> str:

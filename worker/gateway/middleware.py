@@ -11,11 +11,13 @@ app unchanged), then, in this order:
 2. asks the gateway's ``hook`` whose call it is (``metadata``; None: not billed, passed through);
 3. prices the hold from the price book when the hook gives none (``reservation``), and checks the
    ``request`` entry as the worker will (a field outside the contract: HTTP 400);
-4. calls the app, watching what it sends. When the response starts it publishes the ``request``
-   entry and ``open`` (``stream`` is how the response came: an SSE body, or a plain one such as an
-   upstream's JSON error, which is then recorded as the non-streamed response it was); each body
-   chunk goes to the client first, then its completed SSE events to the publisher, byte for byte
-   (``events``); a plain body is published whole as the ``response`` entry;
+4. calls the app, watching what it sends. Once the response's first body bytes went to the client
+   (so not on the time to first byte) it publishes the ``request`` entry and ``open`` (``stream``
+   is how the response came: an SSE body, or a plain one such as an upstream's JSON error, which
+   is then recorded as the non-streamed response it was); each body chunk goes to the client
+   first, then to the publisher: as it is to a publisher that cuts SSE events itself (the tee's
+   ``chunk``, on its own thread), else as the SSE events it completes, cut here (``events``), byte
+   for byte either way; a plain body is published whole as the ``response`` entry;
 5. publishes ``close`` with its reason: ``client_disconnect`` when the client went away
    (``http.disconnect``, or a send that failed), ``timeout`` when the app raised a timeout
    (``TimeoutError`` or an exception class named ``…Timeout…``, such as httpx's), ``upstream_error``
@@ -94,6 +96,7 @@ class _Call:
     """One billed call on its way through the app: what the middleware saw of its response."""
 
     __slots__ = (
+        "chunk",
         "disconnected",
         "entry",
         "finished",
@@ -102,6 +105,7 @@ class _Call:
         "publisher",
         "request_id",
         "splitter",
+        "started",
         "status",
         "streamed",
     )
@@ -110,13 +114,20 @@ class _Call:
         self.publisher = publisher
         self.request_id = request_id
         self.entry = entry
-        self.opened = False
+        self.started = False  # the app started its response (``status``, ``streamed``)
+        self.opened = False  # ``open`` published
         self.streamed = False
         self.status = 0
         self.finished = False
         self.disconnected = False
+        # A publisher that cuts a body into its events itself (the tee's ``chunk``, off the
+        # event loop) gets the chunks as they are; any other gets the events cut here.
+        self.chunk: Callable[[str, bytes], None] | None = getattr(publisher, "chunk", None)
         self.splitter = EventSplitter()
         self.parts: list[bytes] = []
+
+    def start(self, status: int, streamed: bool) -> None:
+        self.started, self.status, self.streamed = True, status, streamed
 
     def publish(self, method: str, *args: Any) -> None:
         try:
@@ -139,6 +150,13 @@ class _Call:
         if not self.streamed:
             self.parts.append(chunk)
             return
+        if self.chunk is not None:
+            if chunk:
+                try:
+                    self.chunk(self.request_id, chunk)
+                except Exception:
+                    log.exception("billing: a chunk of %s not published", self.request_id)
+            return
         events = self.splitter.feed(chunk)
         if events:
             try:
@@ -147,14 +165,17 @@ class _Call:
                 log.exception("billing: frames of %s not published", self.request_id)
 
     def end(self, reason: str | None) -> None:
-        if not self.opened:
+        if not self.started:  # no response: the request as asked, no frames
             self.open(self.entry["stream"])
-        elif self.streamed:
-            rest = self.splitter.rest()
-            if rest:
-                self.publish("frames", [rest])
         else:
-            self.publish("response", self.status, b"".join(self.parts))
+            if not self.opened:
+                self.open(self.streamed)
+            if self.streamed:
+                rest = self.splitter.rest()  # none with ``chunk``: the ``close`` publishes it
+                if rest:
+                    self.publish("frames", [rest])
+            else:
+                self.publish("response", self.status, b"".join(self.parts))
         if reason is None:
             # A client that leaves after the last byte (as the openai client does) left nothing.
             if self.finished:
@@ -267,18 +288,20 @@ class BillingMiddleware:
         async def watch(message: Message) -> None:
             body = message["type"] == "http.response.body"
             if not body and message["type"] == "http.response.start":
-                call.status = message["status"]
                 content_type = b""
                 for key, value in message.get("headers") or ():
                     if key.lower() == b"content-type":
                         content_type = value
-                call.open(content_type.lower().startswith(_SSE))
+                call.start(message["status"], content_type.lower().startswith(_SSE))
             try:
                 await send(message)
             except OSError:  # uvicorn's ClientDisconnected: the client went away
                 call.disconnected = True
                 raise
             if body:
+                if not call.opened:
+                    # After the first body bytes went out: not on the time to first byte.
+                    call.open(call.streamed)
                 call.body(message.get("body", b""))
                 if not message.get("more_body", False):
                     call.finished = True

@@ -7,7 +7,9 @@ The differences:
 
 * **Nothing blocks the caller.** A method builds the call's commands and appends them to a queue in
   memory (a lock and an append, no IO); a background thread drains the queue into Redis, several
-  calls' commands per pipeline.
+  calls' commands per pipeline. One more method, ``chunk``, takes a streamed body as the raw
+  chunks sent to the client: the thread cuts them into their SSE events, so the gateway's event
+  loop does no per-event work at all.
 * **Bounded memory, never dropped.** The queue holds at most ``max_queue_bytes``. When it is full,
   or when a write fails because Redis is unreachable, the queue and every batch after it go to the
   spool file (``worker.gateway.spool``) until the thread has replayed the file into Redis, in the
@@ -59,6 +61,7 @@ import msgspec
 import redis
 
 from worker.gateway import metrics
+from worker.gateway.events import EventSplitter
 from worker.gateway.spool import Spool, orphans
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import (
@@ -143,6 +146,30 @@ def wire(command: Command) -> tuple[str | bytes | int, ...]:
     return ("EXPIRE", command.key, command.seconds)
 
 
+class _Body:
+    """A call whose response body the tee cuts into its events (``Tee.chunk``): the splitter
+    holding an event not finished yet, the call's entry-id state, and its latest run of chunks
+    not cut yet (``pending``). Touched only under the tee's lock."""
+
+    __slots__ = ("key", "pending", "splitter", "state")
+
+    def __init__(self, key: str, state: list[int]) -> None:
+        self.key = key
+        self.state = state
+        self.splitter = EventSplitter()
+        self.pending: _Queued | None = None
+
+    def ids(self, count: int) -> list[str]:
+        """The next ``count`` entry ids of the call (one clock reading: ``_advance``'s rule)."""
+        state = self.state
+        ms = int(_clock() * 1000)
+        if ms > state[0]:
+            state[0], state[1] = ms, -1
+        first = state[1] + 1
+        state[1] += count
+        return [f"{state[0]}-{seq}" for seq in range(first, first + count)]
+
+
 class _Queued:
     """One batch in the queue: a method's commands, or a run of one call's frames.
 
@@ -150,9 +177,13 @@ class _Queued:
     call's later ``frames`` extend it until the tee's thread takes it or the queue is spilled,
     which seals it (a sealed batch never changes). Sent live, a run is one entry holding its
     events in order under the id of the last (as ``coalesce`` merges); spooled, it is one entry
-    per frame under its own id, so a replay never merges (see the module's docstring)."""
+    per frame under its own id, so a replay never merges (see the module's docstring).
 
-    __slots__ = ("bodies", "commands", "ids", "key", "request_id", "size")
+    A run of body chunks (``Tee.chunk``; ``body`` is the call's ``_Body``) holds the raw chunks
+    until it is sealed and cut (``cut``, under the lock, in queue order: by the thread when it
+    takes the run, or by a spill), when its finished events become its frames, with their ids."""
+
+    __slots__ = ("bodies", "body", "commands", "final", "ids", "key", "request_id", "size")
 
     def __init__(
         self, commands: list[Command] | None, size: int, request_id: str = "", key: str = ""
@@ -163,18 +194,40 @@ class _Queued:
         self.key = key
         self.bodies: list[bytes] = []
         self.ids: list[str] = []
+        self.body: _Body | None = None
+        self.final = False  # the call's last run: its unfinished event is a frame too
+
+    def cut(self) -> None:
+        """A run of body chunks, sealed: its chunks become the events they finish. The caller
+        holds the lock; runs of one call are cut in queue order."""
+        body = self.body
+        if body is None:
+            return
+        self.body = None
+        events = body.splitter.feed(b"".join(self.bodies))
+        if self.final:
+            rest = body.splitter.rest()
+            if rest:
+                events.append(rest)
+        if body.pending is self:
+            body.pending = None
+        self.bodies = events
+        self.ids = body.ids(len(events)) if events else []
 
     def live(self) -> list[Command]:
-        """The commands to send now."""
+        """The commands to send now (a run is cut already)."""
         if self.commands is not None:
             return self.commands
+        if not self.bodies:
+            return []
         fields = {"kind": b"frame", "body": b"".join(self.bodies)}
         return [XAdd(self.key, fields, self.ids[-1], True)]
 
     def spooled(self) -> list[Command]:
-        """The commands to spool."""
+        """The commands to spool (the caller holds the lock)."""
         if self.commands is not None:
             return self.commands
+        self.cut()
         return _frames(self.key, self.bodies, self.ids)
 
 
@@ -229,6 +282,7 @@ class Tee:
         self._spool_gauge = 0
         self._account_spool_locked()
         self._ids: dict[str, list[int]] = {}
+        self._bodies: dict[str, _Body] = {}  # request id -> its body being cut (``chunk``)
         self._stopping = False
         self._flushing = 0  # callers waiting in ``flush``: no lingering then
         self._stopped = threading.Event()
@@ -310,6 +364,39 @@ class Tee:
             run.bodies, run.ids = bodies, ids
             self._enqueue_locked(run)
 
+    def chunk(self, request_id: str, data: bytes) -> None:
+        """Queue a chunk of a streamed response body as sent to the client, whatever its cut:
+        the tee's thread cuts the call's chunks into their SSE events (``events``) and publishes
+        each event as ``frames`` would, byte for byte; ``close`` publishes an event left
+        unfinished at the end. For one call use either this or ``frames``, not both. The hot
+        path (once per body chunk, on the gateway's event loop): a lock and an append."""
+        size = len(data)
+        with self._lock:
+            self._submitted += 1
+            run = self._runs.get(request_id)
+            if (
+                run is not None
+                and run.body is not None
+                and self._queued_bytes + size <= self.max_queue_bytes
+                and run.size + size <= MAX_MERGED_BYTES
+            ):
+                run.bodies.append(data)
+                run.size += size
+                self._queued_bytes += size
+                return
+            body = self._bodies.get(request_id)
+            if body is None:
+                key = self.keys.request(request_id)
+                body = self._bodies[request_id] = _Body(key, self._id_state(request_id))
+            size += _PER_COMMAND_BYTES
+            run = body.pending = _Queued(None, size, request_id, body.key)
+            run.body, run.bodies = body, [data]
+            if self._spooling or self._queued_bytes + size > self.max_queue_bytes:
+                self._spill_locked(run)
+                return
+            self._runs[request_id] = run
+            self._enqueue_locked(run)
+
     def response(self, request_id: str, status: int, body: bytes | str) -> None:
         """Queue a non-streamed call's HTTP status and body."""
         commands = response_commands(self.keys, request_id, status, body, self._next_id(request_id))
@@ -319,6 +406,18 @@ class Tee:
         """Queue the ``close`` notification; the call's id state is forgotten."""
         commands = close_commands(self.keys, request_id, reason)
         self._ids.pop(request_id, None)
+        body = self._bodies.pop(request_id, None)
+        if body is not None:
+            with self._lock:
+                if body.pending is not None:  # not cut yet: its cut ends with the rest
+                    body.pending.final = True
+                else:
+                    rest = body.splitter.rest()
+                    if rest:
+                        frame = _frames(body.key, [rest], body.ids(1))
+                        self._submit_locked(request_id, frame, _size(frame))
+                self._submit_locked(request_id, commands, _size(commands))
+            return
         self._submit(request_id, commands)
 
     # ------------------------------------------------------------------ queue and spool
@@ -327,12 +426,15 @@ class Tee:
         """Queue ``commands`` after the call's run of frames, which no later frame may join."""
         size = _size(commands)
         with self._lock:
-            self._submitted += 1
-            self._runs.pop(request_id, None)
-            if not self._spooling and self._queued_bytes + size <= self.max_queue_bytes:
-                self._enqueue_locked(_Queued(commands, size))
-                return
-            self._spill_locked(commands)
+            self._submit_locked(request_id, commands, size)
+
+    def _submit_locked(self, request_id: str, commands: list[Command], size: int) -> None:
+        self._submitted += 1
+        self._runs.pop(request_id, None)
+        if not self._spooling and self._queued_bytes + size <= self.max_queue_bytes:
+            self._enqueue_locked(_Queued(commands, size))
+            return
+        self._spill_locked(commands)
 
     def _enqueue_locked(self, batch: _Queued) -> None:
         self._queue.append(batch)
@@ -340,13 +442,13 @@ class Tee:
         if len(self._queue) == 1:  # the thread waits only on an empty queue
             self._wake.notify()
 
-    def _spill_locked(self, extra: list[Command] | None = None) -> None:
+    def _spill_locked(self, extra: list[Command] | _Queued | None = None) -> None:
         """Move the queue (and ``extra`` after it) into the spool; from now on everything is
         spooled until the spool is replayed. The caller holds the lock."""
         batches = [batch.spooled() for batch in self._queue]
         self._runs.clear()
         if extra is not None:
-            batches.append(extra)
+            batches.append(extra.spooled() if isinstance(extra, _Queued) else extra)
         if not batches:
             return
         try:
@@ -408,6 +510,7 @@ class Tee:
                         break
                     if self._runs.get(batch.request_id) is batch:
                         del self._runs[batch.request_id]  # sealed: later frames start a run
+                    batch.cut()
                     taken.append(batch)
                     budget -= batch.size
                 generation, spooling = self._generation, self._spooling
@@ -443,6 +546,8 @@ class Tee:
         on it directly: redis-py's pipeline object, its per-command bookkeeping and the pool's
         health check per checkout cost more than the writes. After an error the connection is
         dropped (the next batch reconnects), never reused half read."""
+        if not commands:
+            return
         if self._connection is None:
             self._connection = self._client.connection_pool.get_connection()
         connection = self._connection

@@ -5,15 +5,20 @@ rows of the same run; docs/capacity.md states the model in words. The formulas:
 
 * **One consumer process (row 2)** runs two threads under one interpreter lock: the reader (read a
   batch, fetch its streams, reconcile) and the applier (the ledger transaction, acknowledgements).
-  Their waits on Redis and PostgreSQL overlap, their Python does not, so the time per call is
-  ``max(reader CPU + applier CPU + other CPU, reader wall, applier wall)``, each measured per call
-  by timing the consumer's steps one batch at a time.
+  Their Python does not overlap, and their waits overlap only in part: a drain keeps its process on
+  a CPU for a share ``u`` (its *drain efficiency*, < 1) of its wall time, the rest lost to moments
+  when both threads wait (at once on Redis and PostgreSQL, or on the lock's hand-over). So the time
+  per call is ``max(CPU / u, reader wall, applier wall)``: the CPU and walls per call measured by
+  timing the consumer's steps one batch at a time over the workload's calls, ``u`` by a drain of
+  other calls of the same mix (its CPU over its wall; only that ratio is used).
 * **Two processes on a machine (row 9)**: each is bound as above, and together they, PostgreSQL
   and Redis share the cores that other work leaves free: ``min(n / t, free cores / (consumer +
   PostgreSQL + Redis CPU per call))``.
 * **Settle latency at half load (row 4)**: the consumer is a self-clocked batch server. A poll
   reads what arrived while the last one ran (at most ``batch_size`` entries; it blocks only when
-  nothing did) and takes ``s0 + s1 x entries`` times a noise factor drawn from the measured polls.
+  nothing did) and takes ``s0 + s1 x entries`` times a noise factor drawn from the measured polls
+  (the line fitted by least squares to polls of calls written whole, as row 4 writes them, at
+  several batch sizes; the factor is each poll's time over the line's).
   A close waits for the poll running when it arrived, then for its own poll. ``simulate_latency``
   plays that queue with the benchmark's arrivals (every call written whole at its scheduled
   instant) and gives every close's latency.
@@ -39,14 +44,20 @@ class ProcessCosts:
     applier_cpu: float
     applier_wall: float
     other_cpu: float  # the process's CPU outside the timed steps
+    # The share of a pipelined drain's wall time its process is on a CPU (process CPU / wall of a
+    # drain): 1 if every wait hid behind the other thread's work; below 1 by what did not.
+    drain_efficiency: float = 1.0
 
     @property
     def cpu(self) -> float:
         return self.reader_cpu + self.applier_cpu + self.other_cpu
 
     def seconds_per_call(self) -> float:
-        """The pipelined drain: the lock serialises CPU, the waits overlap."""
-        return max(self.cpu, self.reader_wall, self.applier_wall)
+        """The pipelined drain: the lock serialises CPU, which keeps the process busy only a share
+        ``drain_efficiency`` of the time; neither thread can go faster than its own wall."""
+        if not 0 < self.drain_efficiency <= 1:
+            raise ValueError(f"drain efficiency {self.drain_efficiency} is not in (0, 1]")
+        return max(self.cpu / self.drain_efficiency, self.reader_wall, self.applier_wall)
 
     def with_frames(
         self, per_frame_cpu: float, frames_from: float, frames_to: float
@@ -60,6 +71,7 @@ class ProcessCosts:
             self.applier_cpu,
             self.applier_wall,
             self.other_cpu,
+            self.drain_efficiency,
         )
 
 
@@ -85,19 +97,15 @@ def calls_per_s_many(
     return min(alone, shared)
 
 
-def poll_cost(
-    entries_a: float, wall_a: float, entries_b: float, wall_b: float
-) -> tuple[float, float]:
-    """``(s0, s1)`` of a poll's wall time ``s0 + s1 x entries``, from the mean poll of two runs
-    at different batch sizes; neither is below 0 (noise can tilt the line past either axis)."""
-    if entries_a == entries_b:
-        return 0.0, wall_a / entries_a
-    s1 = (wall_a - wall_b) / (entries_a - entries_b)
-    s0 = wall_b - s1 * entries_b
-    if s0 < 0:
-        return 0.0, (wall_a + wall_b) / (entries_a + entries_b)
+def poll_line(polls: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """``(s0, s1)`` of a poll's wall time ``s0 + s1 x entries``: least squares over measured
+    ``(entries, seconds)`` polls; neither is below 0 (noise can tilt the line past either axis:
+    then the line is through the origin, or flat at the mean)."""
+    s0, s1 = fit_line([n for n, _ in polls], [w for _, w in polls])
     if s1 < 0:
-        return (wall_a + wall_b) / 2, 0.0
+        return sum(w for _, w in polls) / len(polls), 0.0
+    if s0 < 0:
+        return 0.0, sum(w for _, w in polls) / sum(n for n, _ in polls)
     return s0, s1
 
 

@@ -1,20 +1,24 @@
 """Row 12, the capacity model: unit costs measured here, predictions checked against rows 2, 4, 9.
 
 The simulated calls of row 2 (same seed, same count) are written to Redis through a client that
-counts its own commands and bytes (``harness.traffic``), then one consumer works through them one
-batch at a time (``Consumer.poll``, its steps timed on the instance), in two phases:
+counts its own commands and bytes (``harness.traffic``), then measured in three phases:
 
-* **A**, the first half of the notifications at the configured batch size (full batches, as under
-  load): the unit costs. Per closed call: the consumer's CPU and wall time by step (reader: read,
-  fetch, reconcile; applier: the transaction and acknowledgements), the process's other CPU; each
-  close's reconcile CPU against its entry count (least squares: CPU per frame and per call); Redis
-  commands and bytes (the counting client; ``INFO commandstats`` of the shared server beside it),
-  Redis server CPU (``/proc``); PostgreSQL rows written (``pg_stat_user_tables``), statements (an
-  engine event), commits (``pg_stat_database``), WAL bytes of this database alone
-  (``pg_walinspect``: the records touching its relations, and their transactions' commit records;
-  without the extension, the server's LSN difference, everyone's WAL) and its CPU (``/proc``).
-* **B**, the rest at ``SMALL_BATCH`` entries per poll: with A, the poll's cost line ``s0 + s1 x
-  entries``, and the spread of single polls around it (the noise of row 4's queue).
+* **A**, every notification of those calls, one full batch at a time (``Consumer.poll``, its steps
+  timed on the instance): the unit costs. Per closed call: the consumer's CPU and wall time by
+  step (reader: read, fetch, reconcile; applier: the transaction and acknowledgements), the
+  process's other CPU; each close's reconcile CPU against its entry count (least squares: CPU per
+  frame and per call, for calls of other sizes); Redis commands and bytes (the counting client;
+  ``INFO commandstats`` of the shared server beside it), Redis server CPU (``/proc``); PostgreSQL
+  rows written (``pg_stat_user_tables``), statements (an engine event), commits
+  (``pg_stat_database``), WAL bytes of this database alone (``pg_walinspect``: the records
+  touching its relations, and their transactions' commit records; without the extension, the
+  server's LSN difference, everyone's WAL) and its CPU (``/proc``).
+* **B**, other calls of the same mix (another seed) written whole, as row 4's publisher writes
+  them, then polled at ``SMALL_BATCHES`` entries in turn: the poll's cost line ``s0 + s1 x
+  entries`` (least squares) and the spread of single polls around it (the noise of row 4's queue).
+* **C**, other calls of the same mix (a third seed) written as row 2's are and drained as row 2
+  drains them (``Consumer.drain``, two threads): the share of its wall time the process was on a
+  CPU (process CPU / wall), the drain efficiency. Nothing else of phase C enters the model.
 
 Redis memory per call is ``MEMORY USAGE`` of every call stream against its entry count (least
 squares), plus the call's share of the notification stream. ``capacity_model`` turns these into the

@@ -541,10 +541,9 @@ def capacity(ctx: Context) -> list[Row]:
     p = f["process"]
     (one, one_bg), (two, two_bg) = f["rates9"]["one"], f["rates9"]["two"]
     model_notes = [
-        f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = max(CPU "
-        f"{p.cpu * 1000:.3f} ms / drain efficiency {p.drain_efficiency:.3f}, reader wall "
-        f"{p.reader_wall * 1000:.3f} ms, applier wall {p.applier_wall * 1000:.3f} ms) (two "
-        f"threads, one interpreter lock: CPU adds up, waits overlap in part); the efficiency from "
+        f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = CPU "
+        f"{p.cpu * 1000:.3f} ms / drain efficiency {p.drain_efficiency:.3f} (two threads, one "
+        f"interpreter lock: CPU adds up, waits overlap in part); the efficiency from "
         f"phase C, a drain of {m['calls_c']:,} other closed calls of the same mix: "
         f"{m['cpu_c']:.2f} s of process CPU in {m['seconds_c']:.2f} s",
         f"row 4: poll = s0 {m['s0'] * 1000:.2f} ms + s1 {m['s1'] * 1000:.3f} ms per entry (least "

@@ -18,7 +18,8 @@ counts its own commands and bytes (``harness.traffic``), then measured in three 
   entries`` (least squares) and the spread of single polls around it (the noise of row 4's queue).
 * **C**, other calls of the same mix (a third seed) written as row 2's are and drained as row 2
   drains them (``Consumer.drain``, two threads): the share of its wall time the process was on a
-  CPU (process CPU / wall), the drain efficiency. Nothing else of phase C enters the model.
+  CPU (process CPU / wall), the drain efficiency, and its CPU per call against phase A's (moved to
+  phase C's frames per call), the drain's CPU factor. Nothing else of phase C enters the model.
 
 Redis memory per call is ``MEMORY USAGE`` of every call stream against its entry count (least
 squares), plus the call's share of the notification stream. ``capacity_model`` turns these into the
@@ -340,6 +341,14 @@ def measure(count: int) -> dict[str, Any]:
     apply_wall, apply_cpu = step("apply")
     fetch_wall, fetch_cpu = step("_fetch_streams")
     efficiency = min(1.0, cpu_c / drained_c.seconds) if drained_c.seconds > 0 else 1.0
+    # The drain's CPU per call against the steps' (phase A) moved to phase C's frames per call.
+    per_frame_cpu = rec_per_entry + fetch_cpu / max(1, frames_a)
+    frames_c = shape_c.frames / max(1, shape_c.closed)
+    serial_c = process_cpu / closes + per_frame_cpu * (
+        frames_c - frames_a / max(1, len(reconciled.points))
+    )
+    drain_cpu_c = cpu_c / max(1, shape_c.closed)
+    cpu_factor = drain_cpu_c / serial_c if serial_c > 0 else 1.0
     process = model.ProcessCosts(
         reader_cpu=(read_cpu + prep_cpu) / closes,
         reader_wall=(read_wall + prep_wall) / closes,
@@ -347,6 +356,7 @@ def measure(count: int) -> dict[str, Any]:
         applier_wall=apply_wall / closes,
         other_cpu=max(0.0, process_cpu - read_cpu - prep_cpu - apply_cpu) / closes,
         drain_efficiency=efficiency,
+        drain_cpu_factor=cpu_factor,
     )
     server_stats = {
         name: (
@@ -417,6 +427,10 @@ def measure(count: int) -> dict[str, Any]:
         "seconds_c": drained_c.seconds,
         "cpu_c": cpu_c,
         "efficiency": efficiency,
+        "frames_c": frames_c,
+        "drain_cpu_c": drain_cpu_c,
+        "serial_cpu_c": serial_c,
+        "cpu_factor": cpu_factor,
     }
 
 

@@ -8,9 +8,11 @@ rows of the same run; docs/capacity.md states the model in words. The formulas:
   Their Python does not overlap, and their waits overlap only in part: a drain keeps its process on
   a CPU for a share ``u`` (its *drain efficiency*, < 1) of its wall time, the rest lost to moments
   when both threads wait (at once on Redis and PostgreSQL, or on the lock's hand-over, or for a
-  CPU held by other work). So the time per call is ``CPU / u``: the CPU per call measured by timing
-  the consumer's steps one batch at a time over the workload's calls, ``u`` by a drain of other
-  calls of the same mix (its CPU over its wall; only that ratio is used). A thread whose waits
+  CPU held by other work), and the hand-overs cost CPU too: a drain spends a factor ``k`` more CPU
+  per call than its steps do one batch at a time. So the time per call is ``k x CPU / u``: the CPU
+  per call measured by timing the consumer's steps one batch at a time over the workload's calls,
+  ``u`` and ``k`` by a drain of other calls of the same mix (its CPU over its wall; its CPU per
+  call over the steps' moved to its calls' frames). A thread whose waits
   outlast the other's work lowers ``u``, so the threads' own walls are not a separate bound (timed
   one batch at a time they also hold waits for a CPU, which ``u`` already counts).
 * **Two processes on a machine (row 9)**: each is bound as above, and together they, PostgreSQL
@@ -49,10 +51,19 @@ class ProcessCosts:
     # The share of a pipelined drain's wall time its process is on a CPU (process CPU / wall of a
     # drain): 1 if every wait hid behind the other thread's work; below 1 by what did not.
     drain_efficiency: float = 1.0
+    # A drain's CPU per call over the steps' timed one batch at a time (the same calls): what the
+    # two threads' hand-overs of the lock cost in CPU (switches, caches on another core).
+    drain_cpu_factor: float = 1.0
 
     @property
     def cpu(self) -> float:
+        """CPU per call of the steps, one batch at a time."""
         return self.reader_cpu + self.applier_cpu + self.other_cpu
+
+    @property
+    def drain_cpu(self) -> float:
+        """CPU per call of a pipelined drain."""
+        return self.cpu * self.drain_cpu_factor
 
     def seconds_per_call(self) -> float:
         """The pipelined drain: the lock serialises CPU, which keeps the process busy only a share
@@ -60,7 +71,7 @@ class ProcessCosts:
         module docstring)."""
         if not 0 < self.drain_efficiency <= 1:
             raise ValueError(f"drain efficiency {self.drain_efficiency} is not in (0, 1]")
-        return self.cpu / self.drain_efficiency
+        return self.drain_cpu / self.drain_efficiency
 
     def with_frames(
         self, per_frame_cpu: float, frames_from: float, frames_to: float
@@ -75,6 +86,7 @@ class ProcessCosts:
             self.applier_wall,
             self.other_cpu,
             self.drain_efficiency,
+            self.drain_cpu_factor,
         )
 
 
@@ -96,7 +108,7 @@ def calls_per_s_many(
 ) -> float:
     """``processes`` consumer processes sharing ``free_cores`` with the servers."""
     alone = processes / costs.seconds_per_call()
-    shared = free_cores / (costs.cpu + server_cpu_per_call)
+    shared = free_cores / (costs.drain_cpu + server_cpu_per_call)
     return min(alone, shared)
 
 
@@ -255,7 +267,7 @@ def size(costs: UnitCosts, calls_per_s: float, frames: float, a: Assumptions) ->
     return Sizing(
         calls_per_s=calls_per_s,
         frames=frames,
-        worker_cpu_per_call=process.cpu,
+        worker_cpu_per_call=process.drain_cpu,
         per_process_calls_per_s=per_process,
         processes=processes,
         partitions=partitions,

@@ -541,11 +541,13 @@ def capacity(ctx: Context) -> list[Row]:
     p = f["process"]
     (one, one_bg), (two, two_bg) = f["rates9"]["one"], f["rates9"]["two"]
     model_notes = [
-        f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = CPU "
-        f"{p.cpu * 1000:.3f} ms / drain efficiency {p.drain_efficiency:.3f} (two threads, one "
-        f"interpreter lock: CPU adds up, waits overlap in part); the efficiency from "
-        f"phase C, a drain of {m['calls_c']:,} other closed calls of the same mix: "
-        f"{m['cpu_c']:.2f} s of process CPU in {m['seconds_c']:.2f} s",
+        f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = drain CPU factor "
+        f"{p.drain_cpu_factor:.3f} x CPU {p.cpu * 1000:.3f} ms / drain efficiency "
+        f"{p.drain_efficiency:.3f} (two threads, one interpreter lock: CPU adds up, waits overlap "
+        f"in part); both from phase C, a drain of {m['calls_c']:,} other closed calls of the same "
+        f"mix ({m['frames_c']:.0f} frame entries each): {m['cpu_c']:.2f} s of process CPU in "
+        f"{m['seconds_c']:.2f} s, {m['drain_cpu_c'] * 1000:.3f} ms per call against phase A's "
+        f"{m['serial_cpu_c'] * 1000:.3f} ms at those frames",
         f"row 4: poll = s0 {m['s0'] * 1000:.2f} ms + s1 {m['s1'] * 1000:.3f} ms per entry (least "
         f"squares over phase B's {m['polls_b']} polls, {m['calls_b']:,} other calls of the same "
         f"mix written whole as row 4 writes them, batches of {m['entries_b']:.1f} entries in "

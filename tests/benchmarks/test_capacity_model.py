@@ -92,6 +92,11 @@ def test_a_drain_busy_part_of_its_time_takes_its_cpu_over_that_share() -> None:
     # A slow thread shows in the efficiency a drain measures, not in its own wall: 2 ms of reader
     # wall timed one batch at a time leave 0.9 ms / 0.9 as it was.
     assert costs(0.6, 2.0, 0.3, 0.5, 0.9).seconds_per_call() == pytest.approx(1.0)
+    # A drain spending 1.25 times its steps' CPU: 0.9 ms x 1.25 / 0.9 = 1.25 ms a call.
+    drain = model.ProcessCosts(0.6, 0.7, 0.3, 0.5, 0.0, 0.9, 1.25)
+    assert drain.drain_cpu == pytest.approx(0.9 * 1.25)
+    assert drain.seconds_per_call() == pytest.approx(1.25)
+    assert drain.with_frames(0.001, 100, 200).drain_cpu == pytest.approx(1.0 * 1.25)
     # Moving the frames keeps the efficiency.
     assert costs(0.6, 0.7, 0.3, 0.5, 0.9).with_frames(0.001, 100, 190).drain_efficiency == 0.9
     with pytest.raises(ValueError):
@@ -116,6 +121,11 @@ def test_several_processes_share_the_free_cores_with_the_servers() -> None:
     assert model.calls_per_s_many(slow, 1, 10.0, 0.0005) == pytest.approx(800)
     assert model.calls_per_s_many(slow, 2, 10.0, 0.0005) == pytest.approx(1600)
     assert model.calls_per_s_many(slow, 2, 1.5, 0.0005) == pytest.approx(1000)
+    # A drain burning 1.5 times its steps' CPU: 1.5 ms a call, 667 calls/s alone; on 1.5 free
+    # cores with 0.5 ms of servers, 1.5 / 2 ms = 750 calls/s for two.
+    heavy = model.ProcessCosts(0.001, 0.001, 0.0, 0.0, 0.0, 1.0, 1.5)
+    assert model.calls_per_s_many(heavy, 1, 10.0, 0.0005) == pytest.approx(1000 / 1.5)
+    assert model.calls_per_s_many(heavy, 2, 1.5, 0.0005) == pytest.approx(750)
 
 
 def test_a_lone_call_waits_for_exactly_its_own_poll() -> None:

@@ -1,20 +1,25 @@
 """Row 12, the capacity model: unit costs measured here, predictions checked against rows 2, 4, 9.
 
 The simulated calls of row 2 (same seed, same count) are written to Redis through a client that
-counts its own commands and bytes (``harness.traffic``), then one consumer works through them one
-batch at a time (``Consumer.poll``, its steps timed on the instance), in two phases:
+counts its own commands and bytes (``harness.traffic``), then measured in three phases:
 
-* **A**, the first half of the notifications at the configured batch size (full batches, as under
-  load): the unit costs. Per closed call: the consumer's CPU and wall time by step (reader: read,
-  fetch, reconcile; applier: the transaction and acknowledgements), the process's other CPU; each
-  close's reconcile CPU against its entry count (least squares: CPU per frame and per call); Redis
-  commands and bytes (the counting client; ``INFO commandstats`` of the shared server beside it),
-  Redis server CPU (``/proc``); PostgreSQL rows written (``pg_stat_user_tables``), statements (an
-  engine event), commits (``pg_stat_database``), WAL bytes of this database alone
-  (``pg_walinspect``: the records touching its relations, and their transactions' commit records;
-  without the extension, the server's LSN difference, everyone's WAL) and its CPU (``/proc``).
-* **B**, the rest at ``SMALL_BATCH`` entries per poll: with A, the poll's cost line ``s0 + s1 x
-  entries``, and the spread of single polls around it (the noise of row 4's queue).
+* **A**, every notification of those calls, one full batch at a time (``Consumer.poll``, its steps
+  timed on the instance): the unit costs. Per closed call: the consumer's CPU and wall time by
+  step (reader: read, fetch, reconcile; applier: the transaction and acknowledgements), the
+  process's other CPU; each close's reconcile CPU against its entry count (least squares: CPU per
+  frame and per call, for calls of other sizes); Redis commands and bytes (the counting client;
+  ``INFO commandstats`` of the shared server beside it), Redis server CPU (``/proc``); PostgreSQL
+  rows written (``pg_stat_user_tables``), statements (an engine event), commits
+  (``pg_stat_database``), WAL bytes of this database alone (``pg_walinspect``: the records
+  touching its relations, and their transactions' commit records; without the extension, the
+  server's LSN difference, everyone's WAL) and its CPU (``/proc``).
+* **B**, other calls of the same mix (another seed) written whole, as row 4's publisher writes
+  them, then polled at ``SMALL_BATCHES`` entries in turn: the poll's cost line ``s0 + s1 x
+  entries`` (least squares) and the spread of single polls around it (the noise of row 4's queue).
+* **C**, other calls of the same mix (a third seed) written as row 2's are and drained as row 2
+  drains them (``Consumer.drain``, two threads): the share of its wall time the process was on a
+  CPU (process CPU / wall), the drain efficiency, and its CPU per call against phase A's (moved to
+  phase C's frames per call), the drain's CPU factor. Nothing else of phase C enters the model.
 
 Redis memory per call is ``MEMORY USAGE`` of every call stream against its entry count (least
 squares), plus the call's share of the notification stream. ``capacity_model`` turns these into the
@@ -32,17 +37,22 @@ from sqlalchemy import Engine, event, text
 
 import worker.pipeline.reconciling as reconciling
 from benchmarks import capacity_model as model
+from benchmarks.bench_pipeline import drain
 from benchmarks.harness import cpu, history, services, workload
 from benchmarks.harness.consumer import make_consumer, time_steps, warm
 from benchmarks.harness.traffic import Traffic, counting_client
-from worker.config import Settings
 from worker.ledger.database import make_engine
 from worker.pipeline.calls import BatchStats
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
+from worker.pipeline.publisher import Publisher
 
 CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))  # row 2's count: the same calls
-SMALL_BATCH = 16
+# Phase B's batch sizes, taken in turn: around the polls of row 4 (a few to a few tens of entries).
+SMALL_BATCHES = (4, 8, 16, 32, 64)
+# Phases B and C draw other calls of the same mix (other seeds): never row 2's or row 4's calls.
+SEED_B = workload.SEED + 1
+SEED_C = workload.SEED + 2
 STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply")
 TABLE_WRITES = text(
     "SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0), "
@@ -207,8 +217,39 @@ def _commandstats(client: Any) -> dict[str, tuple[int, int]]:
     }
 
 
+def _whole_calls(client: Any, keys: Keys, calls: list[Any]) -> int:
+    """Write ``calls`` as row 4's publisher does, each whole at once; returns their notifications."""
+    publisher = Publisher(client, keys)
+    for call in calls:
+        workload.write_call(client, publisher, keys, call)
+    return workload.measure(calls).notifications
+
+
+def _sized_polls(
+    consumer: Consumer, until_acked: int, sizes: tuple[int, ...], timeout: float = 600.0
+) -> list[tuple[int, float]]:
+    """What ``Consumer.poll`` does (read, then process), at batch sizes taken in turn from
+    ``sizes``, until ``until_acked`` notifications were acknowledged; each poll's (entries read,
+    wall seconds)."""
+    stream = consumer.keys.events(0)
+    polls: list[tuple[int, float]] = []
+    acked = 0
+    deadline = time.perf_counter() + timeout
+    while acked < until_acked:
+        began = time.perf_counter()
+        entries = consumer.intake.read(stream, sizes[len(polls) % len(sizes)], None)
+        if not entries:
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"acknowledged {acked} of {until_acked}")
+            continue
+        stats = consumer.process(stream, entries)
+        polls.append((stats.read, time.perf_counter() - began))
+        acked += stats.acked
+    return polls
+
+
 def measure(count: int) -> dict[str, Any]:
-    """Phases A and B over ``count`` simulated calls; unit costs per closed call of phase A."""
+    """Phases A, B and C; unit costs per closed call of phase A."""
     with (
         services.redis_prefix("capacity") as (plain, prefix),
         services.pg_database("capacity") as url,
@@ -231,11 +272,10 @@ def measure(count: int) -> dict[str, Any]:
         fixed, per_frame, notes_bytes = _memory(plain, keys, [c.request_id for c in calls])
         notifications = plain.xlen(keys.events(0))
 
+        # Phase A: every notification of row 2's calls, one full batch at a time.
         traffic = Traffic()
         client = counting_client(services.REDIS_URL, traffic)
-        # Full batches, as under load; at smoke size small enough that A leaves work for B.
-        batch = min(Settings().batch_size, max(SMALL_BATCH, notifications // 4))
-        consumer, engine = make_consumer(client, url, prefix, "capacity-a", batch_size=batch)
+        consumer, engine = make_consumer(client, url, prefix, "capacity-a")
         warm(consumer)
         statements = _count_statements(engine)
         spent: dict[str, list[float]] = {}
@@ -248,7 +288,7 @@ def measure(count: int) -> dict[str, Any]:
         pg_meter.start()
         cpu_started, started = time.process_time(), time.perf_counter()
         with ReconcileCosts() as reconciled:
-            stats_a, polls_a = _polls(consumer, notifications // 2)
+            _stats_a, polls_a = _polls(consumer, notifications)
         seconds_a = time.perf_counter() - started
         process_cpu = time.process_time() - cpu_started
         redis_read_cpu = redis_meter.stop()
@@ -261,17 +301,32 @@ def measure(count: int) -> dict[str, Any]:
         end_counters = _counters(url)
         wal, wal_source = _wal_bytes(url, start_lsn, end_lsn, oid)
 
-        consumer_b, engine_b = make_consumer(
-            client, url, prefix, "capacity-b", batch_size=SMALL_BATCH
-        )
+        # Phase B: other calls of the same mix written whole (row 4's arrivals), small polls.
+        calls_b = workload.simulated_calls(max(8, count // 4), run_id=f"{prefix}-b", seed=SEED_B)
+        notifications_b = _whole_calls(plain, keys, calls_b)
+        consumer_b, engine_b = make_consumer(client, url, prefix, "capacity-b")
         try:
             warm(consumer_b)
-            _stats_b, polls_b = _polls(consumer_b, notifications - stats_a.acked)
+            polls_b = _sized_polls(consumer_b, notifications_b, SMALL_BATCHES)
         finally:
             engine_b.dispose()
             client.close()
 
-    closes = max(1, len(reconciled.points))
+        # Phase C: other calls of the same mix written as row 2's are, drained as row 2 drains
+        # them: only the drain's CPU over its wall is used (its efficiency).
+        calls_c = workload.simulated_calls(max(8, count // 2), run_id=f"{prefix}-c", seed=SEED_C)
+        shape_c = workload.measure(calls_c)
+        workload.publish(calls_c, plain, keys)
+        consumer_c, engine_c = make_consumer(plain, url, prefix, "capacity-c")
+        try:
+            warm(consumer_c)
+            cpu_c = time.process_time()
+            drained_c = drain(consumer_c, shape_c.notifications)
+            cpu_c = time.process_time() - cpu_c
+        finally:
+            engine_c.dispose()
+
+    closes = max(1, shape.closed)
     rec_fixed, rec_per_entry = model.fit_line(
         [float(n) for n, _ in reconciled.points], [s for _, s in reconciled.points]
     )
@@ -285,12 +340,23 @@ def measure(count: int) -> dict[str, Any]:
     prep_wall, prep_cpu = step("prepare")
     apply_wall, apply_cpu = step("apply")
     fetch_wall, fetch_cpu = step("_fetch_streams")
+    efficiency = min(1.0, cpu_c / drained_c.seconds) if drained_c.seconds > 0 else 1.0
+    # The drain's CPU per call against the steps' (phase A) moved to phase C's frames per call.
+    per_frame_cpu = rec_per_entry + fetch_cpu / max(1, frames_a)
+    frames_c = shape_c.frames / max(1, shape_c.closed)
+    serial_c = process_cpu / closes + per_frame_cpu * (
+        frames_c - frames_a / max(1, len(reconciled.points))
+    )
+    drain_cpu_c = cpu_c / max(1, shape_c.closed)
+    cpu_factor = drain_cpu_c / serial_c if serial_c > 0 else 1.0
     process = model.ProcessCosts(
         reader_cpu=(read_cpu + prep_cpu) / closes,
         reader_wall=(read_wall + prep_wall) / closes,
         applier_cpu=apply_cpu / closes,
         applier_wall=apply_wall / closes,
         other_cpu=max(0.0, process_cpu - read_cpu - prep_cpu - apply_cpu) / closes,
+        drain_efficiency=efficiency,
+        drain_cpu_factor=cpu_factor,
     )
     server_stats = {
         name: (
@@ -309,18 +375,17 @@ def measure(count: int) -> dict[str, Any]:
     ins, upd, dele, commits = (b - a for a, b in zip(start_counters, end_counters, strict=True))
     entries_a = sum(n for n, _ in polls_a) / max(1, len(polls_a))
     wall_a = sum(w for _, w in polls_a) / max(1, len(polls_a))
-    entries_b = sum(n for n, _ in polls_b) / max(1, len(polls_b))
-    wall_b = sum(w for _, w in polls_b) / max(1, len(polls_b))
-    s0, s1 = model.poll_cost(entries_a, wall_a, entries_b, wall_b)
-    noise = [w / (s0 + s1 * n) for n, w in polls_b] or [1.0]
+    s0, s1 = model.poll_line([(float(n), w) for n, w in polls_b])
+    noise = [w / (s0 + s1 * n) for n, w in polls_b if s0 + s1 * n > 0] or [1.0]
     calls_total = max(1, shape.calls)
     return {
         "calls": shape.calls,
         "closed": shape.closed,
         "notifications": notifications,
         "closes_a": closes,
+        "reconciled_a": len(reconciled.points),
         "seconds_a": seconds_a,
-        "frames_per_close": frames_a / closes,
+        "frames_per_close": frames_a / max(1, len(reconciled.points)),
         "plan_frames_per_close": shape.frames / max(1, shape.closed),
         "process": process,
         "process_cpu": process_cpu,
@@ -347,16 +412,25 @@ def measure(count: int) -> dict[str, Any]:
         "wal_bytes": wal / closes,
         "wal_source": wal_source,
         "pg_cpu_per_close": pg_cpu / closes,
-        "batch_a": batch,
+        "batch_a": consumer.settings.batch_size,
         "polls_a": len(polls_a),
         "entries_a": entries_a,
         "wall_a": wall_a,
+        "calls_b": len(calls_b),
         "polls_b": len(polls_b),
-        "entries_b": entries_b,
-        "wall_b": wall_b,
+        "entries_b": sum(n for n, _ in polls_b) / max(1, len(polls_b)),
+        "wall_b": sum(w for _, w in polls_b) / max(1, len(polls_b)),
         "s0": s0,
         "s1": s1,
         "noise": noise,
+        "calls_c": shape_c.closed,
+        "seconds_c": drained_c.seconds,
+        "cpu_c": cpu_c,
+        "efficiency": efficiency,
+        "frames_c": frames_c,
+        "drain_cpu_c": drain_cpu_c,
+        "serial_cpu_c": serial_c,
+        "cpu_factor": cpu_factor,
     }
 
 
@@ -396,8 +470,10 @@ def predict(
     per_call = process.seconds_per_call()
     row2 = model.Check("2. frames/s of one consumer", frames / per_call, e2e["ours_frames_per_s"])
 
+    # The calls as they were written: a publisher that fell behind its schedule wrote fewer a second.
+    latency_rate = min(latency["rate"], latency.get("achieved_rate", latency["rate"]))
     simulated = model.simulate_latency(
-        rate=latency["rate"],
+        rate=latency_rate,
         calls=latency["calls"],
         notes_per_call=m["notes_per_call"],
         s0=m["s0"],
@@ -429,9 +505,8 @@ def predict(
         "per_call_s": per_call,
         "frames": frames,
         "latency_p50_ms": model.percentile(simulated, 0.5) * 1000,
-        "fixed_point_entries": _fixed_point(
-            latency["rate"] * m["notes_per_call"], m["s0"], m["s1"]
-        ),
+        "fixed_point_entries": _fixed_point(latency_rate * m["notes_per_call"], m["s0"], m["s1"]),
+        "latency_rate": latency_rate,
         "rates9": rates,
         "process": process,
         "costs": costs,

@@ -5,15 +5,24 @@ rows of the same run; docs/capacity.md states the model in words. The formulas:
 
 * **One consumer process (row 2)** runs two threads under one interpreter lock: the reader (read a
   batch, fetch its streams, reconcile) and the applier (the ledger transaction, acknowledgements).
-  Their waits on Redis and PostgreSQL overlap, their Python does not, so the time per call is
-  ``max(reader CPU + applier CPU + other CPU, reader wall, applier wall)``, each measured per call
-  by timing the consumer's steps one batch at a time.
+  Their Python does not overlap, and their waits overlap only in part: a drain keeps its process on
+  a CPU for a share ``u`` (its *drain efficiency*, < 1) of its wall time, the rest lost to moments
+  when both threads wait (at once on Redis and PostgreSQL, or on the lock's hand-over, or for a
+  CPU held by other work), and the hand-overs cost CPU too: a drain spends a factor ``k`` more CPU
+  per call than its steps do one batch at a time. So the time per call is ``k x CPU / u``: the CPU
+  per call measured by timing the consumer's steps one batch at a time over the workload's calls,
+  ``u`` and ``k`` by a drain of other calls of the same mix (its CPU over its wall; its CPU per
+  call over the steps' moved to its calls' frames). A thread whose waits
+  outlast the other's work lowers ``u``, so the threads' own walls are not a separate bound (timed
+  one batch at a time they also hold waits for a CPU, which ``u`` already counts).
 * **Two processes on a machine (row 9)**: each is bound as above, and together they, PostgreSQL
   and Redis share the cores that other work leaves free: ``min(n / t, free cores / (consumer +
   PostgreSQL + Redis CPU per call))``.
 * **Settle latency at half load (row 4)**: the consumer is a self-clocked batch server. A poll
   reads what arrived while the last one ran (at most ``batch_size`` entries; it blocks only when
-  nothing did) and takes ``s0 + s1 x entries`` times a noise factor drawn from the measured polls.
+  nothing did) and takes ``s0 + s1 x entries`` times a noise factor drawn from the measured polls
+  (the line fitted by least squares to polls of calls written whole, as row 4 writes them, at
+  several batch sizes; the factor is each poll's time over the line's).
   A close waits for the poll running when it arrived, then for its own poll. ``simulate_latency``
   plays that queue with the benchmark's arrivals (every call written whole at its scheduled
   instant) and gives every close's latency.
@@ -39,14 +48,30 @@ class ProcessCosts:
     applier_cpu: float
     applier_wall: float
     other_cpu: float  # the process's CPU outside the timed steps
+    # The share of a pipelined drain's wall time its process is on a CPU (process CPU / wall of a
+    # drain): 1 if every wait hid behind the other thread's work; below 1 by what did not.
+    drain_efficiency: float = 1.0
+    # A drain's CPU per call over the steps' timed one batch at a time (the same calls): what the
+    # two threads' hand-overs of the lock cost in CPU (switches, caches on another core).
+    drain_cpu_factor: float = 1.0
 
     @property
     def cpu(self) -> float:
+        """CPU per call of the steps, one batch at a time."""
         return self.reader_cpu + self.applier_cpu + self.other_cpu
 
+    @property
+    def drain_cpu(self) -> float:
+        """CPU per call of a pipelined drain."""
+        return self.cpu * self.drain_cpu_factor
+
     def seconds_per_call(self) -> float:
-        """The pipelined drain: the lock serialises CPU, the waits overlap."""
-        return max(self.cpu, self.reader_wall, self.applier_wall)
+        """The pipelined drain: the lock serialises CPU, which keeps the process busy only a share
+        ``drain_efficiency`` of the time (the walls are kept for the notes, not a bound: see the
+        module docstring)."""
+        if not 0 < self.drain_efficiency <= 1:
+            raise ValueError(f"drain efficiency {self.drain_efficiency} is not in (0, 1]")
+        return self.drain_cpu / self.drain_efficiency
 
     def with_frames(
         self, per_frame_cpu: float, frames_from: float, frames_to: float
@@ -60,6 +85,8 @@ class ProcessCosts:
             self.applier_cpu,
             self.applier_wall,
             self.other_cpu,
+            self.drain_efficiency,
+            self.drain_cpu_factor,
         )
 
 
@@ -81,23 +108,19 @@ def calls_per_s_many(
 ) -> float:
     """``processes`` consumer processes sharing ``free_cores`` with the servers."""
     alone = processes / costs.seconds_per_call()
-    shared = free_cores / (costs.cpu + server_cpu_per_call)
+    shared = free_cores / (costs.drain_cpu + server_cpu_per_call)
     return min(alone, shared)
 
 
-def poll_cost(
-    entries_a: float, wall_a: float, entries_b: float, wall_b: float
-) -> tuple[float, float]:
-    """``(s0, s1)`` of a poll's wall time ``s0 + s1 x entries``, from the mean poll of two runs
-    at different batch sizes; neither is below 0 (noise can tilt the line past either axis)."""
-    if entries_a == entries_b:
-        return 0.0, wall_a / entries_a
-    s1 = (wall_a - wall_b) / (entries_a - entries_b)
-    s0 = wall_b - s1 * entries_b
-    if s0 < 0:
-        return 0.0, (wall_a + wall_b) / (entries_a + entries_b)
+def poll_line(polls: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """``(s0, s1)`` of a poll's wall time ``s0 + s1 x entries``: least squares over measured
+    ``(entries, seconds)`` polls; neither is below 0 (noise can tilt the line past either axis:
+    then the line is through the origin, or flat at the mean)."""
+    s0, s1 = fit_line([n for n, _ in polls], [w for _, w in polls])
     if s1 < 0:
-        return (wall_a + wall_b) / 2, 0.0
+        return sum(w for _, w in polls) / len(polls), 0.0
+    if s0 < 0:
+        return 0.0, sum(w for _, w in polls) / sum(n for n, _ in polls)
     return s0, s1
 
 
@@ -244,7 +267,7 @@ def size(costs: UnitCosts, calls_per_s: float, frames: float, a: Assumptions) ->
     return Sizing(
         calls_per_s=calls_per_s,
         frames=frames,
-        worker_cpu_per_call=process.cpu,
+        worker_cpu_per_call=process.drain_cpu,
         per_process_calls_per_s=per_process,
         processes=processes,
         partitions=partitions,

@@ -512,7 +512,7 @@ def _unit_costs(m: dict[str, Any], costs: Any) -> list[str]:
     gateway_per = max(1, m["calls"])
     closes = m["closes_a"]
     return [
-        f"unit costs, phase A ({m['closes_a']:,} closes, {m['polls_a']} polls of "
+        f"unit costs, phase A (row 2's {m['closes_a']:,} closed calls, {m['polls_a']} polls of "
         f"{m['entries_a']:.0f} entries, Consumer.poll one batch at a time, {m['seconds_a']:.2f} s): "
         f"consumer per closed call ({m['frames_per_close']:.0f} frame entries each): reader "
         f"{p.reader_cpu * ms:.3f} ms CPU ({p.reader_wall * ms:.3f} ms wall), applier "
@@ -570,16 +570,18 @@ def capacity(ctx: Context) -> list[Row]:
     p = f["process"]
     (one, one_bg), (two, two_bg) = f["rates9"]["one"], f["rates9"]["two"]
     model_notes = [
-        f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = max(CPU "
-        f"{p.cpu * 1000:.3f} ms, reader wall {p.reader_wall * 1000:.3f} ms, applier wall "
-        f"{p.applier_wall * 1000:.3f} ms) (two threads, one interpreter lock: CPU adds up, waits "
-        f"overlap), phase A's costs moved to the workload's {f['frames']:.0f} frame entries per "
-        f"closed call (phase A's closes had {m['frames_per_close']:.0f}) at the CPU per frame",
-        f"row 4: poll = s0 {m['s0'] * 1000:.2f} ms + s1 {m['s1'] * 1000:.3f} ms per entry (mean "
-        f"polls of phase A, {m['entries_a']:.0f} entries in {m['wall_a'] * 1000:.1f} ms, and of "
-        f"phase B, {m['polls_b']} polls of {m['entries_b']:.1f} entries in "
-        f"{m['wall_b'] * 1000:.1f} ms) x a factor drawn from phase B's polls around that line; "
-        f"the queue played at row 4's {latency['rate']:,.0f} calls/s, "
+        f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = drain CPU factor "
+        f"{p.drain_cpu_factor:.3f} x CPU {p.cpu * 1000:.3f} ms / drain efficiency "
+        f"{p.drain_efficiency:.3f} (two threads, one interpreter lock: CPU adds up, waits overlap "
+        f"in part); both from phase C, a drain of {m['calls_c']:,} other closed calls of the same "
+        f"mix ({m['frames_c']:.0f} frame entries each): {m['cpu_c']:.2f} s of process CPU in "
+        f"{m['seconds_c']:.2f} s, {m['drain_cpu_c'] * 1000:.3f} ms per call against phase A's "
+        f"{m['serial_cpu_c'] * 1000:.3f} ms at those frames",
+        f"row 4: poll = s0 {m['s0'] * 1000:.2f} ms + s1 {m['s1'] * 1000:.3f} ms per entry (least "
+        f"squares over phase B's {m['polls_b']} polls, {m['calls_b']:,} other calls of the same "
+        f"mix written whole as row 4 writes them, batches of {m['entries_b']:.1f} entries in "
+        f"{m['wall_b'] * 1000:.1f} ms on average) x a factor drawn from those polls around that "
+        f"line; the queue played at row 4's {f['latency_rate']:,.0f} calls/s (as published), "
         f"{m['notes_per_call']:.2f} notifications per call, batches of at most "
         f"{latency['batch_size']}: {f['fixed_point_entries']:.0f} entries per poll at the fixed "
         f"point, p50 {f['latency_p50_ms']:,.0f} ms (row 4: {latency['p50_ms']:,.0f} ms)",

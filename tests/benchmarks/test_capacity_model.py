@@ -42,31 +42,65 @@ def test_fit_line_of_one_x_is_flat_at_the_mean() -> None:
 
 
 @quick
-@given(s0=st.floats(0, 0.1), s1=st.floats(0, 0.01), na=st.integers(20, 400), nb=st.integers(1, 19))
-def test_poll_cost_recovers_a_line_from_two_mean_polls(
-    s0: float, s1: float, na: int, nb: int
+@given(
+    s0=st.floats(0, 0.1),
+    s1=st.floats(0, 0.01),
+    sizes=st.lists(st.integers(1, 200), min_size=2, unique=True),
+)
+def test_poll_line_recovers_the_line_its_polls_lie_on(
+    s0: float, s1: float, sizes: list[int]
 ) -> None:
-    got0, got1 = model.poll_cost(na, s0 + s1 * na, nb, s0 + s1 * nb)
+    got0, got1 = model.poll_line([(float(n), s0 + s1 * n) for n in sizes])
     assert got0 == pytest.approx(s0, abs=1e-9)
     assert got1 == pytest.approx(s1, abs=1e-9)
 
 
-def test_poll_cost_never_goes_below_zero() -> None:
-    s0, s1 = model.poll_cost(200, 0.1, 16, 0.2)  # the bigger batch faster: noise
-    assert s0 >= 0 and s1 >= 0
-    s0, s1 = model.poll_cost(200, 0.2, 16, 0.001)  # the line crosses below the origin
-    assert s0 >= 0 and s1 >= 0
+def test_poll_line_by_hand() -> None:
+    # Polls of 4, 8 and 16 entries taking 6, 10 and 16 ms: x̄ = 28/3, ȳ = 32/3 ms,
+    # Sxy = 184/3 ms, Sxx = 224/3: s1 = 23/28 ms per entry, s0 = 32/3 - 23/28 x 28/3 = 3 ms.
+    s0, s1 = model.poll_line([(4.0, 0.006), (8.0, 0.010), (16.0, 0.016)])
+    assert s1 == pytest.approx(0.023 / 28)
+    assert s0 == pytest.approx(0.003)
 
 
-def costs(reader_cpu: float, reader_wall: float, applier_cpu: float, applier_wall: float):
-    return model.ProcessCosts(reader_cpu, reader_wall, applier_cpu, applier_wall, 0.0)
+def test_poll_line_never_goes_below_zero() -> None:
+    # The bigger polls faster (noise): flat at the mean poll.
+    assert model.poll_line([(4.0, 0.2), (64.0, 0.1)]) == pytest.approx((0.15, 0.0))
+    # The line crosses below the origin: through the origin at the total time per entry.
+    assert model.poll_line([(4.0, 0.001), (64.0, 0.2)]) == pytest.approx((0.0, 0.201 / 68))
 
 
-def test_one_process_is_bound_by_its_cpu_or_by_its_slowest_thread() -> None:
-    # CPU adds up across the two threads (one interpreter lock)...
+def costs(
+    reader_cpu: float,
+    reader_wall: float,
+    applier_cpu: float,
+    applier_wall: float,
+    efficiency: float = 1.0,
+):
+    return model.ProcessCosts(reader_cpu, reader_wall, applier_cpu, applier_wall, 0.0, efficiency)
+
+
+def test_one_process_adds_up_the_cpu_of_its_two_threads() -> None:
+    # CPU adds up across the two threads (one interpreter lock), however long each one's wall.
     assert costs(1.0, 1.5, 1.0, 1.5).seconds_per_call() == 2.0
-    # ...unless one thread waits longer than both compute.
-    assert costs(0.2, 0.3, 0.3, 5.0).seconds_per_call() == 5.0
+    assert costs(0.2, 0.3, 0.3, 5.0).seconds_per_call() == 0.5
+
+
+def test_a_drain_busy_part_of_its_time_takes_its_cpu_over_that_share() -> None:
+    # 0.6 + 0.3 ms of CPU, the process on a CPU 90 % of a drain: 1 ms a call.
+    assert costs(0.6, 0.7, 0.3, 0.5, 0.9).seconds_per_call() == pytest.approx(1.0)
+    # A slow thread shows in the efficiency a drain measures, not in its own wall: 2 ms of reader
+    # wall timed one batch at a time leave 0.9 ms / 0.9 as it was.
+    assert costs(0.6, 2.0, 0.3, 0.5, 0.9).seconds_per_call() == pytest.approx(1.0)
+    # A drain spending 1.25 times its steps' CPU: 0.9 ms x 1.25 / 0.9 = 1.25 ms a call.
+    drain = model.ProcessCosts(0.6, 0.7, 0.3, 0.5, 0.0, 0.9, 1.25)
+    assert drain.drain_cpu == pytest.approx(0.9 * 1.25)
+    assert drain.seconds_per_call() == pytest.approx(1.25)
+    assert drain.with_frames(0.001, 100, 200).drain_cpu == pytest.approx(1.0 * 1.25)
+    # Moving the frames keeps the efficiency.
+    assert costs(0.6, 0.7, 0.3, 0.5, 0.9).with_frames(0.001, 100, 190).drain_efficiency == 0.9
+    with pytest.raises(ValueError):
+        costs(0.6, 0.7, 0.3, 0.5, 0.0).seconds_per_call()
 
 
 def test_more_frames_add_their_cpu_to_the_reader() -> None:
@@ -81,6 +115,17 @@ def test_several_processes_share_the_free_cores_with_the_servers() -> None:
     assert model.calls_per_s_many(one, 2, 10.0, 0.0) == pytest.approx(2000)
     # 1.5 free cores, 1 ms + 0.5 ms of servers per call: 1,000 calls/s in all.
     assert model.calls_per_s_many(one, 2, 1.5, 0.0005) == pytest.approx(1000)
+    # At 80 % drain efficiency one process alone makes 800 calls/s, two 1,600 with cores to spare;
+    # the cores bound them by CPU, which the efficiency does not change.
+    slow = costs(0.001, 0.001, 0.0, 0.0, 0.8)
+    assert model.calls_per_s_many(slow, 1, 10.0, 0.0005) == pytest.approx(800)
+    assert model.calls_per_s_many(slow, 2, 10.0, 0.0005) == pytest.approx(1600)
+    assert model.calls_per_s_many(slow, 2, 1.5, 0.0005) == pytest.approx(1000)
+    # A drain burning 1.5 times its steps' CPU: 1.5 ms a call, 667 calls/s alone; on 1.5 free
+    # cores with 0.5 ms of servers, 1.5 / 2 ms = 750 calls/s for two.
+    heavy = model.ProcessCosts(0.001, 0.001, 0.0, 0.0, 0.0, 1.0, 1.5)
+    assert model.calls_per_s_many(heavy, 1, 10.0, 0.0005) == pytest.approx(1000 / 1.5)
+    assert model.calls_per_s_many(heavy, 2, 1.5, 0.0005) == pytest.approx(750)
 
 
 def test_a_lone_call_waits_for_exactly_its_own_poll() -> None:
@@ -151,6 +196,16 @@ def test_sizing_counts_processes_at_half_load_and_caps_partitions() -> None:
     assert big.redis_shards == math.ceil(1_000_000 * 0.0001 / a.redis_core_load)
     assert big.pg_wal_mbytes_per_s == pytest.approx(5000.0)
     assert big.redis_memory_per_call == 1000 + 400 * 100
+
+
+def test_sizing_runs_a_process_at_half_its_drain_rate() -> None:
+    a = model.Assumptions()
+    # 1 ms of CPU per call at 50 % drain efficiency: 500 calls/s a process, 250 at half load.
+    slow = unit_costs(process=costs(0.0005, 0.0006, 0.0005, 0.0007, 0.5))
+    sized = model.size(slow, 10_000, 100, a)
+    assert sized.per_process_calls_per_s == pytest.approx(250)
+    assert sized.processes == 40
+    assert sized.worker_cpu_per_call == pytest.approx(0.001)
 
 
 def test_sizing_moves_the_reader_cpu_with_the_frames() -> None:

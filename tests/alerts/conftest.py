@@ -20,18 +20,24 @@ class Receiver:
         self.bodies: list[dict] = []
         self.paths: list[str] = []
         self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        self.in_flight = 0
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 mode = receiver.mode
+                with receiver.lock:
+                    receiver.in_flight += 1
                 if mode == "slow":
                     time.sleep(1.5)
                 with receiver.lock:
                     receiver.paths.append(self.path)
                     if mode != "fail":
                         receiver.bodies.append(orjson.loads(body))
+                    receiver.in_flight -= 1
+                    receiver.idle.notify_all()
                 try:
                     self.send_response(500 if mode == "fail" else 200)
                     self.send_header("Content-Length", "2")
@@ -47,6 +53,13 @@ class Receiver:
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Wait until no request is being answered (a ``slow`` answer goes on after the client
+        gave up on it, and records its body when it ends)."""
+        with self.idle:
+            if not self.idle.wait_for(lambda: self.in_flight == 0, timeout):
+                raise TimeoutError(f"{self.in_flight} requests still being answered")
 
     @property
     def url(self) -> str:

@@ -308,18 +308,9 @@ def _rolled_calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], d
             continue  # every call of this state moved on: not a call of the window
         values = found.setdefault(_key(row, keys), dict.fromkeys(CALL_FIGURES, 0))
         status, reason, action = row["status"], row["reason"], row["action"]
-        values["calls"] += n
-        values["streamed"] += int(row["streamed"])
+        _count_calls(values, status, n, int(row["streamed"]), int(row["reserved"]))
         if row["usage_source"] == "estimated":
             values["settled_estimated"] += n
-        if status == "settled":
-            values["settled"] += n
-        elif status == "voided":
-            values["void"] += n
-        elif status == "held":
-            values["pending"] += n
-        if status in STILL_HELD:
-            values["still_held"] += int(row["reserved"])
         if reason:
             if reason not in REASONS:  # a reason with no column would drop calls silently
                 raise ValueError(f"failure reason {reason!r} has no report column")
@@ -334,6 +325,21 @@ def _rolled_calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], d
     return found
 
 
+def _count_calls(values: dict[str, int], status: str, n: int, streamed: int, reserved: int) -> None:
+    """Add ``n`` calls in ``status`` (``streamed`` of them streamed, ``reserved`` their holds) to a
+    key's figures: the one mapping of statuses to the report's columns, for both paths."""
+    values["calls"] += n
+    values["streamed"] += streamed
+    if status == "settled":
+        values["settled"] += n
+    elif status == "voided":
+        values["void"] += n
+    elif status == "held":
+        values["pending"] += n
+    if status in STILL_HELD:
+        values["still_held"] += reserved
+
+
 def _exact_calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], dict[str, int]]:
     keys = grain(spec)
     dialect = conn.dialect.name
@@ -341,17 +347,8 @@ def _exact_calls(conn: Connection, spec: ReportSpec) -> dict[tuple[str, ...], di
     for row in conn.execute(calls_statement(spec, dialect)).mappings():
         values = found.setdefault(_key(row, keys), dict.fromkeys(CALL_FIGURES, 0))
         n, status = int(row["calls"]), row["status"]
-        values["calls"] += n
-        values["streamed"] += int(row["streamed"])
+        _count_calls(values, status, n, int(row["streamed"]), int(row["reserved"] or 0))
         values["settled_estimated"] += int(row["settled_estimated"])
-        if status == "settled":
-            values["settled"] += n
-        elif status == "voided":
-            values["void"] += n
-        elif status == "held":
-            values["pending"] += n
-        if status in STILL_HELD:
-            values["still_held"] += int(row["reserved"] or 0)
     for row in conn.execute(failures_statement(spec, dialect)).mappings():
         # Every failure's call is in the calls pass (same window, same snapshot).
         values = found.setdefault(_key(row, keys), dict.fromkeys(CALL_FIGURES, 0))

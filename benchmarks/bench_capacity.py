@@ -14,8 +14,9 @@ counts its own commands and bytes (``harness.traffic``), then measured in three 
   touching its relations, and their transactions' commit records; without the extension, the
   server's LSN difference, everyone's WAL) and its CPU (``/proc``).
 * **B**, other calls of the same mix (another seed) written whole, as row 4's publisher writes
-  them, then polled at ``SMALL_BATCHES`` entries in turn: the poll's cost line ``s0 + s1 x
-  entries`` (least squares) and the spread of single polls around it (the noise of row 4's queue).
+  them, then polled at ``SMALL_BATCHES`` entries in turn: the poll's cost by size
+  (``PollCost``; the least-squares line ``s0 + s1 x entries`` is kept for comparison) and the
+  spread of single polls around it (the noise of row 4's queue).
 * **C**, other calls of the same mix (a third seed) written as row 2's are and drained as row 2
   drains them (``Consumer.drain``, two threads): the share of its wall time the process was on a
   CPU (process CPU / wall), the drain efficiency, and its CPU per call against phase A's (moved to
@@ -376,7 +377,8 @@ def measure(count: int) -> dict[str, Any]:
     entries_a = sum(n for n, _ in polls_a) / max(1, len(polls_a))
     wall_a = sum(w for _, w in polls_a) / max(1, len(polls_a))
     s0, s1 = model.poll_line([(float(n), w) for n, w in polls_b])
-    noise = [w / (s0 + s1 * n) for n, w in polls_b if s0 + s1 * n > 0] or [1.0]
+    cost = model.PollCost.of([(float(n), w) for n, w in polls_b])
+    noise = [w / cost(n) for n, w in polls_b if cost(n) > 0] or [1.0]
     calls_total = max(1, shape.calls)
     return {
         "calls": shape.calls,
@@ -423,6 +425,7 @@ def measure(count: int) -> dict[str, Any]:
         "s0": s0,
         "s1": s1,
         "noise": noise,
+        "poll_cost": cost,
         "calls_c": shape_c.closed,
         "seconds_c": drained_c.seconds,
         "cpu_c": cpu_c,
@@ -476,8 +479,7 @@ def predict(
         rate=latency_rate,
         calls=latency["calls"],
         notes_per_call=m["notes_per_call"],
-        s0=m["s0"],
-        s1=m["s1"],
+        cost=m["poll_cost"],
         noise=m["noise"],
         batch_size=latency["batch_size"],
     )
@@ -505,18 +507,12 @@ def predict(
         "per_call_s": per_call,
         "frames": frames,
         "latency_p50_ms": model.percentile(simulated, 0.5) * 1000,
-        "fixed_point_entries": _fixed_point(latency_rate * m["notes_per_call"], m["s0"], m["s1"]),
+        "fixed_point_entries": m["poll_cost"].fixed_point(latency_rate * m["notes_per_call"]),
         "latency_rate": latency_rate,
         "rates9": rates,
         "process": process,
         "costs": costs,
     }
-
-
-def _fixed_point(entries_per_s: float, s0: float, s1: float) -> float:
-    """Entries per poll when each poll reads what arrived during the last: n = λ (s0 + s1 n)."""
-    load = entries_per_s * s1
-    return entries_per_s * s0 / (1 - load) if load < 1 else float("inf")
 
 
 def run(

@@ -20,9 +20,9 @@ rows of the same run; docs/capacity.md states the model in words. The formulas:
   PostgreSQL + Redis CPU per call))``.
 * **Settle latency at half load (row 4)**: the consumer is a self-clocked batch server. A poll
   reads what arrived while the last one ran (at most ``batch_size`` entries; it blocks only when
-  nothing did) and takes ``s0 + s1 x entries`` times a noise factor drawn from the measured polls
-  (the line fitted by least squares to polls of calls written whole, as row 4 writes them, at
-  several batch sizes; the factor is each poll's time over the line's).
+  nothing did) and takes ``cost(entries)`` times a noise factor drawn from the measured polls
+  (``PollCost``: the mean wall of polls of calls written whole, as row 4 writes them, at each of
+  several batch sizes, straight between them; the factor is each poll's time over the curve's).
   A close waits for the poll running when it arrived, then for its own poll. ``simulate_latency``
   plays that queue with the benchmark's arrivals (every call written whole at its scheduled
   instant) and gives every close's latency.
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 # A prediction within this fraction of the measured figure passes.
@@ -124,19 +124,64 @@ def poll_line(polls: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return s0, s1
 
 
+@dataclass(frozen=True)
+class PollCost:
+    """A poll's wall seconds by the entries it read, from measured polls: the mean wall of the polls
+    of each size, straight between sizes, and past the largest (or below the smallest) along the
+    nearest segment, never below 0. A poll has a fixed cost that one line over every size tilts:
+    fitted over 4 to 64 entries it overstates the small polls row 4 runs at."""
+
+    sizes: tuple[float, ...]
+    seconds: tuple[float, ...]
+
+    @classmethod
+    def of(cls, polls: Sequence[tuple[float, float]]) -> PollCost:
+        """From measured ``(entries, seconds)`` polls (at least one)."""
+        if not polls:
+            raise ValueError("no measured polls")
+        walls: dict[float, list[float]] = {}
+        for n, w in polls:
+            walls.setdefault(float(n), []).append(w)
+        sizes = tuple(sorted(walls))
+        return cls(sizes, tuple(sum(walls[n]) / len(walls[n]) for n in sizes))
+
+    def __call__(self, entries: float) -> float:
+        xs, ys = self.sizes, self.seconds
+        if len(xs) == 1:
+            return ys[0]
+        i = 1
+        while i < len(xs) - 1 and entries > xs[i]:
+            i += 1
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return max(0.0, y0 + (y1 - y0) * (entries - x0) / (x1 - x0))
+
+    def fixed_point(self, entries_per_s: float, limit: float = 1e6) -> float:
+        """Entries per poll when each poll reads what arrived during the last: n = λ cost(n)
+        (iterated from the smallest poll; inf when it does not settle below ``limit``)."""
+        n = entries_per_s * self(self.sizes[0])
+        for _ in range(10_000):
+            following = entries_per_s * self(n)
+            if following > limit:
+                break
+            if abs(following - n) <= 1e-9 * max(1.0, n):
+                return following
+            n = following
+        return float("inf")
+
+
 def simulate_latency(
     *,
     rate: float,
     calls: int,
     notes_per_call: float,
-    s0: float,
-    s1: float,
+    cost: Callable[[float], float],
     noise: Sequence[float],
     batch_size: int,
     seed: int = 1,
 ) -> list[float]:
     """Seconds from each call's write to the end of the poll that commits it. Call ``i`` is
-    written whole (its notifications together) at ``i / rate``."""
+    written whole (its notifications together) at ``i / rate``; a poll of ``n`` entries takes
+    ``cost(n)`` times a factor drawn from ``noise``."""
     if not noise:
         raise ValueError("no measured polls to draw the noise from")
     rng = random.Random(seed)
@@ -149,7 +194,7 @@ def simulate_latency(
         last = first
         while last < calls and last / rate <= now and last - first < per_poll:
             last += 1
-        now += (s0 + s1 * (last - first) * notes_per_call) * rng.choice(noise)
+        now += cost((last - first) * notes_per_call) * rng.choice(noise)
         latencies.extend(now - number / rate for number in range(first, last))
         first = last
     return latencies

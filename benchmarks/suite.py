@@ -569,6 +569,11 @@ def capacity(ctx: Context) -> list[Row]:
     row2, row4, row9 = f["checks"]
     p = f["process"]
     (one, one_bg), (two, two_bg) = f["rates9"]["one"], f["rates9"]["two"]
+    polls = m["poll_cost"]
+    curve = ", ".join(
+        f"{n:.0f} entries {w * 1000:.1f} ms"
+        for n, w in zip(polls.sizes, polls.seconds, strict=True)
+    )
     model_notes = [
         f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = drain CPU factor "
         f"{p.drain_cpu_factor:.3f} x CPU {p.cpu * 1000:.3f} ms / drain efficiency "
@@ -577,11 +582,13 @@ def capacity(ctx: Context) -> list[Row]:
         f"mix ({m['frames_c']:.0f} frame entries each): {m['cpu_c']:.2f} s of process CPU in "
         f"{m['seconds_c']:.2f} s, {m['drain_cpu_c'] * 1000:.3f} ms per call against phase A's "
         f"{m['serial_cpu_c'] * 1000:.3f} ms at those frames",
-        f"row 4: poll = s0 {m['s0'] * 1000:.2f} ms + s1 {m['s1'] * 1000:.3f} ms per entry (least "
-        f"squares over phase B's {m['polls_b']} polls, {m['calls_b']:,} other calls of the same "
-        f"mix written whole as row 4 writes them, batches of {m['entries_b']:.1f} entries in "
+        f"row 4: a poll's wall by the entries it read, the mean of phase B's polls of each size, "
+        f"straight between sizes ({curve}; one line over them all would be s0 "
+        f"{m['s0'] * 1000:.2f} ms + s1 {m['s1'] * 1000:.3f} ms per entry, which overstates the "
+        f"small polls) from {m['polls_b']} polls of {m['calls_b']:,} other calls of the same "
+        f"mix written whole as row 4 writes them (batches of {m['entries_b']:.1f} entries in "
         f"{m['wall_b'] * 1000:.1f} ms on average) x a factor drawn from those polls around that "
-        f"line; the queue played at row 4's {f['latency_rate']:,.0f} calls/s (as published), "
+        f"curve; the queue played at row 4's {f['latency_rate']:,.0f} calls/s (as published), "
         f"{m['notes_per_call']:.2f} notifications per call, batches of at most "
         f"{latency['batch_size']}: {f['fixed_point_entries']:.0f} entries per poll at the fixed "
         f"point, p50 {f['latency_p50_ms']:,.0f} ms (row 4: {latency['p50_ms']:,.0f} ms)",

@@ -131,8 +131,9 @@ def test_several_processes_share_the_free_cores_with_the_servers() -> None:
 def test_a_lone_call_waits_for_exactly_its_own_poll() -> None:
     # Calls a second apart, polls of 10 ms: each blocked read returns at its call and takes 10 ms.
     latencies = model.simulate_latency(
-        rate=1.0, calls=5, notes_per_call=2, s0=0.004, s1=0.003, noise=[1.0], batch_size=200
-    )
+        rate=1.0, calls=5, notes_per_call=2, cost=lambda n: 0.004 + 0.003 * n, noise=[1.0],
+        batch_size=200,
+    )  # fmt: skip
     assert latencies == pytest.approx([0.010] * 5)
 
 
@@ -140,20 +141,43 @@ def test_a_backlog_is_read_in_batches_of_at_most_batch_size() -> None:
     # Six calls a picosecond apart, 1 s a poll. The blocked first read returns with the first call
     # alone; the other five are there when it ends, read two per batch (4 entries, 2 each).
     latencies = model.simulate_latency(
-        rate=1e12, calls=6, notes_per_call=2, s0=1.0, s1=0.0, noise=[1.0], batch_size=4
+        rate=1e12, calls=6, notes_per_call=2, cost=lambda n: 1.0, noise=[1.0], batch_size=4
     )
     assert latencies == pytest.approx([1, 2, 2, 3, 3, 4], abs=1e-6)
 
 
 def test_slower_polls_never_shorten_the_tail() -> None:
-    common = dict(rate=400.0, calls=4000, notes_per_call=2, s0=0.005, batch_size=200, seed=3)
+    common = dict(rate=400.0, calls=4000, notes_per_call=2, batch_size=200, seed=3)
     noise = [0.5, 1.0, 1.0, 3.0]
     tails = [
-        model.percentile(model.simulate_latency(s1=s1, noise=noise, **common), 0.99)
+        model.percentile(
+            model.simulate_latency(cost=lambda n, s1=s1: 0.005 + s1 * n, noise=noise, **common),
+            0.99,
+        )
         for s1 in (0.0002, 0.0005, 0.001)
     ]
     assert tails == sorted(tails)
     assert tails[0] >= 0.005
+
+
+def test_poll_cost_by_hand() -> None:
+    # Sizes 4 (two polls: 10 and 14 ms, mean 12), 8 (14 ms) and 16 (20 ms).
+    cost = model.PollCost.of([(4, 0.010), (8, 0.014), (4, 0.014), (16, 0.020)])
+    assert cost.sizes == (4.0, 8.0, 16.0)
+    assert cost(4) == pytest.approx(0.012)
+    assert cost(6) == pytest.approx(0.013)  # halfway between 12 and 14 ms
+    assert cost(12) == pytest.approx(0.017)  # halfway between 14 and 20 ms
+    assert cost(32) == pytest.approx(0.032)  # the last segment's 0.75 ms per entry, on
+    assert cost(0) == pytest.approx(0.010)  # the first segment's 0.5 ms per entry, back
+    assert model.PollCost.of([(4, 0.010)])(100) == pytest.approx(0.010)  # one size: flat
+
+
+def test_poll_cost_fixed_point_by_hand() -> None:
+    # cost(n) = 10 ms + 0.5 ms x n (sizes 4 and 8); at 1,000 entries/s, n = 10 + 0.5 n: n = 20.
+    cost = model.PollCost.of([(4, 0.012), (8, 0.014)])
+    assert cost.fixed_point(1000.0) == pytest.approx(20.0, rel=1e-6)
+    # At 2,000 entries/s each poll reads more than the last: it never settles.
+    assert cost.fixed_point(2000.0) == float("inf")
 
 
 def test_a_check_passes_within_twenty_percent_either_way() -> None:

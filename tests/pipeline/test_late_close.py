@@ -13,14 +13,14 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from models import AlertEvent, Anomaly, Failure, Reservation, Transaction
-from worker.config import Settings
+from models import AlertEvent, Failure, Reservation, Transaction
 from worker.ledger.balances import balance
 from worker.pipeline.sweeper import Sweeper
 from worker.reports.query import verify_calls
 
-from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import drain, frames, meta, play, status
+from .test_no_close import kinds, settings  # noqa: F401 (settings: the same fixture)
+from .test_no_close import unfinished as cut
 
 
 @pytest.fixture(autouse=True)
@@ -31,13 +31,6 @@ def rollup_ties_out(sessions: sessionmaker[Session], account: str):
     with sessions() as session:
         _, differences = verify_calls(session.connection())
     assert [d for d in differences if account in d.key] == []
-
-
-@pytest.fixture
-def settings(prefix: str) -> Settings:
-    return Settings(
-        hash_salt=FINGERPRINT_KEY, prefix=prefix, batch_size=50, sweep_idle_ms=0, grace_seconds=3600
-    )
 
 
 def failure(sessions: sessionmaker[Session], request_id: str) -> tuple[str, str | None]:
@@ -56,17 +49,6 @@ def failure(sessions: sessionmaker[Session], request_id: str) -> tuple[str, str 
     return reason, event
 
 
-def kinds(sessions: sessionmaker[Session], request_id: str) -> set[str]:
-    with sessions() as s:
-        return set(
-            s.scalars(
-                select(Anomaly.kind)
-                .join(Reservation, Reservation.id == Anomaly.reservation_id)
-                .where(Reservation.request_id == request_id)
-            )
-        )
-
-
 def transactions(sessions: sessionmaker[Session], request_id: str) -> list[str]:
     with sessions() as s:
         return sorted(
@@ -76,11 +58,6 @@ def transactions(sessions: sessionmaker[Session], request_id: str) -> list[str]:
                 .where(Reservation.request_id == request_id)
             )
         )
-
-
-def cut() -> list[str]:
-    """What the sweeper read: the answer so far, no finish."""
-    return frames(finish=None, usage=False)
 
 
 def rest(usage: bool) -> list[str]:

@@ -7,12 +7,9 @@ backfill equals what the workers wrote.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-from conftest import create_pg_database, drop_pg_database
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select, update
@@ -21,6 +18,7 @@ from sqlalchemy.orm import Session
 from models import CallsDaily
 from reports.book import post, scenario
 from reports.test_exact import BASE, DAYS, _call, grouping, plan, whole_day_window
+from reports.test_rollup import fresh_url  # noqa: F401 (the fixture: a database at no revision)
 from worker.ledger.database import downgrade, make_engine, session_factory, upgrade
 from worker.reports import drift, providers
 from worker.reports.query import (
@@ -111,23 +109,11 @@ def test_verify_finds_a_damaged_row_and_rebuild_repairs_it(session: Session) -> 
 # --- the migration's backfill ---------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def fresh_url(
-    request: pytest.FixtureRequest, tmp_path: Path, pg_database_name: str
-) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'backfill.db'}"
-        return
-    name = f"{pg_database_name}_calls_backfill"
-    yield create_pg_database(name)
-    drop_pg_database(name)
-
-
 def _rows(conn) -> dict:
     return {tuple(row[:9]): tuple(row[9:]) for row in conn.execute(select(calls_daily)).all()}
 
 
-def test_upgrade_from_0013_backfills_the_call_rollup(fresh_url: str) -> None:
+def test_upgrade_from_0013_backfills_the_call_rollup(fresh_url: str) -> None:  # noqa: F811
     upgrade(fresh_url)
     engine = make_engine(fresh_url)
     try:

@@ -81,6 +81,15 @@ def call(base_url: str, account: str, scenario: str, stream: bool) -> None:
         assert scenario == "dropped"  # the client sees the broken body
 
 
+def sent_usage(reply) -> dict[str, int]:
+    """The usage block the upstream sent for one call: its body's, or its stream's last one."""
+    if reply.body is not None:
+        return reply.body["usage"]
+    return next(
+        f["usage"] for f in reversed(reply.frames) if isinstance(f, dict) and f.get("usage")
+    )
+
+
 def expected_charge(usage: dict[str, int]) -> int:
     price = load_price_book().price_for(MODEL, datetime.now(UTC), provider="openai")
     assert price is not None
@@ -130,16 +139,7 @@ def test_the_gateway_and_a_worker_settle_what_the_upstream_sent(
         ):
             assert (reply.scenario, reply.stream) == (scenario, stream)
             if status == "settled":
-                usage = (
-                    reply.body["usage"]
-                    if reply.body is not None
-                    else next(
-                        f["usage"]
-                        for f in reversed(reply.frames)
-                        if isinstance(f, dict) and f.get("usage")
-                    )
-                )
-                assert charge == expected_charge(usage), scenario
+                assert charge == expected_charge(sent_usage(reply)), scenario
         assert decided[0][2] == decided[1][2]  # the streamed call and its non-streamed twin
         with sessions() as s:
             assert ledger_is_balanced(s)
@@ -273,17 +273,8 @@ def test_calls_made_while_redis_is_stopped_are_spooled_and_settle_once(
         assert [(s.scenario, s.stream) for s in sent] == plays
         assert len({c.request_id for c in calls}) == len(plays)
         for ledger_call, reply in zip(calls, sent, strict=True):
-            usage = (
-                reply.body["usage"]
-                if reply.body is not None
-                else next(
-                    f["usage"]
-                    for f in reversed(reply.frames)
-                    if isinstance(f, dict) and f.get("usage")
-                )
-            )
             assert (ledger_call.status, ledger_call.usage_source) == ("settled", "reported")
-            assert ledger_call.charge_micros == oracle_charge(MINI_PRICES, usage)
+            assert ledger_call.charge_micros == oracle_charge(MINI_PRICES, sent_usage(reply))
         with sessions() as s:
             assert ledger_is_balanced(s)
         assert server.client(0).xlen(Keys(prefix).dead) == 0

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -137,14 +138,16 @@ def start_asgi(upstream: Upstream, redis_url: str) -> tuple[subprocess.Popen[byt
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def litellm_config(upstream: Upstream) -> str:
+def litellm_config(deployments: Iterable[tuple[str, str, str]]) -> str:
+    """A LiteLLM proxy config with the billing hook and one deployment per (model name, the
+    upstream's model, its api_base)."""
     lines = ["model_list:"]
-    for play in {p.scenario: p for p in MIX}.values():
+    for name, model, api_base in deployments:
         lines += [
-            f"  - model_name: {play.scenario}",
+            f"  - model_name: {name}",
             "    litellm_params:",
-            f"      model: openai/{play.model}",
-            f"      api_base: {upstream.scenario_url(play.scenario)}",
+            f"      model: openai/{model}",
+            f"      api_base: {api_base}",
             "      api_key: sk-upstream-unused",
         ]
     lines += [
@@ -159,7 +162,10 @@ def litellm_config(upstream: Upstream) -> str:
 def start_litellm(upstream: Upstream, redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     config = WORKDIR / "litellm.yaml"
-    config.write_text(litellm_config(upstream))
+    plays = {p.scenario: p for p in MIX}.values()
+    config.write_text(
+        litellm_config((p.scenario, p.model, upstream.scenario_url(p.scenario)) for p in plays)
+    )
     binary = Path(sys.executable).parent / "litellm"
     argv = [str(binary) if binary.exists() else shutil.which("litellm") or "litellm",
             "--config", str(config.resolve()), "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip

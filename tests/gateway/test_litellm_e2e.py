@@ -20,6 +20,7 @@ import pytest
 from pipeline.waiting import wait_for
 from sqlalchemy.orm import Session, sessionmaker
 
+from worker.demo_gateway import litellm_config
 from worker.ledger.database import make_engine
 from worker.localservers.redis_server import PrivateRedis
 
@@ -56,25 +57,6 @@ def price_toml() -> str:
         rows.append(f'model = "{model}"')
         rows += [f'{kind} = "{value}"' for kind, value in price.items()]
     return "\n".join(rows) + "\n"
-
-
-def proxy_config(upstream: Upstream) -> str:
-    lines = ["model_list:"]
-    for name, (model, scenario) in DEPLOYMENTS.items():
-        lines += [
-            f"  - model_name: {name}",
-            "    litellm_params:",
-            f"      model: openai/{model}",
-            f"      api_base: {upstream.scenario_url(scenario)}",
-            "      api_key: sk-upstream-unused",
-        ]
-    lines += [
-        "litellm_settings:",
-        "  callbacks: worker.gateway.litellm_hook.billing_hook",
-        "  num_retries: 0",
-        "  request_timeout: 20",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 class Stack:
@@ -123,7 +105,12 @@ def stack(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
     book = workdir / "prices.toml"
     book.write_text(price_toml())
     config = workdir / "config.yaml"
-    config.write_text(proxy_config(upstream))
+    config.write_text(
+        litellm_config(
+            (name, model, upstream.scenario_url(scenario))
+            for name, (model, scenario) in DEPLOYMENTS.items()
+        )
+    )
     env = {
         "REDIS_URL": redis_server.url(0),
         "CELERY_BROKER_URL": redis_server.url(1),

@@ -95,3 +95,32 @@ def test_openai_stream_one_event_per_chunk() -> None:
     assert splitter.feed(b'data: {"id":"c"}\n\n') == [b'data: {"id":"c"}\n\n']
     assert splitter.feed(b"data: [DONE]\n\n") == [b"data: [DONE]\n\n"]
     assert splitter.rest() == b""
+
+
+# LF line ends only (OpenAI's and most providers'), with runs of LFs: ``feed_joined``'s fast path.
+lf_bodies = st.lists(
+    st.sampled_from([b'data: {"a":1}', b"data: [DONE]", b"\n", b"\n\n", b"x"]), max_size=40
+).map(b"".join)
+
+
+@given(st.one_of(chunked(), lf_bodies.map(lambda body: (body, [body]))), st.data())
+def test_feed_joined_is_the_events_feed_returns_joined_and_counted(
+    case: tuple[bytes, list[bytes]], data: st.DataObject
+) -> None:
+    body, chunks = case
+    if len(chunks) == 1:  # an LF body: cut it here
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=12)))
+        chunks = [body[a:b] for a, b in itertools.pairwise([0, *cuts, len(body)])]
+    joined, plain = EventSplitter(), EventSplitter()
+    for chunk in chunks:
+        events = plain.feed(chunk)
+        assert joined.feed_joined(chunk) == (b"".join(events), len(events))
+    assert joined.rest() == plain.rest()
+
+
+def test_feed_joined_ends_at_the_last_blank_line_of_a_run_of_line_feeds() -> None:
+    # "a\n\n" is an event; the third LF starts the next one (the oracle's reading).
+    splitter = EventSplitter()
+    assert splitter.feed_joined(b"a\n\n\n") == (b"a\n\n", 1)
+    assert splitter.feed_joined(b"\nb\n\n") == (b"\n\nb\n\n", 2)
+    assert oracle(b"a\n\n\n\nb\n\n") == [b"a\n\n", b"\n\n", b"b\n\n"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import signal
 import socket
 import tempfile
 import threading
@@ -21,6 +22,7 @@ from redis.retry import Retry
 from worker.gateway.records import frame
 from worker.gateway.spool import spool_name
 from worker.gateway.tee import Tee, coalesce, wire
+from worker.localservers.redis_server import PrivateRedis
 from worker.pipeline.entries import decode_call
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import (
@@ -261,6 +263,42 @@ def test_a_full_queue_spools_never_drops_and_memory_stays_bounded(
     assert notes(redis_client, keys) == [
         (kind, rid.encode()) for rid in rids for kind in (b"open", b"close")
     ]
+
+
+def test_a_hung_redis_times_out_in_the_kernel_and_the_call_is_spooled(
+    redis_client: redis.Redis, prefix: str, spool_dir: Path, tmp_path: Path
+) -> None:
+    """The thread's socket is blocking with the client's timeout set in the kernel (no poll per
+    send and receive): a Redis that stops answering after the tee connected (SIGSTOP) still
+    fails the write within the timeout, and the call spools, to be replayed in full."""
+    keys = Keys(prefix)
+    server = PrivateRedis(tmp_path / "redis", appendonly=False)
+    server.start()
+    spooled = metric("billing_gateway_spooled_total")
+    client = redis.Redis(port=server.port, socket_timeout=0.3, retry=Retry(NoBackoff(), 0))
+    tee = Tee(client, keys, spool_dir=spool_dir, retry_seconds=0.05)
+    try:
+        publish(tee, "warm", frames=1)
+        assert tee.flush(timeout=10)
+        sock = tee._timed_socket
+        assert sock is not None and sock.gettimeout() is None
+        timeout = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)
+        assert timeout != bytes(len(timeout))  # the receive timeout is the kernel's
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGSTOP)
+        publish(tee, "h", frames=2)
+        assert not tee.flush(timeout=3)
+        assert metric("billing_gateway_spooled_total") > spooled
+    finally:
+        tee.stop(timeout=0)
+        if server.proc is not None:
+            server.proc.send_signal(signal.SIGCONT)
+        server.stop()
+    back = Tee(redis_client, keys, spool_dir=spool_dir)
+    assert back.flush(timeout=20)
+    back.stop()
+    assert notes(redis_client, keys) == [(b"open", b"h"), (b"close", b"h")]
+    assert shape(redis_client, keys, "h")[1][b"body"].count(b"data: ") == 3
 
 
 def test_a_replay_after_a_merged_live_write_appends_nothing(

@@ -14,6 +14,7 @@ import re
 # Atomic groups: a CRLF is one line end, never a CR line end followed by an empty LF line.
 _BLANK_LINE = re.compile(rb"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
 _CR = 13
+_LF = 10
 _LF_BLANK = b"\n\n"
 
 
@@ -57,6 +58,24 @@ class EventSplitter:
             start = end
         self._buffer = buffer[start:] if start else buffer
         return events
+
+    def feed_joined(self, data: bytes) -> tuple[bytes, int]:
+        """The events ``data`` completes as one bytes (``b"".join(feed(data))``), and how many."""
+        held = self._buffer
+        buffer = held + data if held else data
+        if b"\r" not in buffer:
+            # LF line ends only: the events end at the non-overlapping "\n\n"s from the left
+            # (``feed``'s scan); when the last one is a whole run of LFs, it ends the last event.
+            last = buffer.rfind(_LF_BLANK)
+            if last == -1:
+                self._buffer = buffer
+                return b"", 0
+            if last == 0 or buffer[last - 1] != _LF:
+                end = last + 2
+                self._buffer = buffer[end:]
+                return buffer[:end], buffer.count(_LF_BLANK)
+        events = self.feed(data)
+        return b"".join(events), len(events)
 
     def rest(self) -> bytes:
         """What was fed and not returned yet (a last event with no blank line after it), cleared."""

@@ -33,7 +33,9 @@ as one entry holding its events in order (docs/events.md allows several events a
 events keep their blank lines, so the entry is the bytes as sent), under the id of its last frame,
 and ``coalesce`` merges a call's runs sent together the same way. Only live writes are merged,
 never a replay: the spool holds each frame under its own id, every one of them at or below a
-merged entry's id, so Redis refuses those already written, and never appends an event twice.
+merged entry's id, so Redis refuses those already written, and never appends an event twice. (A
+run of body chunks, ``chunk``'s, is cut into one frame holding the events it finishes, under its
+last event's id, live and spooled alike: its events are written together or not at all.)
 
 Redis errors other than a lost connection (a wrong type, a refused id that is not a duplicate) are
 counted, logged with the key (never a body), and not retried. A batch that can be neither queued
@@ -48,6 +50,8 @@ the spool for the next start (or another process) to replay.
 from __future__ import annotations
 
 import logging
+import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -59,6 +63,7 @@ from typing import Any
 
 import msgspec
 import redis
+from hiredis import pack_command
 
 from worker.gateway import metrics
 from worker.gateway.events import EventSplitter
@@ -146,6 +151,23 @@ def wire(command: Command) -> tuple[str | bytes | int, ...]:
     return ("EXPIRE", command.key, command.seconds)
 
 
+def _timeouts_in_kernel(connection: Any) -> Any:
+    """Moves the connection's socket timeout into the kernel (``SO_SNDTIMEO``/``SO_RCVTIMEO``)
+    and makes the socket blocking: Python polls a socket with a timeout before every send and
+    receive, one more blocking call each (``_execute``). A send or receive that times out then
+    fails with ``EAGAIN``, which redis-py raises as a ``ConnectionError``: still ``UNREACHABLE``.
+    A TLS socket or one without a timeout is left as it is. Returns the socket."""
+    sock = connection._sock
+    seconds = sock.gettimeout() if type(sock) is socket.socket else None
+    if seconds:
+        whole = int(seconds)
+        value = struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        sock.settimeout(None)
+    return sock
+
+
 class _Body:
     """A call whose response body the tee cuts into its events (``Tee.chunk``): the splitter
     holding an event not finished yet, the call's entry-id state, and its latest run of chunks
@@ -159,15 +181,15 @@ class _Body:
         self.splitter = EventSplitter()
         self.pending: _Queued | None = None
 
-    def ids(self, count: int) -> list[str]:
-        """The next ``count`` entry ids of the call (one clock reading: ``_advance``'s rule)."""
+    def last_id(self, count: int) -> str:
+        """Takes the call's next ``count`` entry ids (one clock reading: ``_advance``'s rule) and
+        returns the last of them, the id of an entry holding those ``count`` events."""
         state = self.state
         ms = int(_clock() * 1000)
         if ms > state[0]:
             state[0], state[1] = ms, -1
-        first = state[1] + 1
         state[1] += count
-        return [f"{state[0]}-{seq}" for seq in range(first, first + count)]
+        return f"{state[0]}-{state[1]}"
 
 
 class _Queued:
@@ -181,7 +203,7 @@ class _Queued:
 
     A run of body chunks (``Tee.chunk``; ``body`` is the call's ``_Body``) holds the raw chunks
     until it is sealed and cut (``cut``, under the lock, in queue order: by the thread when it
-    takes the run, or by a spill), when its finished events become its frames, with their ids."""
+    takes the run, or by a spill), when its finished events become its one frame."""
 
     __slots__ = ("bodies", "body", "commands", "final", "ids", "key", "request_id", "size")
 
@@ -198,21 +220,23 @@ class _Queued:
         self.final = False  # the call's last run: its unfinished event is a frame too
 
     def cut(self) -> None:
-        """A run of body chunks, sealed: its chunks become the events they finish. The caller
-        holds the lock; runs of one call are cut in queue order."""
+        """A run of body chunks, sealed: its chunks become one frame holding the events they
+        finish, under the id of the last (each event takes an id, as ``frames`` would give it).
+        The caller holds the lock; runs of one call are cut in queue order."""
         body = self.body
         if body is None:
             return
         self.body = None
-        events = body.splitter.feed(b"".join(self.bodies))
+        events, count = body.splitter.feed_joined(b"".join(self.bodies))
         if self.final:
             rest = body.splitter.rest()
             if rest:
-                events.append(rest)
+                events += rest
+                count += 1
         if body.pending is self:
             body.pending = None
-        self.bodies = events
-        self.ids = body.ids(len(events)) if events else []
+        self.bodies = [events] if count else []
+        self.ids = [body.last_id(count)] if count else []
 
     def live(self) -> list[Command]:
         """The commands to send now (a run is cut already)."""
@@ -285,8 +309,10 @@ class Tee:
         self._bodies: dict[str, _Body] = {}  # request id -> its body being cut (``chunk``)
         self._stopping = False
         self._flushing = 0  # callers waiting in ``flush``: no lingering then
+        self._asleep = False  # the thread waits for an enqueue to wake it (else it polls)
         self._stopped = threading.Event()
         self._connection: Any = None  # the thread's own, from the client's pool
+        self._timed_socket: Any = None  # its socket, once ``_timeouts_in_kernel`` set it up
         self._thread = threading.Thread(target=self._run, name="billing-tee", daemon=True)
         self._thread.start()
 
@@ -414,7 +440,7 @@ class Tee:
                 else:
                     rest = body.splitter.rest()
                     if rest:
-                        frame = _frames(body.key, [rest], body.ids(1))
+                        frame = _frames(body.key, [rest], [body.last_id(1)])
                         self._submit_locked(request_id, frame, _size(frame))
                 self._submit_locked(request_id, commands, _size(commands))
             return
@@ -439,7 +465,7 @@ class Tee:
     def _enqueue_locked(self, batch: _Queued) -> None:
         self._queue.append(batch)
         self._queued_bytes += batch.size
-        if len(self._queue) == 1:  # the thread waits only on an empty queue
+        if self._asleep and len(self._queue) == 1:  # else the thread looks within a linger
             self._wake.notify()
 
     def _spill_locked(self, extra: list[Command] | _Queued | None = None) -> None:
@@ -487,17 +513,30 @@ class Tee:
     def _run(self) -> None:
         next_adopt = time.monotonic()
         next_sync = time.monotonic() + self.sync_seconds
+        busy = False  # the last pass sent something
         while True:
             with self._lock:
                 if self._stopping:
                     self._spill_locked()
                     self._idle.notify_all()
                     return
+                polled = False
                 if not self._queue and not self._spooling:
                     self._report_locked()
                     self._idle.notify_all()
-                    self._wake.wait(self.sync_seconds)
-                linger = 0 < self._queued_bytes < self.batch_bytes and not self._flushing
+                    if busy:
+                        # Traffic: look again after a linger, not woken per call (a wake-up is
+                        # a context switch for this thread and a system call for the caller).
+                        self._wake.wait(self.linger_seconds)
+                        polled = True
+                    else:
+                        # Quiet: sleep until a call's first event (``_enqueue_locked``) wakes it.
+                        self._asleep = True
+                        self._wake.wait(self.sync_seconds)
+                        self._asleep = False
+                linger = (
+                    not polled and 0 < self._queued_bytes < self.batch_bytes and not self._flushing
+                )
             if linger:
                 # Let a call's next events join this batch: a round trip per event cost more
                 # CPU than the rest of the tee together.
@@ -516,6 +555,7 @@ class Tee:
                 generation, spooling = self._generation, self._spooling
                 idle = not taken and not spooling
                 self._report_locked()
+            busy = bool(taken)
             if taken:
                 ok = self._send_queued(taken, generation)
             elif spooling:
@@ -553,9 +593,14 @@ class Tee:
         connection = self._connection
         results: list[Any] = []
         try:
-            # One send: redis-py packs a large value apart, and each send is a poll and a write
-            # (the socket has a timeout), each letting the event loop's thread wait for the GIL.
-            packed = b"".join(connection.pack_commands(map(wire, commands)))
+            if connection._sock is None:  # dropped after an error: reconnect
+                connection.connect()
+            if connection._sock is not self._timed_socket:
+                self._timed_socket = _timeouts_in_kernel(connection)
+            # Packed by hiredis directly (redis-py's packer walks every argument in Python), and
+            # one send: each blocking call lets the event loop's thread take the GIL, and this
+            # thread then waits to get it back (a context switch each way).
+            packed = b"".join([pack_command(args) for args in map(wire, commands)])
             connection.send_packed_command([packed])
             for _ in commands:
                 try:

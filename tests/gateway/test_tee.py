@@ -8,7 +8,6 @@ import signal
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -300,30 +299,6 @@ def test_a_hung_redis_times_out_in_the_kernel_and_the_call_is_spooled(
     back.stop()
     assert notes(redis_client, keys) == [(b"open", b"h"), (b"close", b"h")]
     assert shape(redis_client, keys, "h")[1][b"body"].count(b"data: ") == 3
-
-
-def test_while_calls_come_a_close_after_the_linger_wakes_the_thread(
-    redis_client: redis.Redis, prefix: str, spool_dir: Path
-) -> None:
-    """After a write the thread polls: a call's events wake it no more, but the first ``close``
-    once a linger passed does, instead of the poll's end (two lingers)."""
-    keys = Keys(prefix)
-    linger = 2.0
-    tee = Tee(redis_client, keys, spool_dir=spool_dir, linger_seconds=linger)
-    try:
-        publish(tee, "a", frames=1)
-        assert tee.flush(timeout=10)  # written: the thread now polls for up to two lingers
-        tee.open(meta("b"))
-        tee.chunk("b", b'data: {"i":0}\n\n')
-        time.sleep(linger + 0.3)
-        assert notes(redis_client, keys) == [(b"open", b"a"), (b"close", b"a")]  # not woken
-        tee.close("b", "done")
-        deadline = time.monotonic() + linger / 2  # the poll's own end is ~linger - 0.3 s away
-        while len(notes(redis_client, keys)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert notes(redis_client, keys)[2:] == [(b"open", b"b"), (b"close", b"b")]
-    finally:
-        tee.stop(timeout=5)
 
 
 def test_a_replay_after_a_merged_live_write_appends_nothing(

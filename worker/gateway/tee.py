@@ -90,7 +90,6 @@ _PER_COMMAND_BYTES = 64  # a command's keys, ids and Redis overhead, roughly
 
 _encode = msgspec.msgpack.Encoder().encode
 _clock = time.time
-_monotonic = time.monotonic
 _decode = msgspec.msgpack.Decoder(list[Command]).decode
 
 
@@ -311,7 +310,6 @@ class Tee:
         self._stopping = False
         self._flushing = 0  # callers waiting in ``flush``: no lingering then
         self._asleep = False  # the thread waits for an enqueue to wake it (else it polls)
-        self._due = 0.0  # polling: when a ``close`` wakes the thread (``_monotonic``); 0: never
         self._stopped = threading.Event()
         self._connection: Any = None  # the thread's own, from the client's pool
         self._timed_socket: Any = None  # its socket, once ``_timeouts_in_kernel`` set it up
@@ -445,20 +443,8 @@ class Tee:
                         frame = _frames(body.key, [rest], [body.last_id(1)])
                         self._submit_locked(request_id, frame, _size(frame))
                 self._submit_locked(request_id, commands, _size(commands))
-                self._wake_after_close_locked()
             return
-        with self._lock:
-            self._submit_locked(request_id, commands, _size(commands))
-            self._wake_after_close_locked()
-
-    def _wake_after_close_locked(self) -> None:
-        """A call ended: wake the polling thread now if its linger is over. The caller's thread
-        (a gateway's event loop) is about to go idle, so the tee's thread gets the GIL without
-        taking it from a busy one (see ``_run``)."""
-        due = self._due
-        if due and _monotonic() >= due:
-            self._due = 0.0
-            self._wake.notify()
+        self._submit(request_id, commands)
 
     # ------------------------------------------------------------------ queue and spool
 
@@ -539,15 +525,9 @@ class Tee:
                     self._report_locked()
                     self._idle.notify_all()
                     if busy:
-                        # Traffic: look again at the first ``close`` after a linger, or after
-                        # two, not woken per call (a wake-up is a context switch for this thread
-                        # and a system call for the caller). A timer alone wakes this thread in
-                        # the middle of a call, when the event loop's thread holds the GIL:
-                        # each of this thread's blocking calls then costs both threads a
-                        # forced switch.
-                        self._due = _monotonic() + self.linger_seconds
-                        self._wake.wait(2 * self.linger_seconds)
-                        self._due = 0.0
+                        # Traffic: look again after a linger, not woken per call (a wake-up is
+                        # a context switch for this thread and a system call for the caller).
+                        self._wake.wait(self.linger_seconds)
                         polled = True
                     else:
                         # Quiet: sleep until a call's first event (``_enqueue_locked``) wakes it.

@@ -280,7 +280,7 @@ def test_a_hung_redis_times_out_in_the_kernel_and_the_call_is_spooled(
     try:
         publish(tee, "warm", frames=1)
         assert tee.flush(timeout=10)
-        sock = tee._timed_socket
+        sock = tee._connection._sock
         assert sock is not None and sock.gettimeout() is None
         timeout = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)
         assert timeout != bytes(len(timeout))  # the receive timeout is the kernel's

@@ -151,21 +151,20 @@ def wire(command: Command) -> tuple[str | bytes | int, ...]:
     return ("EXPIRE", command.key, command.seconds)
 
 
-def _timeouts_in_kernel(connection: Any) -> Any:
-    """Moves the connection's socket timeout into the kernel (``SO_SNDTIMEO``/``SO_RCVTIMEO``)
-    and makes the socket blocking: Python polls a socket with a timeout before every send and
-    receive, one more blocking call each (``_execute``). A send or receive that times out then
-    fails with ``EAGAIN``, which redis-py raises as a ``ConnectionError``: still ``UNREACHABLE``.
-    A TLS socket or one without a timeout is left as it is. Returns the socket."""
-    sock = connection._sock
-    seconds = sock.gettimeout() if type(sock) is socket.socket else None
-    if seconds:
-        whole = int(seconds)
-        value = struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
-        sock.settimeout(None)
-    return sock
+def _timeouts_in_kernel(sock: Any) -> None:
+    """Moves a socket's timeout into the kernel (``SO_SNDTIMEO``/``SO_RCVTIMEO``) and makes it
+    blocking: Python polls a socket with a timeout before every send and receive, one more
+    blocking call each (``_execute``). A send or receive that times out then fails with
+    ``EAGAIN``, which redis-py raises as a ``ConnectionError``: still ``UNREACHABLE``. A TLS
+    socket is left as it is."""
+    if type(sock) is not socket.socket:
+        return
+    seconds = sock.gettimeout()
+    whole = int(seconds)
+    value = struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.settimeout(None)
 
 
 class _Body:
@@ -312,7 +311,6 @@ class Tee:
         self._asleep = False  # the thread waits for an enqueue to wake it (else it polls)
         self._stopped = threading.Event()
         self._connection: Any = None  # the thread's own, from the client's pool
-        self._timed_socket: Any = None  # its socket, once ``_timeouts_in_kernel`` set it up
         self._thread = threading.Thread(target=self._run, name="billing-tee", daemon=True)
         self._thread.start()
 
@@ -595,8 +593,8 @@ class Tee:
         try:
             if connection._sock is None:  # dropped after an error: reconnect
                 connection.connect()
-            if connection._sock is not self._timed_socket:
-                self._timed_socket = _timeouts_in_kernel(connection)
+            if connection._sock.gettimeout() is not None:  # a new socket
+                _timeouts_in_kernel(connection._sock)
             # Packed by hiredis directly (redis-py's packer walks every argument in Python), and
             # one send: each blocking call lets the event loop's thread take the GIL, and this
             # thread then waits to get it back (a context switch each way).

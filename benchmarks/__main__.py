@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         highlight=False,
     )
     ctx = suite.Context(smoke=args.smoke, profile_dir=args.profile, memory_calls=args.memory_calls)
-    rows: list[Row] = []
+    made_by: dict[str, list[Row]] = {}
     failed = False
     started = time.perf_counter()
     for name, bench in suite.BENCHMARKS.items():
@@ -129,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 traceback.print_exc()
                 made = [Row(name, "", status=f"error: {type(exc).__name__}: {exc}"[:200])]
-        rows.extend(made)
+        made_by[name] = made
         console.print(f"[dim]{name}: {time.perf_counter() - began:.1f} s[/dim]")
     seconds = time.perf_counter() - started
+    rows = [row for name in suite.TABLE for row in made_by.get(name, [])]
     render(
         rows, console, title=f"benchmarks ({'smoke' if args.smoke else 'full'}, {seconds:.0f} s)"
     )

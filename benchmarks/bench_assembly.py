@@ -27,13 +27,10 @@ from openai.types.chat import ChatCompletionChunk
 
 from benchmarks.harness.own_time import own_time
 from benchmarks.harness.streams import streams, to_sse
-from benchmarks.harness.workload import simulated_calls
+from benchmarks.harness.workload import streamed_calls
 from worker.assembly import Assembled, assemble_stream
-from worker.errors import RequestMetaError
 from worker.prices import load_price_book
 from worker.reconcile import reconcile_stream
-from worker.request import RequestMeta, parse_request
-from worker.simulation.wire import Frames, Open, Response
 
 TARGET_RATIO = 100.0
 
@@ -83,31 +80,10 @@ def _best(work: Callable[[], object], rounds: int) -> float:
     return best
 
 
-def _streamed_calls(count: int) -> list[tuple[RequestMeta, list[bytes]]]:
-    """The simulator's streamed calls (default fault mix) with their metadata and frame records."""
-    calls = []
-    for call in simulated_calls(count, run_id="assembly"):
-        opens = [op.body for op in call.ops if isinstance(op, Open)]
-        if not opens or any(isinstance(op, Response) for op in call.ops):
-            continue
-        try:
-            meta = parse_request(opens[0])
-        except RequestMetaError:
-            continue  # a fault of the mix: metadata the consumer dead-letters
-        frames = [
-            entry if isinstance(entry, bytes) else entry.encode()
-            for op in call.ops
-            if isinstance(op, Frames)
-            for entry in op.entries
-        ]
-        calls.append((meta, frames))
-    return calls
-
-
 def per_call(smoke: bool) -> dict[str, Any]:
     """Per frame, what reconciling a whole streamed call costs, and the assembly's part of it."""
     book = load_price_book()
-    calls = _streamed_calls(150 if smoke else 1500)
+    calls = streamed_calls(150 if smoke else 1500)
     frames = sum(len(records) for _, records in calls)
 
     def reconcile() -> None:

@@ -14,13 +14,19 @@ counts its own commands and bytes (``harness.traffic``), then measured in three 
   touching its relations, and their transactions' commit records; without the extension, the
   server's LSN difference, everyone's WAL) and its CPU (``/proc``).
 * **B**, other calls of the same mix (another seed) written whole, as row 4's publisher writes
-  them, then polled at ``SMALL_BATCHES`` entries in turn: the poll's cost by size
+  them, then polled at ``SMALL_BATCHES`` entries in turn while another process writes yet other
+  calls at row 4's rate, as row 4's publisher does beside its consumer (``_publishing``): the poll's cost by size
   (``PollCost``; the least-squares line ``s0 + s1 x entries`` is kept for comparison) and the
   spread of single polls around it (the noise of row 4's queue).
-* **C**, other calls of the same mix (a third seed) written as row 2's are and drained as row 2
-  drains them (``Consumer.drain``, two threads): the share of its wall time the process was on a
-  CPU (process CPU / wall), the drain efficiency, and its CPU per call against phase A's (moved to
-  phase C's frames per call), the drain's CPU factor. Nothing else of phase C enters the model.
+* **C**, row 2's twins: other calls of the same mix (a third seed and the next ones), each run
+  exactly as a round of row 2, just after it (``bench_pipeline.run``: its count, its own prefix and
+  database, drained by ``Consumer.drain``, two threads), the median twin: the share of its
+  wall time the process was on a CPU (process CPU / wall), the drain efficiency, and its CPU per
+  call against phase A's (moved to phase C's frames per call and to phase A's machine speed), the
+  drain's CPU factor. Nothing else of phase C enters the model.
+
+Every phase and every row the model predicts reads the speed probe (``harness.speed``) before and
+after itself: row 2's prediction moves phase A's CPU to the speed row 2 ran at.
 
 Redis memory per call is ``MEMORY USAGE`` of every call stream against its entry count (least
 squares), plus the call's share of the notification stream. ``capacity_model`` turns these into the
@@ -29,17 +35,19 @@ predictions; ``run`` sets them against the rows measured in the same run.
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import redis
 from sqlalchemy import Engine, event, text
 
 import worker.pipeline.reconciling as reconciling
 from benchmarks import capacity_model as model
-from benchmarks.bench_pipeline import drain
-from benchmarks.harness import cpu, history, services, workload
+from benchmarks.harness import cpu, history, services, speed, workload
 from benchmarks.harness.consumer import make_consumer, time_steps, warm
 from benchmarks.harness.traffic import Traffic, counting_client
 from worker.ledger.database import make_engine
@@ -53,7 +61,8 @@ CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))  # row 2's count: the sam
 SMALL_BATCHES = (4, 8, 16, 32, 64)
 # Phases B and C draw other calls of the same mix (other seeds): never row 2's or row 4's calls.
 SEED_B = workload.SEED + 1
-SEED_C = workload.SEED + 2
+SEED_LOAD = workload.SEED + 100  # phase B's publisher load
+LOAD_SECONDS = 60.0
 STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply")
 TABLE_WRITES = text(
     "SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0), "
@@ -231,26 +240,70 @@ def _sized_polls(
 ) -> list[tuple[int, float]]:
     """What ``Consumer.poll`` does (read, then process), at batch sizes taken in turn from
     ``sizes``, until ``until_acked`` notifications were acknowledged; each poll's (entries read,
-    wall seconds)."""
+    wall seconds), but for the polls that found fewer entries than their size left."""
     stream = consumer.keys.events(0)
     polls: list[tuple[int, float]] = []
     acked = 0
     deadline = time.perf_counter() + timeout
+    turn = 0
     while acked < until_acked:
         began = time.perf_counter()
-        entries = consumer.intake.read(stream, sizes[len(polls) % len(sizes)], None)
+        size = sizes[turn % len(sizes)]
+        entries = consumer.intake.read(stream, size, None)
         if not entries:
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"acknowledged {acked} of {until_acked}")
             continue
+        turn += 1
         stats = consumer.process(stream, entries)
-        polls.append((stats.read, time.perf_counter() - began))
+        if stats.read == size:  # not the backlog's last few entries, a size of its own
+            polls.append((stats.read, time.perf_counter() - began))
         acked += stats.acked
     return polls
 
 
-def measure(count: int) -> dict[str, Any]:
-    """Phases A, B and C; unit costs per closed call of phase A."""
+@contextlib.contextmanager
+def _publishing(rate: float, seconds: float = LOAD_SECONDS) -> Iterator[None]:
+    """Row 4's publisher beside the block: other calls of the same mix (their own seed and prefix,
+    which no consumer reads) written whole at ``rate`` calls/s by another process, as row 4's
+    benchmark process writes its calls, for at most ``seconds``."""
+    with services.redis_prefix("capacity-load") as (_client, prefix):
+        calls = workload.simulated_calls(max(1, int(rate * seconds)), prefix, seed=SEED_LOAD)
+        spawn = multiprocessing.get_context("spawn")  # this process has threads: no fork
+        ready, stop = spawn.Event(), spawn.Event()
+        child = spawn.Process(
+            target=_publish_at, args=(calls, rate, prefix, ready, stop), daemon=True
+        )
+        child.start()
+        try:
+            if not ready.wait(120):
+                raise RuntimeError("phase B's publisher did not start")
+            yield
+        finally:
+            stop.set()
+            child.join(10)
+            if child.is_alive():
+                child.kill()
+
+
+def _publish_at(calls: list[Any], rate: float, prefix: str, ready: Any, stop: Any) -> None:
+    client = redis.Redis.from_url(services.REDIS_URL)
+    keys = Keys(prefix)
+    publisher = Publisher(client, keys)
+    ready.set()
+    started = time.perf_counter()
+    for number, call in enumerate(calls):
+        if stop.is_set():
+            return
+        wait = started + number / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        workload.write_call(client, publisher, keys, call)
+
+
+def measure(count: int, twins: list[dict[str, Any]], load_rate: float) -> dict[str, Any]:
+    """Phases A, B (beside a publisher at ``load_rate`` calls/s) and C (row 2's ``twins``); unit
+    costs per closed call of phase A."""
     with (
         services.redis_prefix("capacity") as (plain, prefix),
         services.pg_database("capacity") as url,
@@ -285,6 +338,7 @@ def measure(count: int) -> dict[str, Any]:
         start_lsn, oid = _lsn(url)
         redis_meter, pg_meter = cpu.CpuMeter(redis_pids), cpu.CpuMeter(cpu.postgres_pids(database))
         before_stats, before_traffic = _commandstats(plain), traffic.snapshot()
+        speed_a = speed.probe()
         redis_meter.start()
         pg_meter.start()
         cpu_started, started = time.process_time(), time.perf_counter()
@@ -294,6 +348,7 @@ def measure(count: int) -> dict[str, Any]:
         process_cpu = time.process_time() - cpu_started
         redis_read_cpu = redis_meter.stop()
         pg_cpu = pg_meter.stop(cpu.postgres_pids(database))
+        speed_a = (speed_a + speed.probe()) / 2
         reads = traffic.since(before_traffic)
         after_stats = _commandstats(plain)
         restore()
@@ -302,30 +357,27 @@ def measure(count: int) -> dict[str, Any]:
         end_counters = _counters(url)
         wal, wal_source = _wal_bytes(url, start_lsn, end_lsn, oid)
 
-        # Phase B: other calls of the same mix written whole (row 4's arrivals), small polls.
-        calls_b = workload.simulated_calls(max(8, count // 4), run_id=f"{prefix}-b", seed=SEED_B)
+        # Phase B: other calls of the same mix written whole (row 4's arrivals), small polls,
+        # while row 4's publisher load runs beside them.
+        calls_b = workload.simulated_calls(max(8, count // 2), run_id=f"{prefix}-b", seed=SEED_B)
         notifications_b = _whole_calls(plain, keys, calls_b)
         consumer_b, engine_b = make_consumer(client, url, prefix, "capacity-b")
         try:
             warm(consumer_b)
-            polls_b = _sized_polls(consumer_b, notifications_b, SMALL_BATCHES)
+            speed_b = speed.probe()
+            with _publishing(load_rate):
+                polls_b = _sized_polls(consumer_b, notifications_b, SMALL_BATCHES)
+            speed_b = (speed_b + speed.probe()) / 2
         finally:
             engine_b.dispose()
             client.close()
 
-        # Phase C: other calls of the same mix written as row 2's are, drained as row 2 drains
-        # them: only the drain's CPU over its wall is used (its efficiency).
-        calls_c = workload.simulated_calls(max(8, count // 2), run_id=f"{prefix}-c", seed=SEED_C)
-        shape_c = workload.measure(calls_c)
-        workload.publish(calls_c, plain, keys)
-        consumer_c, engine_c = make_consumer(plain, url, prefix, "capacity-c")
-        try:
-            warm(consumer_c)
-            cpu_c = time.process_time()
-            drained_c = drain(consumer_c, shape_c.notifications)
-            cpu_c = time.process_time() - cpu_c
-        finally:
-            engine_c.dispose()
+    # Phase C: row 2's twins, other calls of the same mix, each run as row 2 runs a round, just
+    # after it: only the median twin's CPU over its wall is used (the drain's efficiency), and its
+    # CPU against phase A's (the drain's CPU factor).
+    rounds_c = sorted(twins, key=lambda f: f["ours_seconds"] / max(1, f["closed_calls"]))
+    c = rounds_c[len(rounds_c) // 2]
+    speed_c, cpu_c, seconds_c = c["speed_s"], c["ours_cpu_seconds"], c["ours_seconds"]
 
     closes = max(1, shape.closed)
     rec_fixed, rec_per_entry = model.fit_line(
@@ -341,15 +393,16 @@ def measure(count: int) -> dict[str, Any]:
     prep_wall, prep_cpu = step("prepare")
     apply_wall, apply_cpu = step("apply")
     fetch_wall, fetch_cpu = step("_fetch_streams")
-    efficiency = min(1.0, cpu_c / drained_c.seconds) if drained_c.seconds > 0 else 1.0
+    efficiency = min(1.0, cpu_c / seconds_c) if seconds_c > 0 else 1.0
     # The drain's CPU per call against the steps' (phase A) moved to phase C's frames per call.
     per_frame_cpu = rec_per_entry + fetch_cpu / max(1, frames_a)
-    frames_c = shape_c.frames / max(1, shape_c.closed)
+    frames_c = c["frames_per_call"]
     serial_c = process_cpu / closes + per_frame_cpu * (
         frames_c - frames_a / max(1, len(reconciled.points))
     )
-    drain_cpu_c = cpu_c / max(1, shape_c.closed)
-    cpu_factor = drain_cpu_c / serial_c if serial_c > 0 else 1.0
+    drain_cpu_c = cpu_c / max(1, c["closed_calls"])
+    # Phase C's CPU moved to phase A's machine speed before the two are compared.
+    cpu_factor = drain_cpu_c * speed_a / speed_c / serial_c if serial_c > 0 else 1.0
     process = model.ProcessCosts(
         reader_cpu=(read_cpu + prep_cpu) / closes,
         reader_wall=(read_wall + prep_wall) / closes,
@@ -387,6 +440,9 @@ def measure(count: int) -> dict[str, Any]:
         "closes_a": closes,
         "reconciled_a": len(reconciled.points),
         "seconds_a": seconds_a,
+        "speed_a": speed_a,
+        "speed_b": speed_b,
+        "speed_c": speed_c,
         "frames_per_close": frames_a / max(1, len(reconciled.points)),
         "plan_frames_per_close": shape.frames / max(1, shape.closed),
         "process": process,
@@ -426,8 +482,9 @@ def measure(count: int) -> dict[str, Any]:
         "s1": s1,
         "noise": noise,
         "poll_cost": cost,
-        "calls_c": shape_c.closed,
-        "seconds_c": drained_c.seconds,
+        "calls_c": c["closed_calls"],
+        "rounds_c": len(rounds_c),
+        "seconds_c": seconds_c,
         "cpu_c": cpu_c,
         "efficiency": efficiency,
         "frames_c": frames_c,
@@ -470,11 +527,17 @@ def predict(
     frames = m["plan_frames_per_close"]
     # Phase A's closes are the first half's: scaled to the frames of the whole workload's.
     process = costs.process.with_frames(costs.per_frame_cpu, costs.frames, frames)
-    per_call = process.seconds_per_call()
+    # The machine's speed drifts (``harness.speed``): row 2, CPU-bound, takes its unit costs from
+    # the speed of their measurement to the speed it ran at, both read by the speed probe. Row 4's
+    # polls wait on commits more than they compute, so its probe ratio is only reported.
+    slower2 = e2e["speed_s"] / m["speed_a"]
+    slower4 = latency["speed_s"] / m["speed_b"]
+    per_call = process.at_speed(slower2).seconds_per_call()
     row2 = model.Check("2. frames/s of one consumer", frames / per_call, e2e["ours_frames_per_s"])
 
     # The calls as they were written: a publisher that fell behind its schedule wrote fewer a second.
     latency_rate = min(latency["rate"], latency.get("achieved_rate", latency["rate"]))
+
     simulated = model.simulate_latency(
         rate=latency_rate,
         calls=latency["calls"],
@@ -487,7 +550,8 @@ def predict(
     row4 = model.Check("4. settle latency p99 at half load (ms)", p99, latency["p99_ms"])
 
     cores = float(scaling["cores"] or 1)
-    server = costs.redis_cpu + costs.pg_cpu
+    # Row 9 writes its calls before its consumers start: Redis's share of its cores is the reads'.
+    server = m["redis_read_cpu_per_close"] + costs.pg_cpu
     rates = {}
     for name in ("one", "two"):
         run = scaling[name]
@@ -505,6 +569,9 @@ def predict(
     return {
         "checks": [row2, row4, row9],
         "per_call_s": per_call,
+        "row2_at_phase_speed": frames / process.seconds_per_call(),
+        "slower2": slower2,
+        "slower4": slower4,
         "frames": frames,
         "latency_p50_ms": model.percentile(simulated, 0.5) * 1000,
         "fixed_point_entries": m["poll_cost"].fixed_point(latency_rate * m["notes_per_call"]),
@@ -521,7 +588,9 @@ def run(
     latency: dict[str, Any],
     scaling: dict[str, Any],
 ) -> dict[str, Any]:
-    m = measure(60 if smoke else CALLS)
+    # Row 4's rate as its publisher achieved it.
+    load_rate = min(latency["rate"], latency.get("achieved_rate", latency["rate"]))
+    m = measure(60 if smoke else CALLS, e2e["twins"], load_rate)
     found = predict(m, e2e, latency, scaling)
     assumptions = model.Assumptions()
     found["sizing"] = [

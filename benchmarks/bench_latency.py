@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-from benchmarks.harness import cpu, history, services, workload
+from benchmarks.harness import cpu, history, services, speed, workload
 from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
@@ -169,6 +169,7 @@ def run(
         publisher = Publisher(client, keys)
         child = ConsumerProcess(prefix, url, "latency", env={"BENCH_TRACE": "1", **(env or {})})
         try:
+            speed_before = speed.probe()
             child.go()
             started = time.perf_counter()
             behind = 0.0
@@ -187,6 +188,7 @@ def run(
                 wait_drained(client, keys.events(0), keys.group, timeout=300)
                 drained = time.perf_counter() - started
             report = child.stop()
+            speed_s = (speed_before + speed.probe()) / 2
         finally:
             child.kill()
     latencies = report["latencies_ms"]
@@ -206,6 +208,7 @@ def run(
         "p99_ms": p99,
         "max_ms": max(latencies) if latencies else float("nan"),
         "batch_size": report["batch_size"],
+        "speed_s": speed_s,
         "block_ms": report["block_ms"],
         "diagnosis": diagnose(report, sampler.samples, vacuum_times, drained),
         "target_p99_ms": TARGET_P99_MS,

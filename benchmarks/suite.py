@@ -1,4 +1,4 @@
-"""The suite: each benchmark's figures turned into table rows, in the order they are run.
+"""The suite: each benchmark's figures turned into table rows.
 
 A benchmark module measures and returns a dict (``run(smoke) -> dict``); the functions here only
 read those dicts, so a module can be run and inspected on its own. Rows that need another row's
@@ -98,7 +98,10 @@ def e2e(ctx: Context) -> list[Row]:
                 f"{f['calls']:,} simulated calls (default fault mix), {f['closed_calls']:,} closed, "
                 f"{f['frames']:,} frame entries ({f['frames_per_call']:.0f} per closed call), "
                 f"{f['notifications']:,} notifications; drain {f['ours_seconds']:.2f} s vs "
-                f"transport {f['transport_seconds']:.3f} s; effects: {effects}, dead {f['dead']}",
+                f"transport {f['transport_seconds']:.3f} s; effects: {effects}, dead {f['dead']}; "
+                f"the median of {len(f['rounds_frames_per_s'])} rounds, each on its own prefix and "
+                f"database (frames/s {', '.join(f'{v:,.0f}' for v in f['rounds_frames_per_s'])}; "
+                f"ratios {', '.join(f'{v:.3f}x' for v in f['rounds_ratio'])})",
                 _bounds_e2e(f),
                 _tried_e2e(f),
             ],
@@ -575,11 +578,21 @@ def capacity(ctx: Context) -> list[Row]:
         for n, w in zip(polls.sizes, polls.seconds, strict=True)
     )
     model_notes = [
+        f"the machine's speed drifts: the speed probe (benchmarks/harness/speed.py, a fixed "
+        f"reconcile_stream workload timed before and after each measurement) read "
+        f"{e2e['speed_s'] * 1000:.1f} ms around row 2's median round, {latency['speed_s'] * 1000:.1f}"
+        f" ms around row 4, {m['speed_a'] * 1000:.1f}, {m['speed_b'] * 1000:.1f} and "
+        f"{m['speed_c'] * 1000:.1f} ms around phases A, B and C: row 2 ran {f['slower2']:.3f}x as "
+        f"slow as phase A, and its prediction moves phase A's CPU to row 2's speed (at phase A's "
+        f"own, {rate(f['row2_at_phase_speed'], 'frames/s')}); row 4 ran {f['slower4']:.3f}x as "
+        f"slow as phase B, reported only (a poll waits on its commit more than it computes); row "
+        f"9 is a ratio of two runs at one speed",
         f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = drain CPU factor "
         f"{p.drain_cpu_factor:.3f} x CPU {p.cpu * 1000:.3f} ms / drain efficiency "
         f"{p.drain_efficiency:.3f} (two threads, one interpreter lock: CPU adds up, waits overlap "
-        f"in part); both from phase C, a drain of {m['calls_c']:,} other closed calls of the same "
-        f"mix ({m['frames_c']:.0f} frame entries each): {m['cpu_c']:.2f} s of process CPU in "
+        f"in part); both from phase C, the median of row 2's {m['rounds_c']} twins (other calls "
+        f"of the same mix, each run as a round of row 2 just after it; {m['calls_c']:,} closed "
+        f"calls of {m['frames_c']:.0f} frame entries): {m['cpu_c']:.2f} s of process CPU in "
         f"{m['seconds_c']:.2f} s, {m['drain_cpu_c'] * 1000:.3f} ms per call against phase A's "
         f"{m['serial_cpu_c'] * 1000:.3f} ms at those frames",
         f"row 4: a poll's wall by the entries it read, the mean of phase B's polls of each size, "
@@ -618,17 +631,25 @@ def capacity(ctx: Context) -> list[Row]:
     return rows
 
 
+# In the order they run: the rows the capacity model predicts (2, 4, 9) and the model's own
+# measurement (12) one after another, so that the machine's speed has little time to drift between
+# them (the model also corrects for what drift there is: ``harness.speed``).
 BENCHMARKS: dict[str, Callable[[Context], list[Row]]] = {
     "assembly": assembly,
     "e2e": e2e,
-    "naive": naive,
     "latency": latency,
+    "scaling": scaling,
+    "capacity": capacity,
+    "naive": naive,
     "estimate": estimate,
     "ledger": ledger,
     "report": report,
     "memory": memory,
-    "scaling": scaling,
     "cli": cli,
     "gateway": gateway,
-    "capacity": capacity,
 }
+# In the order of the table, by row number.
+TABLE = (
+    "assembly", "e2e", "naive", "latency", "estimate", "ledger", "report", "memory", "scaling",
+    "cli", "gateway", "capacity",
+)  # fmt: skip

@@ -18,8 +18,10 @@ from typing import Any
 import orjson
 import redis
 
+from worker.errors import RequestMetaError
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher, now_ms
+from worker.request import RequestMeta, parse_request
 from worker.simulation import SimCall, parse_faults, plan, play
 from worker.simulation.wire import Close, Deferred, Frames, Notify, Open, Response
 
@@ -41,6 +43,27 @@ class Workload:
 
 def simulated_calls(count: int, run_id: str, seed: int = SEED) -> list[SimCall]:
     return plan(count, seed, parse_faults(FAULTS), run_id=run_id)
+
+
+def streamed_calls(count: int) -> list[tuple[RequestMeta, list[bytes]]]:
+    """The simulator's streamed calls (default fault mix) with their metadata and frame records."""
+    calls = []
+    for call in simulated_calls(count, run_id="assembly"):
+        opens = [op.body for op in call.ops if isinstance(op, Open)]
+        if not opens or any(isinstance(op, Response) for op in call.ops):
+            continue
+        try:
+            meta = parse_request(opens[0])
+        except RequestMetaError:
+            continue  # a fault of the mix: metadata the consumer dead-letters
+        frames = [
+            entry if isinstance(entry, bytes) else entry.encode()
+            for op in call.ops
+            if isinstance(op, Frames)
+            for entry in op.entries
+        ]
+        calls.append((meta, frames))
+    return calls
 
 
 def measure(calls: Iterable[SimCall]) -> Workload:

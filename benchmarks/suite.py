@@ -476,11 +476,21 @@ def cli(ctx: Context) -> list[Row]:
     return rows
 
 
+def _against(low: float, high: float, target: float) -> str:
+    """Where a ratio's interval lies against a ceiling ``target``."""
+    if high < target:
+        return "met beyond the run's noise"
+    if low >= target:
+        return "missed beyond the run's noise"
+    return "within the run's noise"
+
+
 def gateway(ctx: Context) -> list[Row]:
     f = ctx.figures["gateway"] = bench_gateway.run(ctx.smoke)
     cpu, p99, p50 = f["cpu_ms"], f["ttfb_p99_ms"], f["ttfb_p50_ms"]
     low, high = f["added_ttfb_p99_interval_ms"]
     ratios = f["round_ratios"]
+    rlow, rhigh = f["ratio_interval"]
     loop = f["billed_loop_cpu_ms"]
     return [
         Row(
@@ -496,8 +506,9 @@ def gateway(ctx: Context) -> list[Row]:
                 f"with BillingMiddleware + Tee vs --no-billing, {f['calls']:,} calls each, "
                 f"alternating call by call, one keep-alive httpx client per gateway; CPU of each "
                 f"gateway process (all its threads) from /proc over {f['rounds']} rounds, the "
-                f"billed one's after its tee wrote the round's calls: {f['ratio']:.3f}x in all, "
-                f"per round "
+                f"billed one's after its tee wrote the round's calls: {f['ratio']:.3f}x in all "
+                f"(95 % bootstrap interval over the rounds {rlow:.3f} … {rhigh:.3f}x, so the "
+                f"target is {_against(rlow, rhigh, f['target_ratio'])}), per round "
                 f"{ratios[0]:.3f}x … {ratios[len(ratios) // 2]:.3f}x (median) … "
                 f"{ratios[-1]:.3f}x; of the billed gateway's {cpu['billed']:.2f} ms, its event "
                 f"loop's thread {loop:.2f} ms and the tee's thread {cpu['billed'] - loop:.2f} ms; "

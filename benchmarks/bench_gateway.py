@@ -16,13 +16,11 @@ the writes is not counted (it is the worker's side).
 from __future__ import annotations
 
 import os
-import random
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ import httpx
 
 from benchmarks.bench_latency import percentile
 from benchmarks.harness import cpu, services
+from benchmarks.resampling import bootstrap_interval, ratio_interval
 from worker.pipeline.keys import Keys
 
 TARGET_CPU_RATIO = 1.10
@@ -86,34 +85,6 @@ def _thread_cpu(pid: int) -> float:
         return 0.0
     fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / cpu.TICKS
-
-
-def bootstrap_interval(
-    a: list[float], b: list[float], stat: Callable[[list[float]], float], rounds: int = 400
-) -> tuple[float, float]:
-    """The 95 % bootstrap interval of ``stat(a) - stat(b)`` (each resampled apart; seeded)."""
-    rng = random.Random(0)
-    diffs = sorted(
-        stat(rng.choices(a, k=len(a))) - stat(rng.choices(b, k=len(b))) for _ in range(rounds)
-    )
-    return diffs[int(0.025 * rounds)], diffs[int(0.975 * rounds) - 1]
-
-
-def ratio_interval(
-    billed: list[float], plain: list[float], rounds: int = 2000
-) -> tuple[float, float]:
-    """The 95 % bootstrap interval of ``sum(billed) / sum(plain)``, rounds resampled in pairs (a
-    round's two figures were measured in the same minutes, so they are drawn together; seeded)."""
-    rng = random.Random(0)
-    pairs = list(zip(billed, plain, strict=True))
-    ratios = []
-    for _ in range(rounds):
-        drawn = rng.choices(pairs, k=len(pairs))
-        total = sum(p for _, p in drawn)
-        if total:
-            ratios.append(sum(b for b, _ in drawn) / total)
-    ratios.sort()
-    return ratios[int(0.025 * len(ratios))], ratios[int(0.975 * len(ratios)) - 1]
 
 
 def run(smoke: bool = False, calls: int | None = None, rounds: int | None = None) -> dict[str, Any]:

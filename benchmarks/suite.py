@@ -477,12 +477,14 @@ def cli(ctx: Context) -> list[Row]:
 
 
 def _against(low: float, high: float, target: float) -> str:
-    """Where a ratio's interval lies against a ceiling ``target``."""
+    """Where a ratio's interval over one run's rounds lies against a ceiling ``target``. Runs of
+    the same code differ by more than their rounds do (docs/gateway.md), so this places the run's
+    figure, not the code's."""
     if high < target:
-        return "met beyond the run's noise"
+        return "met beyond the spread of this run's rounds"
     if low >= target:
-        return "missed beyond the run's noise"
-    return "within the run's noise"
+        return "missed beyond the spread of this run's rounds"
+    return "within the spread of this run's rounds"
 
 
 def gateway(ctx: Context) -> list[Row]:

@@ -41,7 +41,11 @@ def test_streams_of_another_partition_count_are_drained_on_a_cluster(
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     old = Keys(prefix, 6)  # what the gateway used
     publisher = Publisher(client, old)
-    ids = [f"req-{uuid.uuid4().hex[:12]}" for _ in range(40)]
+    ids = []
+    while len(ids) < 40:  # the first six one on each partition: every old stream is written
+        rid = f"req-{uuid.uuid4().hex[:12]}"
+        if len(ids) >= 6 or old.partition(rid) == len(ids):
+            ids.append(rid)
     try:
         with publisher.batch():
             for rid in ids:

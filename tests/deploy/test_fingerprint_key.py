@@ -124,9 +124,14 @@ def test_the_same_prompt_fingerprints_differently_in_two_deployments(
     found = []
     for n, url in enumerate((first, second)):
         settings = Settings(redis_url=REDIS_URL, database_url=url, prefix=f"{prefix}-{n}")
-        found.append(
-            settle_through_a_runtime(settings, call | {"request_id": f"r{n}"}, redis_client)
-        )
+        try:
+            found.append(
+                settle_through_a_runtime(settings, call | {"request_id": f"r{n}"}, redis_client)
+            )
+        finally:  # the ``prefix`` fixture deletes only its own prefix's keys
+            left = list(redis_client.scan_iter(match=f"{prefix}-{n}:*", count=1000))
+            if left:
+                redis_client.delete(*left)
     assert found[0] is not None and found[1] is not None
     assert found[0] != found[1]
     meta = request_from_dict(call)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from partition_ids import ids_on_every_partition
 from sqlalchemy import select
 
 from models.reservations import Reservation
@@ -44,11 +45,7 @@ def test_streams_of_another_partition_count_are_drained_on_a_cluster(
         if len({client.get_node_from_key(stream).name for stream in old.all_events()}) > 1:
             break
     publisher = Publisher(client, old)
-    ids = []
-    while len(ids) < 40:  # the first six one on each partition: every old stream is written
-        rid = f"req-{uuid.uuid4().hex[:12]}"
-        if len(ids) >= 6 or old.partition(rid) == len(ids):
-            ids.append(rid)
+    ids = ids_on_every_partition(old, 40)
     try:
         with publisher.batch():
             for rid in ids:

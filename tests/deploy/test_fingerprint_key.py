@@ -123,15 +123,11 @@ def test_the_same_prompt_fingerprints_differently_in_two_deployments(
     call = deterministic_call()
     found = []
     for n, url in enumerate((first, second)):
-        settings = Settings(redis_url=REDIS_URL, database_url=url, prefix=f"{prefix}-{n}")
-        try:
-            found.append(
-                settle_through_a_runtime(settings, call | {"request_id": f"r{n}"}, redis_client)
-            )
-        finally:  # the ``prefix`` fixture deletes only its own prefix's keys
-            left = list(redis_client.scan_iter(match=f"{prefix}-{n}:*", count=1000))
-            if left:
-                redis_client.delete(*left)
+        # Under the fixture's prefix, so its clean-up deletes these deployments' keys too.
+        settings = Settings(redis_url=REDIS_URL, database_url=url, prefix=f"{prefix}:{n}")
+        found.append(
+            settle_through_a_runtime(settings, call | {"request_id": f"r{n}"}, redis_client)
+        )
     assert found[0] is not None and found[1] is not None
     assert found[0] != found[1]
     meta = request_from_dict(call)

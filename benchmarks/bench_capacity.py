@@ -49,6 +49,7 @@ import worker.pipeline.reconciling as reconciling
 from benchmarks import capacity_model as model
 from benchmarks.harness import cpu, history, services, speed, workload
 from benchmarks.harness.consumer import make_consumer, time_steps, warm
+from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
 from benchmarks.harness.traffic import Traffic, counting_client
 from worker.ledger.database import make_engine
 from worker.pipeline.calls import BatchStats
@@ -59,6 +60,8 @@ from worker.pipeline.publisher import Publisher
 CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))  # row 2's count: the same calls
 # Phase B's batch sizes, taken in turn: around the polls of row 4 (a few to a few tens of entries).
 SMALL_BATCHES = (4, 8, 16, 32, 64)
+# Phase B's calls: enough polls of each size (about 60) to sample the tail of row 4's polls.
+CALLS_B = int(os.environ.get("BENCH_CAPACITY_CALLS_B", "3000"))
 # Phases B and C draw other calls of the same mix (other seeds): never row 2's or row 4's calls.
 SEED_B = workload.SEED + 1
 SEED_LOAD = workload.SEED + 100  # phase B's publisher load
@@ -235,33 +238,6 @@ def _whole_calls(client: Any, keys: Keys, calls: list[Any]) -> int:
     return workload.measure(calls).notifications
 
 
-def _sized_polls(
-    consumer: Consumer, until_acked: int, sizes: tuple[int, ...], timeout: float = 600.0
-) -> list[tuple[int, float]]:
-    """What ``Consumer.poll`` does (read, then process), at batch sizes taken in turn from
-    ``sizes``, until ``until_acked`` notifications were acknowledged; each poll's (entries read,
-    wall seconds), but for the polls that found fewer entries than their size left."""
-    stream = consumer.keys.events(0)
-    polls: list[tuple[int, float]] = []
-    acked = 0
-    deadline = time.perf_counter() + timeout
-    turn = 0
-    while acked < until_acked:
-        began = time.perf_counter()
-        size = sizes[turn % len(sizes)]
-        entries = consumer.intake.read(stream, size, None)
-        if not entries:
-            if time.perf_counter() > deadline:
-                raise TimeoutError(f"acknowledged {acked} of {until_acked}")
-            continue
-        turn += 1
-        stats = consumer.process(stream, entries)
-        if stats.read == size:  # not the backlog's last few entries, a size of its own
-            polls.append((stats.read, time.perf_counter() - began))
-        acked += stats.acked
-    return polls
-
-
 @contextlib.contextmanager
 def _publishing(rate: float, seconds: float = LOAD_SECONDS) -> Iterator[None]:
     """Row 4's publisher beside the block: other calls of the same mix (their own seed and prefix,
@@ -301,9 +277,11 @@ def _publish_at(calls: list[Any], rate: float, prefix: str, ready: Any, stop: An
         workload.write_call(client, publisher, keys, call)
 
 
-def measure(count: int, twins: list[dict[str, Any]], load_rate: float) -> dict[str, Any]:
-    """Phases A, B (beside a publisher at ``load_rate`` calls/s) and C (row 2's ``twins``); unit
-    costs per closed call of phase A."""
+def measure(
+    count: int, twins: list[dict[str, Any]], load_rate: float, count_b: int = CALLS_B
+) -> dict[str, Any]:
+    """Phases A (``count`` calls), B (``count_b`` calls, beside a publisher at ``load_rate``
+    calls/s) and C (row 2's ``twins``); unit costs per closed call of phase A."""
     with (
         services.redis_prefix("capacity") as (plain, prefix),
         services.pg_database("capacity") as url,
@@ -357,20 +335,24 @@ def measure(count: int, twins: list[dict[str, Any]], load_rate: float) -> dict[s
         end_counters = _counters(url)
         wal, wal_source = _wal_bytes(url, start_lsn, end_lsn, oid)
 
-        # Phase B: other calls of the same mix written whole (row 4's arrivals), small polls,
-        # while row 4's publisher load runs beside them.
-        calls_b = workload.simulated_calls(max(8, count // 2), run_id=f"{prefix}-b", seed=SEED_B)
-        notifications_b = _whole_calls(plain, keys, calls_b)
-        consumer_b, engine_b = make_consumer(client, url, prefix, "capacity-b")
+        client.close()
+
+        # Phase B: other calls of the same mix written whole (row 4's arrivals), polled at small
+        # sizes by a consumer process of its own, as row 4's consumer is, while row 4's publisher
+        # load runs beside it.
+        calls_b = workload.simulated_calls(count_b, run_id=f"{prefix}-b", seed=SEED_B)
+        _whole_calls(plain, keys, calls_b)
+        sizes = ",".join(map(str, SMALL_BATCHES))
+        child = ConsumerProcess(prefix, url, "capacity-b", env={"BENCH_POLL_SIZES": sizes})
         try:
-            warm(consumer_b)
             speed_b = speed.probe()
             with _publishing(load_rate):
-                polls_b = _sized_polls(consumer_b, notifications_b, SMALL_BATCHES)
+                child.go()
+                wait_drained(plain, keys.events(0), keys.group, timeout=600)
+                polls_b = [(int(n), float(w)) for n, w in child.stop()["sized_polls"]]
             speed_b = (speed_b + speed.probe()) / 2
         finally:
-            engine_b.dispose()
-            client.close()
+            child.kill()
 
     # Phase C: row 2's twins, other calls of the same mix, each run as row 2 runs a round, just
     # after it: only the median twin's CPU over its wall is used (the drain's efficiency), and its
@@ -590,7 +572,7 @@ def run(
 ) -> dict[str, Any]:
     # Row 4's rate as its publisher achieved it.
     load_rate = min(latency["rate"], latency.get("achieved_rate", latency["rate"]))
-    m = measure(60 if smoke else CALLS, e2e["twins"], load_rate)
+    m = measure(60 if smoke else CALLS, e2e["twins"], load_rate, 30 if smoke else CALLS_B)
     found = predict(m, e2e, latency, scaling)
     assumptions = model.Assumptions()
     found["sizing"] = [

@@ -46,6 +46,29 @@ def warm(consumer: Consumer) -> None:
         consumer.intake.ensure_group(stream)
 
 
+def sized_polls(
+    consumer: Consumer, sizes: tuple[int, ...], stop: Callable[[], bool]
+) -> list[tuple[int, float]]:
+    """What ``Consumer.poll`` does (read, then process), at batch sizes taken in turn from
+    ``sizes``, until ``stop()``; each poll's (entries read, wall seconds), but for the polls that
+    found fewer entries than their size (a backlog's last few: a size of their own)."""
+    stream = consumer.keys.events(0)
+    polls: list[tuple[int, float]] = []
+    turn = 0
+    while not stop():
+        began = time.perf_counter()
+        size = sizes[turn % len(sizes)]
+        entries = consumer.intake.read(stream, size, None)
+        if not entries:
+            time.sleep(0.001)
+            continue
+        turn += 1
+        stats = consumer.process(stream, entries)
+        if stats.read == size:
+            polls.append((stats.read, time.perf_counter() - began))
+    return polls
+
+
 def _step_targets(consumer: Consumer) -> dict[str, tuple[Any, str]]:
     """Where each step is: (the object or module holding it, its attribute)."""
     return {

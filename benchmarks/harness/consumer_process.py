@@ -3,8 +3,10 @@
 The child builds a ``Consumer`` the way the worker runtime does, loads what a worker loads once
 (prices, vocabularies), prints ``ready``, waits for ``go`` on stdin, then calls ``Consumer.drain`` in
 short windows — the code the Celery drain task runs — until stdin says ``stop`` or closes (with
-``BENCH_TRACE=1``, row 4, ``Consumer.poll``: one batch at a time, each poll traced). It then prints one
-JSON line of totals (including every close → commit latency) and exits. Its RSS is read by the parent
+``BENCH_TRACE=1``, row 4, ``Consumer.poll``: one batch at a time, each poll traced; with
+``BENCH_POLL_SIZES=4,8,…``, row 12's phase B, polls of those sizes in turn, each timed:
+``consumer.sized_polls``). It then prints one JSON line of totals (including every close → commit
+latency; in the sized mode, the polls instead) and exits. Its RSS is read by the parent
 from ``/proc/<pid>/status``.
 
     python -m benchmarks.harness.consumer_process PREFIX DATABASE_URL NAME
@@ -45,7 +47,7 @@ def settings_from_env() -> dict[str, int]:
 
 
 def _serve(prefix: str, database_url: str, name: str) -> None:
-    from benchmarks.harness.consumer import make_consumer, time_steps, warm
+    from benchmarks.harness.consumer import make_consumer, sized_polls, time_steps, warm
     from worker.pipeline.calls import BatchStats
 
     logging.getLogger("worker").setLevel(logging.ERROR)
@@ -67,6 +69,13 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
         stop.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
+    sizes = tuple(int(size) for size in os.environ.get("BENCH_POLL_SIZES", "").split(",") if size)
+    if sizes:
+        polls_of_sizes = sized_polls(consumer, sizes, stop.is_set)
+        print(json.dumps({"sized_polls": polls_of_sizes}), flush=True)
+        engine.dispose()
+        client.close()
+        return
     total = BatchStats()
     polls = 0
     closes = 0

@@ -261,6 +261,16 @@ class Settings:
         "the LiteLLM hook's spool: where its tee appends what Redis could not take"
         " ([gateway](docs/gateway.md#the-tee-publishing-that-never-slows-the-user))",
     )
+    tee_linger_ms: int = integer(
+        "BILLING_TEE_LINGER_MS",
+        100,
+        "the LiteLLM hook's tee: how long a call's events wait to be written with others; each"
+        " write wakes a thread, so a longer wait costs the proxy less CPU, but a call reaches"
+        " Redis up to this much later, and a proxy killed outright loses what waited"
+        " ([gateway](docs/gateway.md#the-tee-publishing-that-never-slows-the-user))",
+        minimum=1,
+        maximum=10_000,
+    )
     metrics_dir: str | None = optional_text(
         "PROMETHEUS_MULTIPROC_DIR",
         "the empty directory where worker processes write their metrics (`billing worker` uses"

@@ -41,8 +41,8 @@ stays in the spool file, which the next start (or any tee sharing the directory)
 ``atexit`` runs when the interpreter exits (Ctrl-C / SIGINT: the proxy exits 0), but not on
 SIGTERM: uvicorn 0.54 drains the open requests and runs the app's shutdown, then re-raises the
 signal with its default action, which ends the process without ``atexit`` (seen with 1.108.7).
-The tee thread runs through that drain, so only batches queued in the last moments (the 10 ms
-linger and a round trip) can be lost; what was spooled is on disk, and the file left behind is
+The tee thread runs through that drain, so only batches queued in the last moments (the linger,
+``BILLING_TEE_LINGER_MS``, and a round trip) can be lost; what was spooled is on disk, and the file left behind is
 adopted by the next tee in the directory.
 """
 
@@ -77,13 +77,15 @@ CHAT_CALL_TYPES = ("acompletion", "completion")
 
 def make_publisher() -> Tee:
     """The one place the hook's publisher is built: a ``Tee`` (``REDIS_URL``, ``BILLING_PREFIX``,
-    ``BILLING_PARTITIONS``, the stream TTL, its spool in ``BILLING_SPOOL_DIR``)."""
+    ``BILLING_PARTITIONS``, the stream TTL, its spool in ``BILLING_SPOOL_DIR``, its linger
+    ``BILLING_TEE_LINGER_MS``)."""
     settings = Settings.from_env()
     return Tee.from_url(
         settings.redis_url,
         Keys(settings.prefix, settings.partitions),
         ttl_seconds=settings.stream_ttl_seconds,
         spool_dir=settings.spool_dir,
+        linger_seconds=settings.tee_linger_ms / 1000,
     )
 
 

@@ -82,6 +82,11 @@ from worker.pipeline.publisher import (
 log = logging.getLogger(__name__)
 
 DEFAULT_SPOOL_DIR = "var/spool"
+# How long the thread lets calls' events gather before a write (see ``Tee._run``). Every wake-up
+# of the thread costs the gateway a fixed amount of CPU, whatever it writes; a longer linger is
+# fewer wake-ups, and a call's events reaching Redis, and lost by a process killed outright, up to
+# that much later.
+DEFAULT_LINGER_SECONDS = 0.1
 # What Redis answers to an XADD whose explicit id is not above the stream's last one.
 _ALREADY_WRITTEN = "equal or smaller than the target stream top item"
 # Errors after which a write may or may not have happened: spool it and replay it later.
@@ -274,7 +279,7 @@ class Tee:
         spool_dir: str | Path = DEFAULT_SPOOL_DIR,
         max_queue_bytes: int = 16 << 20,
         batch_bytes: int = 64 << 10,
-        linger_seconds: float = 0.05,
+        linger_seconds: float = DEFAULT_LINGER_SECONDS,
         sync_seconds: float = 1.0,
         retry_seconds: float = 0.5,
         adopt_seconds: float = 30.0,

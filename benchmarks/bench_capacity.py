@@ -22,11 +22,14 @@ counts its own commands and bytes (``harness.traffic``), then measured in three 
   exactly as a round of row 2, just after it (``bench_pipeline.run``: its count, its own prefix and
   database, drained by ``Consumer.drain``, two threads), the median twin: the share of its
   wall time the process was on a CPU (process CPU / wall), the drain efficiency, and its CPU per
-  call against phase A's (moved to phase C's frames per call and to phase A's machine speed), the
-  drain's CPU factor. Nothing else of phase C enters the model.
+  call against phase A's (moved to phase C's frames per call), the drain's CPU factor. Nothing
+  else of phase C enters the model.
 
 Every phase and every row the model predicts reads the speed probe (``harness.speed``) before and
-after itself: row 2's prediction moves phase A's CPU to the speed row 2 ran at.
+after itself; the ratios are reported, not applied. Row 2's prediction is phase A's CPU times the
+drain's CPU factor over its efficiency, both from phase C, whose twins ran in row 2's minutes: a
+speed correction from phase A to row 2 and one from phase C back to phase A would cancel but for
+the probe's own noise between row 2's median round and the median twin.
 
 Redis memory per call is ``MEMORY USAGE`` of every call stream against its entry count (least
 squares), plus the call's share of the notification stream. ``capacity_model`` turns these into the
@@ -383,8 +386,9 @@ def measure(
         frames_c - frames_a / max(1, len(reconciled.points))
     )
     drain_cpu_c = cpu_c / max(1, c["closed_calls"])
-    # Phase C's CPU moved to phase A's machine speed before the two are compared.
-    cpu_factor = drain_cpu_c * speed_a / speed_c / serial_c if serial_c > 0 else 1.0
+    # Phase C's CPU against phase A's as measured: the twins ran in row 2's minutes, so the factor
+    # carries the machine's speed there with it.
+    cpu_factor = drain_cpu_c / serial_c if serial_c > 0 else 1.0
     process = model.ProcessCosts(
         reader_cpu=(read_cpu + prep_cpu) / closes,
         reader_wall=(read_wall + prep_wall) / closes,
@@ -509,12 +513,12 @@ def predict(
     frames = m["plan_frames_per_close"]
     # Phase A's closes are the first half's: scaled to the frames of the whole workload's.
     process = costs.process.with_frames(costs.per_frame_cpu, costs.frames, frames)
-    # The machine's speed drifts (``harness.speed``): row 2, CPU-bound, takes its unit costs from
-    # the speed of their measurement to the speed it ran at, both read by the speed probe. Row 4's
-    # polls wait on commits more than they compute, so its probe ratio is only reported.
+    # The machine's speed drifts (``harness.speed``); the probe's ratios are reported only. Row 2's
+    # speed is in the drain CPU factor, from its twins (see the module's docstring); row 4's polls
+    # wait on commits more than they compute.
     slower2 = e2e["speed_s"] / m["speed_a"]
     slower4 = latency["speed_s"] / m["speed_b"]
-    per_call = process.at_speed(slower2).seconds_per_call()
+    per_call = process.seconds_per_call()
     row2 = model.Check("2. frames/s of one consumer", frames / per_call, e2e["ours_frames_per_s"])
 
     # The calls as they were written: a publisher that fell behind its schedule wrote fewer a second.
@@ -551,7 +555,6 @@ def predict(
     return {
         "checks": [row2, row4, row9],
         "per_call_s": per_call,
-        "row2_at_phase_speed": frames / process.seconds_per_call(),
         "slower2": slower2,
         "slower4": slower4,
         "frames": frames,

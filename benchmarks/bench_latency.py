@@ -4,7 +4,7 @@ A consumer process (``benchmarks.harness.consumer_process``) runs while this pro
 at a fixed rate, each whole call at its scheduled instant (its ``close`` carries the time it was
 written). The consumer's ``BatchStats.latencies_ms`` holds commit time - close ``ts`` per reconciled
 call; p50 and p99 are taken over all of them. The rate is half of the end-to-end maximum measured in
-the same run (row 2). The publisher shares the machine with the consumer, as a gateway would not;
+the same run (row 2). Three rounds (``run``): the median round's figures, every round's p99. The publisher shares the machine with the consumer, as a gateway would not;
 that makes the figure pessimistic, not optimistic.
 
 To say where a slow close lost its time, the run also records: every poll of the consumer (wall,
@@ -30,6 +30,7 @@ from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 
 TARGET_P99_MS = 1000
+ROUNDS = 3
 SAMPLE_S = 0.1
 SLOW_MS = 1000
 
@@ -111,7 +112,7 @@ def diagnose(
         poll for poll in slow if any(a - 0.5 <= poll["t"] <= b + 0.5 for a, b in vacuums)
     ]
     machine = [s[1] for s in samples]
-    steps = ("read_ms", "fetch_streams_ms", "prepare_ms", "apply_common_ms")
+    steps = ("read_ms", "fetch_streams_ms", "prepare_ms", "apply_common_ms", "transaction_ms")
 
     def share(polls: list[dict[str, Any]], key: str) -> float:
         wall = sum(p["ms"] for p in polls)
@@ -152,8 +153,30 @@ def diagnose(
 
 
 def run(
-    max_calls_per_s: float, smoke: bool = False, env: dict[str, str] | None = None
+    max_calls_per_s: float,
+    smoke: bool = False,
+    env: dict[str, str] | None = None,
+    rounds: int | None = None,
 ) -> dict[str, Any]:
+    """``rounds`` runs of 30 s (default ``ROUNDS``; 1 of 4 s at smoke size), each with its own prefix,
+    database and consumer process: the figures of the median round by p99, with every round's p99
+    and the worst; the target is met when every round meets it. One 30 s run's p99 rests on a few
+    slow polls (a 600 ms stall on a shared VM sets it alone), so a single round is as likely to
+    show a stall as not; the median round is the row's figure, the worst is shown beside it."""
+    rounds = rounds or (1 if smoke else ROUNDS)
+    results = [_round(max_calls_per_s, smoke, env) for _ in range(rounds)]
+    ordered = sorted(results, key=lambda r: r["p99_ms"])
+    median = ordered[len(ordered) // 2]
+    return {
+        **median,
+        "rounds": rounds,
+        "round_p99s_ms": [r["p99_ms"] for r in results],
+        "worst_p99_ms": ordered[-1]["p99_ms"],
+        "meets_target": all(r["meets_target"] for r in results),
+    }
+
+
+def _round(max_calls_per_s: float, smoke: bool, env: dict[str, str] | None) -> dict[str, Any]:
     rate = max_calls_per_s / 2
     seconds = 4.0 if smoke else 30.0
     count = max(20, int(rate * seconds))
@@ -196,6 +219,7 @@ def run(
     vacuum_times = [(a - started, b - started) for a, b in vacuums if b >= started]
     return {
         "rate": rate,
+        "round_seconds": seconds,
         "max_rate": max_calls_per_s,
         "calls": count,
         "published_seconds": published,

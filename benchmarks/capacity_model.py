@@ -89,19 +89,6 @@ class ProcessCosts:
             self.drain_cpu_factor,
         )
 
-    def at_speed(self, slower: float) -> ProcessCosts:
-        """The same process on a machine ``slower`` times slower (the speed probe's ratio): every
-        CPU and wall figure scales; the drain's shares, ratios of them, do not."""
-        return ProcessCosts(
-            self.reader_cpu * slower,
-            self.reader_wall * slower,
-            self.applier_cpu * slower,
-            self.applier_wall * slower,
-            self.other_cpu * slower,
-            self.drain_efficiency,
-            self.drain_cpu_factor,
-        )
-
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     """Least squares ``y = a + b x``; returns (a, b). With fewer than two distinct x, b is 0."""

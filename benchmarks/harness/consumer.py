@@ -79,6 +79,8 @@ def _step_targets(consumer: Consumer) -> dict[str, tuple[Any, str]]:
         "_prepare": (consumer_module, "reconcile_all"),  # looked up by ``Consumer.prepare``
         "_apply_common": (consumer.applier, "_apply_common"),
         "_apply": (consumer.applier, "_apply_one"),
+        "_transaction": (consumer.applier, "apply"),  # the batch's transaction, commit included
+        "_acknowledge": (consumer.acknowledger, "finish"),
     }
 
 

@@ -110,16 +110,6 @@ def test_more_frames_add_their_cpu_to_the_reader() -> None:
     assert moved.applier_cpu == 1.0
 
 
-def test_a_slower_machine_scales_every_cost_but_not_the_drain_shares() -> None:
-    # 0.9 ms of CPU at 90 % efficiency, 1.25 x: 1.25 ms a call; 1.5 times as slow: 1.875 ms.
-    drain = model.ProcessCosts(0.6, 0.7, 0.3, 0.5, 0.0, 0.9, 1.25)
-    slow = drain.at_speed(1.5)
-    assert slow.seconds_per_call() == pytest.approx(1.875)
-    assert (slow.reader_wall, slow.applier_wall) == pytest.approx((1.05, 0.75))
-    assert (slow.drain_efficiency, slow.drain_cpu_factor) == (0.9, 1.25)
-    assert drain.at_speed(1.0) == drain
-
-
 def test_several_processes_share_the_free_cores_with_the_servers() -> None:
     one = costs(0.001, 0.001, 0.0, 0.0)  # 1,000 calls/s alone, 1 ms CPU per call
     assert model.calls_per_s_many(one, 2, 10.0, 0.0) == pytest.approx(2000)

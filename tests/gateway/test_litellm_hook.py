@@ -189,3 +189,23 @@ def test_make_publisher_reads_the_spool_dir(
         assert tee.spool_dir == tmp_path / "elsewhere"
     finally:
         tee.stop()
+
+
+def test_make_publisher_reads_the_linger(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("REDIS_URL", REDIS_URL)
+    monkeypatch.setenv("BILLING_SPOOL_DIR", str(tmp_path / "spool"))
+    monkeypatch.delenv("BILLING_TEE_LINGER_MS", raising=False)
+    tee = make_publisher()
+    try:
+        assert tee.linger_seconds == 0.1  # the documented default, 100 ms
+    finally:
+        tee.stop()
+    monkeypatch.setenv("BILLING_TEE_LINGER_MS", "250")
+    tee = make_publisher()
+    try:
+        assert tee.linger_seconds == 0.25
+    finally:
+        tee.stop()
+    monkeypatch.setenv("BILLING_TEE_LINGER_MS", "0")
+    with pytest.raises(ValueError, match="BILLING_TEE_LINGER_MS"):
+        make_publisher()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -126,10 +127,14 @@ def poll_line(polls: Sequence[tuple[float, float]]) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class PollCost:
-    """A poll's wall seconds by the entries it read, from measured polls: the mean wall of the polls
-    of each size, straight between sizes, and past the largest (or below the smallest) along the
-    nearest segment, never below 0. A poll has a fixed cost that one line over every size tilts:
-    fitted over 4 to 64 entries it overstates the small polls row 4 runs at."""
+    """A poll's wall seconds by the entries it read, from measured polls: the median wall of the
+    polls of each size, straight between sizes, and past the largest (or below the smallest) along
+    the nearest segment, never below 0. A poll has a fixed cost that one line over every size
+    tilts: fitted over 4 to 64 entries it overstates the small polls row 4 runs at. The median,
+    not the mean: a poll stalled on its commit (hundreds of ms, a few a minute on a shared VM)
+    would move a mean of some fifty polls by several ms, and the queue amplifies that
+    (``fixed_point``); the stalls stay in the spread of the polls around the curve, which the
+    latency simulation draws from."""
 
     sizes: tuple[float, ...]
     seconds: tuple[float, ...]
@@ -143,7 +148,7 @@ class PollCost:
         for n, w in polls:
             walls.setdefault(float(n), []).append(w)
         sizes = tuple(sorted(walls))
-        return cls(sizes, tuple(sum(walls[n]) / len(walls[n]) for n in sizes))
+        return cls(sizes, tuple(statistics.median(walls[n]) for n in sizes))
 
     def __call__(self, entries: float) -> float:
         xs, ys = self.sizes, self.seconds

@@ -622,7 +622,7 @@ def capacity(ctx: Context) -> list[Row]:
         f"calls of {m['frames_c']:.0f} frame entries): {m['cpu_c']:.2f} s of process CPU in "
         f"{m['seconds_c']:.2f} s, {m['drain_cpu_c'] * 1000:.3f} ms per call against phase A's "
         f"{m['serial_cpu_c'] * 1000:.3f} ms at those frames",
-        f"row 4: a poll's wall by the entries it read, the mean of phase B's polls of each size, "
+        f"row 4: a poll's wall by the entries it read, the median of phase B's polls of each size, "
         f"straight between sizes ({curve}; one line over them all would be s0 "
         f"{m['s0'] * 1000:.2f} ms + s1 {m['s1'] * 1000:.3f} ms per entry, which overstates the "
         f"small polls) from {m['polls_b']} polls of {m['calls_b']:,} other calls of the same "

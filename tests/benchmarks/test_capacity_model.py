@@ -170,6 +170,9 @@ def test_poll_cost_by_hand() -> None:
     assert cost(32) == pytest.approx(0.032)  # the last segment's 0.75 ms per entry, on
     assert cost(0) == pytest.approx(0.010)  # the first segment's 0.5 ms per entry, back
     assert model.PollCost.of([(4, 0.010)])(100) == pytest.approx(0.010)  # one size: flat
+    # The median of a size's polls: one stalled on its commit does not move the curve.
+    stalled = model.PollCost.of([(4, 0.010), (4, 0.011), (4, 0.500), (8, 0.014)])
+    assert stalled(4) == pytest.approx(0.011)
 
 
 def test_poll_cost_fixed_point_by_hand() -> None:

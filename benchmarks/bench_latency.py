@@ -4,8 +4,9 @@ A consumer process (``benchmarks.harness.consumer_process``) runs while this pro
 at a fixed rate, each whole call at its scheduled instant (its ``close`` carries the time it was
 written). The consumer's ``BatchStats.latencies_ms`` holds commit time - close ``ts`` per reconciled
 call; p50 and p99 are taken over all of them. The rate is half of the end-to-end maximum measured in
-the same run (row 2). Three rounds (``run``): the median round's figures, every round's p99. The publisher shares the machine with the consumer, as a gateway would not;
-that makes the figure pessimistic, not optimistic.
+the same run (row 2). Three rounds (``run``): the median round's figures, every round's p99. The
+publisher shares the machine with the consumer, as a gateway would not; that makes the figure
+pessimistic, not optimistic.
 
 To say where a slow close lost its time, the run also records: every poll of the consumer (wall,
 CPU, the time its process waited for a CPU while runnable — ``/proc/self/schedstat`` — entries read,
@@ -158,8 +159,8 @@ def run(
     env: dict[str, str] | None = None,
     rounds: int | None = None,
 ) -> dict[str, Any]:
-    """``rounds`` runs of 30 s (default ``ROUNDS``; 1 of 4 s at smoke size), each with its own prefix,
-    database and consumer process: the figures of the median round by p99, with every round's p99
+    """``rounds`` runs of 30 s (default ``ROUNDS``; 1 of 4 s at smoke size), each with its own
+    prefix, database and consumer process: the figures of the median round by p99, with every round's p99
     and the worst; the target is met when every round meets it. One 30 s run's p99 rests on a few
     slow polls (a 600 ms stall on a shared VM sets it alone), so a single round is as likely to
     show a stall as not; the median round is the row's figure, the worst is shown beside it."""

@@ -215,13 +215,10 @@ def _tried_e2e(f: dict[str, Any]) -> str:
 
 def _diagnosis(f: dict[str, Any]) -> str:
     d = f["diagnosis"]
-    labels = {"transaction": "transaction (apply_common and the commit within it)"}
+    labels = {"transaction_ms": "transaction (apply_common and the commit within it)"}
     steps = ", ".join(
-        f"{labels.get(step, step)} {value:.0%}"
-        for step, value in (
-            (name.removesuffix("_ms").strip("_"), value)
-            for name, value in d["slow_window_steps"].items()
-        )
+        f"{labels.get(name, name.removesuffix('_ms'))} {value:.0%}"
+        for name, value in d["slow_window_steps"].items()
     )
     machine, consumer, publisher = d["slow_window_machine"]
     return (
@@ -257,8 +254,8 @@ def latency(ctx: Context) -> list[Row]:
             "p99 < 1 s",
             bool(f["meets_target"]),
             [
-                f"{f['rounds']} rounds of {f['round_seconds']:.0f} s, each with its own prefix, database and consumer "
-                f"process; p99 of each: "
+                f"{f['rounds']} rounds of {f['round_seconds']:.0f} s, each with its own prefix, "
+                f"database and consumer process; p99 of each: "
                 f"{', '.join(f'{p:,.0f}' for p in f['round_p99s_ms'])} ms; the target is met when "
                 f"every round meets it; the figures below are the median round's",
                 f"{f['samples']:,} reconciled closes out of {f['calls']:,} calls written at "

@@ -30,6 +30,8 @@ DEFAULT_DATABASE_URL = "sqlite:///var/billing.db"
 RESOLVE_POLICIES = ("release", "charge_estimate", "none")
 # A configured key shorter than this is refused as guessable (the old public default had 14).
 MIN_SECRET_LENGTH = 16
+# The gateway tee's default linger (``worker.gateway.tee``; ``BILLING_TEE_LINGER_MS``).
+TEE_LINGER_MS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +265,7 @@ class Settings:
     )
     tee_linger_ms: int = integer(
         "BILLING_TEE_LINGER_MS",
-        100,
+        TEE_LINGER_MS,
         "the LiteLLM hook's tee: how long a call's events wait to be written with others; each"
         " write wakes a thread, so a longer wait costs the proxy less CPU, but a call reaches"
         " Redis up to this much later, and a proxy killed outright loses what waited"

@@ -56,8 +56,8 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
     warm(consumer)
     # Per poll: where the time went (the consumer's own steps, wrapped on this instance only).
     spent: dict[str, list[float]] = {}
-    steps = ("read", "_fetch_streams", "_prepare", "apply", "_apply_common", "_transaction")
-    time_steps(consumer, (*steps, "_acknowledge"), spent)
+    steps = ("read", "_fetch_streams", "_prepare", "_apply_common", "_transaction", "_acknowledge")
+    time_steps(consumer, steps, spent)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return

@@ -42,8 +42,8 @@ stays in the spool file, which the next start (or any tee sharing the directory)
 SIGTERM: uvicorn 0.54 drains the open requests and runs the app's shutdown, then re-raises the
 signal with its default action, which ends the process without ``atexit`` (seen with 1.108.7).
 The tee thread runs through that drain, so only batches queued in the last moments (the linger,
-``BILLING_TEE_LINGER_MS``, and a round trip) can be lost; what was spooled is on disk, and the file left behind is
-adopted by the next tee in the directory.
+``BILLING_TEE_LINGER_MS``, and a round trip) can be lost; what was spooled is on disk, and the
+file left behind is adopted by the next tee in the directory.
 """
 
 from __future__ import annotations

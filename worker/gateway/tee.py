@@ -65,6 +65,7 @@ import msgspec
 import redis
 from hiredis import pack_command
 
+from worker.config import TEE_LINGER_MS
 from worker.gateway import metrics
 from worker.gateway.events import EventSplitter
 from worker.gateway.spool import Spool, orphans
@@ -86,7 +87,7 @@ DEFAULT_SPOOL_DIR = "var/spool"
 # of the thread costs the gateway a fixed amount of CPU, whatever it writes; a longer linger is
 # fewer wake-ups, and a call's events reaching Redis, and lost by a process killed outright, up to
 # that much later.
-DEFAULT_LINGER_SECONDS = 0.1
+DEFAULT_LINGER_SECONDS = TEE_LINGER_MS / 1000
 # What Redis answers to an XADD whose explicit id is not above the stream's last one.
 _ALREADY_WRITTEN = "equal or smaller than the target stream top item"
 # Errors after which a write may or may not have happened: spool it and replay it later.

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from worker.estimate import estimate_prompt
 from worker.gateway.metadata import CallInfo
-from worker.gateway.middleware import BillingMiddleware
+from worker.gateway.middleware import HOLD_BYTES, HOLD_SECONDS, BillingMiddleware
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, SHORT_PROMPT_BYTES
 from worker.gateway.tee import Tee
 from worker.pipeline.keys import Keys
@@ -52,6 +52,9 @@ async def chat(request: Request) -> Response:
             if chunk == b"<hang>":
                 while not RELEASE.is_set():
                     await asyncio.sleep(0.01)
+                continue
+            if chunk == b"<pause>":  # longer than the middleware holds a chunk
+                await asyncio.sleep(3 * HOLD_SECONDS)
                 continue
             yield chunk
 
@@ -308,6 +311,103 @@ def test_a_client_disconnect_closes_with_client_disconnect(gateway: tuple[str, T
         RELEASE.set()
     assert closes(gateway, rid) == [b"client_disconnect"]
     assert [e[b"body"] for e in entries(gateway, rid)[1:]] == [first]
+
+
+class Recorder:
+    """A publisher with the tee's methods that records what the middleware hands it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.lock = threading.Lock()
+
+    def _record(self, method: str, request_id: str, value: Any = None) -> None:
+        with self.lock:
+            self.calls.append((method, request_id, value))
+
+    def open(self, meta: bytes, request_id: str) -> None:
+        self._record("open", request_id)
+
+    def chunk(self, request_id: str, data: bytes) -> None:
+        self._record("chunk", request_id, data)
+
+    def response(self, request_id: str, status: int, body: bytes) -> None:
+        self._record("response", request_id, body)
+
+    def close(self, request_id: str, reason: str = "done") -> None:
+        self._record("close", request_id, reason)
+
+    def of(self, request_id: str) -> list[tuple[str, Any]]:
+        with self.lock:
+            return [(method, value) for method, rid, value in self.calls if rid == request_id]
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[tuple[str, Recorder]]:
+    recorder = Recorder()
+    app = BillingMiddleware(
+        Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+        publisher=recorder,
+        hook=hook,
+    )
+    with served(app) as url:
+        yield url, recorder
+
+
+def _event(i: int, size: int) -> bytes:
+    text = f"{i:04d}".ljust(size, "x")
+    return b'data: {"choices":[{"index":0,"delta":{"content":"' + text.encode() + b'"}}]}\n\n'
+
+
+def test_body_chunks_reach_the_publisher_in_handfuls_of_at_most_hold_bytes(
+    recorded: tuple[str, Recorder],
+) -> None:
+    url, recorder = recorded
+    rid = "handfuls"
+    chunks = [_event(i, 1000) for i in range(60)]  # ~62 KiB: several hand-offs by size
+    REPLIES[rid] = (200, "text/event-stream", chunks)
+    with httpx.Client(base_url=url) as client:
+        got = client.post("/v1/chat/completions", json=request(rid)).content
+    body = b"".join(chunks)
+    assert got == body
+    calls = recorder.of(rid)
+    assert calls[0] == ("open", None) and calls[-1] == ("close", "done")
+    handed = [value for method, value in calls[1:-1]]
+    assert all(method == "chunk" for method, _ in calls[1:-1])
+    assert b"".join(handed) == body  # in order, every byte once
+    assert all(len(data) < HOLD_BYTES + len(chunks[0]) for data in handed)
+    assert 4 <= len(handed) <= len(chunks) // 2  # not a hand-off per chunk
+
+
+def test_a_stalled_stream_hands_its_held_chunks_on_at_its_next_chunk(
+    recorded: tuple[str, Recorder],
+) -> None:
+    """A chunk held when the stream stalls goes to the publisher with the next chunk, once it is
+    older than ``HOLD_SECONDS``: not only at the end of the response."""
+    url, recorder = recorded
+    rid = "stalled"
+    first, second, last = _event(1, 10), _event(2, 10), b"data: [DONE]\n\n"
+    REPLIES[rid] = (200, "text/event-stream", [first, b"<pause>", second, b"<hang>", last])
+    RELEASE.clear()
+    with (
+        httpx.Client(base_url=url) as client,
+        client.stream("POST", "/v1/chat/completions", json=request(rid)) as reply,
+    ):
+        received = b""
+        chunks = reply.iter_raw()
+        while received != first + second:
+            received += next(chunks)
+        for _ in range(200):  # the response is still open: the app hangs
+            if ("chunk", first + second) in recorder.of(rid):
+                break
+            threading.Event().wait(0.01)
+        assert recorder.of(rid) == [("open", None), ("chunk", first + second)]
+        RELEASE.set()
+        assert b"".join(chunks) == last
+    for _ in range(200):
+        if recorder.of(rid)[-1][0] == "close":
+            break
+        threading.Event().wait(0.01)
+    assert recorder.of(rid)[1:] == [("chunk", first + second), ("chunk", last), ("close", "done")]
 
 
 def _half_up(value: Decimal) -> int:

@@ -9,15 +9,20 @@ app unchanged), then, in this order:
 1. answers the contract's refusals with an HTTP 400 in OpenAI's error shape (``refusals``), before
    the hook, the app or any write;
 2. asks the gateway's ``hook`` whose call it is (``metadata``; None: not billed, passed through);
-3. prices the hold from the price book when the hook gives none (``reservation``), and checks the
-   ``request`` entry as the worker will (a field outside the contract: HTTP 400);
+3. checks the ``request`` entry as the worker will (a field outside the contract: HTTP 400);
 4. calls the app, watching what it sends. Once the response's first body bytes went to the client
-   (so not on the time to first byte) it publishes the ``request`` entry and ``open`` (``stream``
+   (so not on the time to first byte) it prices the hold from the price book when the hook gave
+   none (``reservation``; any price it gives is within the contract, so the check of step 3
+   stands) and publishes the ``request`` entry and ``open`` (``stream``
    is how the response came: an SSE body, or a plain one such as an upstream's JSON error, which
    is then recorded as the non-streamed response it was); each body chunk goes to the client
    first, then to the publisher: as it is to a publisher that cuts SSE events itself (the tee's
    ``chunk``, on its own thread), else as the SSE events it completes, cut here (``events``), byte
-   for byte either way; a plain body is published whole as the ``response`` entry;
+   for byte either way; a plain body is published whole as the ``response`` entry. To ``chunk``
+   the chunks go in handfuls: the middleware holds a call's chunks until ``HOLD_BYTES`` of them,
+   or ``HOLD_SECONDS`` after the first of them (looked at as each chunk comes), or the end, and
+   hands them over joined: a hand-off per chunk (a lock each) cost the event loop more than the
+   rest of the tee's calls;
 5. publishes ``close`` with its reason: ``client_disconnect`` when the client went away
    (``http.disconnect``, or a send that failed), ``timeout`` when the app raised a timeout
    (``TimeoutError`` or an exception class named ``…Timeout…``, such as httpx's), ``upstream_error``
@@ -33,6 +38,7 @@ reaches the client: with the ``Tee`` there is none (it queues or spools).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +67,11 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _SSE = b"text/event-stream"
+# A call's streamed body chunks held before they go to the publisher's ``chunk`` (see the module's
+# docstring): at most this many bytes, or this long after the first of them.
+HOLD_BYTES = 16 << 10
+HOLD_SECONDS = 0.05
+_monotonic = time.monotonic
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -100,8 +111,12 @@ class _Call:
         "disconnected",
         "entry",
         "finished",
+        "held",
+        "held_bytes",
+        "held_since",
         "opened",
         "parts",
+        "price",
         "publisher",
         "request_id",
         "splitter",
@@ -110,10 +125,17 @@ class _Call:
         "streamed",
     )
 
-    def __init__(self, publisher: Any, request_id: str, entry: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        publisher: Any,
+        request_id: str,
+        entry: dict[str, Any],
+        price: Callable[[], int] | None = None,
+    ) -> None:
         self.publisher = publisher
         self.request_id = request_id
         self.entry = entry
+        self.price = price  # the hold's price, when the entry's ``reserved_micros`` awaits it
         self.started = False  # the app started its response (``status``, ``streamed``)
         self.opened = False  # ``open`` published
         self.streamed = False
@@ -125,6 +147,9 @@ class _Call:
         self.chunk: Callable[[str, bytes], None] | None = getattr(publisher, "chunk", None)
         self.splitter = EventSplitter()
         self.parts: list[bytes] = []
+        self.held: list[bytes] = []  # chunks not handed to ``chunk`` yet
+        self.held_bytes = 0
+        self.held_since = 0.0
 
     def start(self, status: int, streamed: bool) -> None:
         self.started, self.status, self.streamed = True, status, streamed
@@ -138,6 +163,8 @@ class _Call:
     def open(self, streamed: bool) -> None:
         self.opened, self.streamed = True, streamed
         entry = self.entry
+        if self.price is not None:
+            entry["reserved_micros"] = int(self.price())
         if entry["stream"] != streamed:
             entry = {**entry, "stream": streamed, "include_usage": True}
         try:
@@ -152,10 +179,14 @@ class _Call:
             return
         if self.chunk is not None:
             if chunk:
-                try:
-                    self.chunk(self.request_id, chunk)
-                except Exception:
-                    log.exception("billing: a chunk of %s not published", self.request_id)
+                held = self.held
+                held.append(chunk)
+                self.held_bytes += len(chunk)
+                now = _monotonic()
+                if len(held) == 1:
+                    self.held_since = now
+                if self.held_bytes >= HOLD_BYTES or now - self.held_since >= HOLD_SECONDS:
+                    self.hand_off()
             return
         events = self.splitter.feed(chunk)
         if events:
@@ -164,12 +195,23 @@ class _Call:
             except Exception:
                 log.exception("billing: frames of %s not published", self.request_id)
 
+    def hand_off(self) -> None:
+        """The held chunks to the publisher's ``chunk``, joined."""
+        held = self.held
+        self.held, self.held_bytes = [], 0
+        try:
+            self.chunk(self.request_id, held[0] if len(held) == 1 else b"".join(held))  # type: ignore[misc]
+        except Exception:
+            log.exception("billing: chunks of %s not published", self.request_id)
+
     def end(self, reason: str | None) -> None:
         if not self.started:  # no response: the request as asked, no frames
             self.open(self.entry["stream"])
         else:
             if not self.opened:
                 self.open(self.streamed)
+            if self.held:
+                self.hand_off()
             if self.streamed:
                 rest = self.splitter.rest()  # none with ``chunk``: the ``close`` publishes it
                 if rest:
@@ -260,15 +302,21 @@ class BillingMiddleware:
             return None
         created_at = datetime.now(UTC)
         request_id = info.request_id or new_request_id()
+        price: Callable[[], int] | None = None
         reserved = info.reserved_micros
         if reserved is None:
-            reserved = reserve(
-                self.prices,
-                body,
-                created_at,
-                provider=info.provider,
-                default_max_tokens=self.default_max_tokens,
-            )
+            # Priced after the first body bytes went out (``_Call.open``): ``reserve`` gives a
+            # hold within the contract's range, which 0 stands for in the check below.
+            def price() -> int:
+                return reserve(
+                    self.prices,
+                    body,
+                    created_at,
+                    provider=info.provider,
+                    default_max_tokens=self.default_max_tokens,
+                )
+
+            reserved = 0
         try:
             entry = request_entry(
                 body,
@@ -282,7 +330,7 @@ class BillingMiddleware:
         except RequestMetaError as exc:
             return Refusal(400, f"Invalid request: {exc}", str(exc).split(":", 1)[0], "invalid")
         entry["include_usage"] = include_usage(body)
-        return _Call(self.publisher, request_id, entry)
+        return _Call(self.publisher, request_id, entry, price)
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, call: _Call) -> None:
         async def watch(message: Message) -> None:

@@ -410,6 +410,45 @@ def test_a_stalled_stream_hands_its_held_chunks_on_at_its_next_chunk(
     assert recorder.of(rid)[1:] == [("chunk", first + second), ("chunk", last), ("close", "done")]
 
 
+class BrokenBook:
+    """A price book that fails: the hold cannot be priced."""
+
+    def price_for(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the price book is broken")
+
+
+class MetaRecorder(Recorder):
+    def open(self, meta: bytes, request_id: str) -> None:
+        self._record("open", request_id, orjson.loads(meta))
+
+
+def test_a_hold_that_cannot_be_priced_is_held_at_0_and_the_call_still_published(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The hold is priced after the first body bytes went out: a failure then must not lose the
+    call's ``request`` entry (a ``close`` without it would be a call the worker never saw)."""
+    recorder = MetaRecorder()
+    app = BillingMiddleware(
+        Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+        publisher=recorder,
+        hook=hook,
+        prices=BrokenBook(),  # type: ignore[arg-type]
+    )
+    rid = "unpriceable"
+    body = _event(1, 10) + b"data: [DONE]\n\n"
+    REPLIES[rid] = (200, "text/event-stream", [body])
+    with served(app) as url, httpx.Client(base_url=url) as client:
+        assert client.post("/v1/chat/completions", json=request(rid)).content == body
+        for _ in range(200):
+            if recorder.of(rid) and recorder.of(rid)[-1][0] == "close":
+                break
+            threading.Event().wait(0.01)
+    (method, meta), *rest = recorder.of(rid)
+    assert method == "open" and meta["request_id"] == rid and meta["reserved_micros"] == 0
+    assert rest == [("chunk", body), ("close", "done")]
+    assert any("not priced" in record.getMessage() for record in caplog.records)
+
+
 def _half_up(value: Decimal) -> int:
     return int(value.to_integral_value(rounding=ROUND_HALF_UP))
 

@@ -164,7 +164,10 @@ class _Call:
         self.opened, self.streamed = True, streamed
         entry = self.entry
         if self.price is not None:
-            entry["reserved_micros"] = int(self.price())
+            try:
+                entry["reserved_micros"] = int(self.price())
+            except Exception:  # the call is published all the same, held at 0, and said
+                log.exception("billing: the hold of %s not priced; held at 0", self.request_id)
         if entry["stream"] != streamed:
             entry = {**entry, "stream": streamed, "include_usage": True}
         try:

@@ -175,7 +175,10 @@ def test_frames_are_the_bytes_the_client_got_without_chunk(
     assert got == body
     redis_client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
     for _ in range(500):  # the middleware closes after the client got the end
-        if any(f[b"request_id"] == rid.encode() for _id, f in redis_client.xrange(keys.events())):
+        if any(
+            f[b"request_id"] == rid.encode() and f[b"kind"] == b"close"
+            for _id, f in redis_client.xrange(keys.events())
+        ):
             break
         threading.Event().wait(0.02)
     assert_frames_are_the_body([f for _id, f in redis_client.xrange(keys.request(rid))], body)

@@ -343,6 +343,15 @@ class Recorder:
         with self.lock:
             return [(method, value) for method, rid, value in self.calls if rid == request_id]
 
+    def closed(self, request_id: str) -> list[tuple[str, Any]]:
+        """``of(request_id)`` once its ``close`` came (the middleware closes after the end)."""
+        for _ in range(200):
+            calls = self.of(request_id)
+            if calls and calls[-1][0] == "close":
+                break
+            threading.Event().wait(0.01)
+        return self.of(request_id)
+
 
 @pytest.fixture(scope="module")
 def recorded() -> Iterator[tuple[str, Recorder]]:
@@ -372,7 +381,7 @@ def test_body_chunks_reach_the_publisher_in_handfuls_of_at_most_hold_bytes(
         got = client.post("/v1/chat/completions", json=request(rid)).content
     body = b"".join(chunks)
     assert got == body
-    calls = recorder.of(rid)
+    calls = recorder.closed(rid)
     assert calls[0] == ("open", None) and calls[-1] == ("close", "done")
     handed = [value for method, value in calls[1:-1]]
     assert all(method == "chunk" for method, _ in calls[1:-1])
@@ -406,11 +415,11 @@ def test_a_stalled_stream_hands_its_held_chunks_on_at_its_next_chunk(
         assert recorder.of(rid) == [("open", None), ("chunk", first + second)]
         RELEASE.set()
         assert b"".join(chunks) == last
-    for _ in range(200):
-        if recorder.of(rid)[-1][0] == "close":
-            break
-        threading.Event().wait(0.01)
-    assert recorder.of(rid)[1:] == [("chunk", first + second), ("chunk", last), ("close", "done")]
+    assert recorder.closed(rid)[1:] == [
+        ("chunk", first + second),
+        ("chunk", last),
+        ("close", "done"),
+    ]
 
 
 class BrokenBook:
@@ -442,11 +451,7 @@ def test_a_hold_that_cannot_be_priced_is_held_at_0_and_the_call_still_published(
     REPLIES[rid] = (200, "text/event-stream", [body])
     with served(app) as url, httpx.Client(base_url=url) as client:
         assert client.post("/v1/chat/completions", json=request(rid)).content == body
-        for _ in range(200):
-            if recorder.of(rid) and recorder.of(rid)[-1][0] == "close":
-                break
-            threading.Event().wait(0.01)
-    (method, meta), *rest = recorder.of(rid)
+        (method, meta), *rest = recorder.closed(rid)
     assert method == "open" and meta["request_id"] == rid and meta["reserved_micros"] == 0
     assert rest == [("chunk", body), ("close", "done")]
     assert any("not priced" in record.getMessage() for record in caplog.records)

@@ -41,6 +41,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import orjson
@@ -310,15 +311,14 @@ class BillingMiddleware:
         if reserved is None:
             # Priced after the first body bytes went out (``_Call.open``): ``reserve`` gives a
             # hold within the contract's range, which 0 stands for in the check below.
-            def price() -> int:
-                return reserve(
-                    self.prices,
-                    body,
-                    created_at,
-                    provider=info.provider,
-                    default_max_tokens=self.default_max_tokens,
-                )
-
+            price = partial(
+                reserve,
+                self.prices,
+                body,
+                created_at,
+                provider=info.provider,
+                default_max_tokens=self.default_max_tokens,
+            )
             reserved = 0
         try:
             entry = request_entry(

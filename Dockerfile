@@ -8,11 +8,21 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
+# worker.plain_chunk is compiled from native/ (Rust, PyO3) with Debian's cargo and packaged crates
+# (.cargo/config.toml: no crates.io); none of them stays in the image but the built module.
 COPY pyproject.toml README.md ./
+COPY .cargo ./.cargo
+COPY native ./native
 COPY worker ./worker
 COPY models ./models
 COPY migrations ./migrations
-RUN pip install . \
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends cargo librust-pyo3-dev librust-serde-dev \
+       librust-serde-derive-dev librust-serde-json-dev \
+    && pip install . \
+    && apt-get purge -y --auto-remove cargo librust-pyo3-dev librust-serde-dev \
+       librust-serde-derive-dev librust-serde-json-dev \
+    && rm -rf /var/lib/apt/lists/* /root/.cargo \
     && useradd --system --uid 10001 --home-dir /var/lib/billing billing \
     && mkdir -p /var/lib/billing/prometheus /var/lib/billing/beat \
     && chown -R billing:billing /var/lib/billing

@@ -6,7 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo demo-gateway test lint chromium bench chaos chaos-busy clean
 
-$(STAMP): pyproject.toml
+# rustup's cargo, where it is installed, before any other (worker.plain_chunk is compiled by cargo).
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+$(STAMP): pyproject.toml native/Cargo.toml native/Cargo.lock native/src/lib.rs
+	@bash scripts/ensure-crates
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'

@@ -289,8 +289,9 @@ FIRST = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "
          "system_fingerprint": "fp",
          "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}  # fmt: skip
 odd_values = st.sampled_from(
-    [None, 0, 1, -1, 2**32, 2**40, 2**70, True, False, 1.0, "", "c2", "0", [], {}, [1], {"a": 1}]
-)
+    [None, 0, 1, -1, 2**32, 2**40, 2**63, 2**64, 2**70, -(2**63) - 1, True, False, 1.0, 1.5,
+     1e300, "", "c2", "0", "\u00e9", [], {}, [1], [1.5], {"a": 1}, {"a": {"b": 2**70}}]
+)  # fmt: skip
 # Each perturbation takes a plain chunk one step towards (or across) the edge of "plain".
 perturbation = st.one_of(
     st.tuples(st.just("top"), st.sampled_from(["id", "object", "usage", "error", "choices",
@@ -329,6 +330,8 @@ def dict_path(records: list[bytes]) -> Any:
         for frame in decode_frames(parse_events(text)):
             if isinstance(frame, Chunk):
                 assembler.feed_chunk(frame.obj, following, frame.event)
+            elif isinstance(frame, BadFrame):
+                assembler.feed_bad(FrameError(following, frame.error.reason))
             else:
                 assembler.feed(replace(frame, index=following))
             following += 1
@@ -364,6 +367,68 @@ def test_the_plain_path_is_taken_and_its_edges_are_not() -> None:
                  ("choices", "two", None), ("delta", "content", None)]:  # fmt: skip
         assert not assembler.feed_plain(dumps(plain_like("hi", [step]))), step
     assert assembler.finish().choices[0].content == "hi"
+
+
+# The JSON text of a plain chunk, changed where a compiled decoder and orjson could disagree: a key
+# given twice, a key or a string written with escapes, whitespace, a value's syntax broken.
+text_edit = st.sampled_from(
+    [
+        (b'"content":', b'"content":"x","content":'),
+        (b'"index":0', b'"index":0,"index":1'),
+        (b'"object":', b'"object":"chat.completion","object":'),
+        (b'"content"', b'"\\u0063ontent"'),
+        (b'"delta"', b'"d\\u0065lta"'),
+        (b'"id":"c1"', b'"id":"\\u0063\\u0031"'),
+        (b'"id":"c1"', b'"id":"c\\ud800"'),
+        (b'"id":"c1"', b'"id" : "c1" '),
+        (b'"logprobs":null', b'"logprobs":null,"native_finish_reason":1e999'),
+        (b'"logprobs":null', b'"logprobs":null,"stop_reason":NaN'),
+        (b'"logprobs":null', b'"logprobs":null,"stop_reason":[1,]'),
+        (b'"logprobs":null', b'"logprobs":null,"stop_reason":{"a":1,"a":2}'),
+        (b'"logprobs":null', b'"logprobs":null,"stop_reason":-0'),
+        (b'"logprobs":null', b'"logprobs":null,"stop_reason":123456789012345678901234567890'),
+        (b'"logprobs":null', b'"logprobs":Null'),
+        (b"}]}", b"}]} "),
+        (b"}]}", b"}]}x"),
+        (b"}]}", b"}],}"),
+        (b"{", b"\t{"),
+    ]
+)
+
+
+@moderate
+@given(st.lists(st.tuples(text, st.lists(text_edit, max_size=2)), min_size=1, max_size=6))
+def test_plain_chunks_written_oddly_assemble_as_the_dict_path_does(frames) -> None:
+    records = [b"data: " + dumps(FIRST) + b"\n\n"]
+    for content, edits in frames:
+        payload = dumps(plain_like(content, []))
+        for old, new in edits:
+            payload = payload.replace(old, new, 1)
+        records.append(b"data: " + payload + b"\n\n")
+    fast, general = assemble_stream(records), dict_path(records)
+    assert [(e.index, e.reason) for e in fast.frame_errors] == [
+        (e.index, e.reason) for e in general.frame_errors
+    ]
+    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+
+
+def test_the_plain_path_refuses_what_a_decoder_might_read_otherwise() -> None:
+    """Not vacuous: each of these is refused by the compiled path (the general path decides it)."""
+    assembler = StreamAssembler()
+    assembler.feed_chunk(FIRST)
+    plain = dumps(plain_like("hi", []))
+    assert assembler.feed_plain(plain)
+    assert assembler.feed_plain(plain.decode())
+    for old, new in [
+        (b'"content":', b'"content":"x","content":'),
+        (b'"logprobs":null', b'"logprobs":null,"stop_reason":1.5'),
+        (b'"logprobs":null', b'"logprobs":null,"stop_reason":18446744073709551616'),
+        (b'"id":"c1"', b'"id":"c\\ud800"'),
+        (b"}]}", b"}]}x"),
+    ]:
+        assert not assembler.feed_plain(plain.replace(old, new, 1)), new
+    assert not assembler.feed_plain(plain.decode() + "\udc80")
+    assert assembler.finish().choices[0].content == "hihi"
 
 
 # --- argument fragments of a call already begun: the plain path's other shape -------------------

@@ -37,9 +37,7 @@ from typing import Any
 import orjson
 
 from worker.errors import FrameError
-from worker.plain_chunk import NOT_PLAIN, decode_plain
-from worker.plain_chunk import Chunk as PlainChunk
-from worker.plain_chunk import decode as decode_plain_chunk
+from worker.plain_chunk import take_run
 from worker.result import Choice, FunctionCall, ToolCall
 from worker.sse import (
     BadFrame,
@@ -206,92 +204,70 @@ class StreamAssembler:
         nothing, otherwise."""
         if self._meta_pending or self.saw_done:
             return False
-        chunk = decode_plain(payload)
-        if chunk is None or not self._take_plain(chunk):
-            return False
-        self._frames += 1
-        self.chunk_count += 1
-        return True
-
-    def _take_plain(self, chunk: PlainChunk) -> bool:
-        """Absorb a decoded plain chunk's content and arguments as ``feed_chunk`` would absorb its
-        dict, leaving the frame counts to the caller; or return False having changed nothing when
-        it is one the general path must decide: not exactly one choice, another completion id, a
-        service tier that is not a name, an empty delta, or an argument fragment for a call no
-        earlier fragment began. Only for a completion identified and not done (``feed_plain``)."""
-        choices = chunk.choices
-        if len(choices) != 1 or chunk.id != self.completion_id:
-            return False
-        tier = chunk.service_tier
-        if tier is not None and (type(tier) is not str or len(tier) > 32):
-            return False  # the general path records the bad value
-        choice = choices[0]
-        delta = choice.delta
-        number = 0 if choice.index is None else choice.index
-        state = self._choices.get(number)
-        fragments = delta.tool_calls
-        if fragments is not None:
-            if state is None:
+        if type(payload) is str:
+            try:
+                payload = payload.encode()
+            except UnicodeEncodeError:  # surrogate-escaped bytes that are not UTF-8: not plain
                 return False
-            current = state.current_call
-            for fragment in fragments:
-                if (0 if fragment.index is None else fragment.index) not in current:
-                    return False
-        elif delta.content is None:
-            return False
+        return self._take_plain([payload], 0) == 1
+
+    def _take_plain(self, payloads: list[bytes], start: int) -> int:
+        """Absorb the plain chunks of ``payloads`` from ``start`` up to the first that is not one
+        (``worker.plain_chunk.take_run``: exactly one choice, of this completion's id, a service
+        tier that is a name, a delta of content and/or argument fragments for calls begun) as
+        ``feed_chunk`` would absorb their dicts; returns how many were taken. Only for a
+        completion identified and not done."""
+        begun = {number: list(state.current_call) for number, state in self._choices.items()}
+        taken, tier, pieces = take_run(payloads, start, self.completion_id, begun)
+        if not taken:
+            return 0
+        choices = self._choices
+        for number, call, text in pieces:
+            state = choices.get(number)
+            if state is None:
+                state = choices[number] = _ChoiceState()
+            if call < 0:
+                if state.content is None:
+                    state.content = [text]
+                else:
+                    state.content.append(text)
+            else:
+                state.current_call[call].args.append(text)
         if tier:
             self.service_tier = tier
-        if state is None:
-            state = self._choices[number] = _ChoiceState()
-        text = delta.content
-        if text is not None:
-            if state.content is None:
-                state.content = [text]
-            else:
-                state.content.append(text)
-        if fragments is not None:
-            for fragment in fragments:
-                current[0 if fragment.index is None else fragment.index].args.append(
-                    fragment.function.arguments
-                )
-        return True
+        self._frames += taken
+        self.chunk_count += taken
+        return taken
 
     def feed_data(self, payloads: list[bytes], first_index: int) -> int:
         """Absorb the data of ``data:`` events of one line each (what follows ``data: ``), in order,
         numbered from ``first_index``; returns the number after the last. Each payload becomes
-        exactly the one frame the SSE parser and ``decode_event`` make of its event; plain chunks
-        are taken without a dict. Runs for nearly every frame of every stream."""
-        index = first_index
-        decode = decode_plain_chunk
-        take = self._take_plain
-        plain = 0  # frames taken as plain chunks, counted once at the end
-        # Only the general path below identifies the completion or sees [DONE].
-        ready = not (self._meta_pending or self.saw_done)
-        for payload in payloads:
-            index += 1
-            if ready:
-                try:
-                    chunk = decode(payload)
-                except NOT_PLAIN:
-                    chunk = None
-                if chunk is not None and take(chunk):
-                    plain += 1
-                    continue
+        exactly the one frame the SSE parser and ``decode_event`` make of its event; runs of plain
+        chunks are taken in compiled code, without a dict. Runs for nearly every frame of every
+        stream."""
+        count = len(payloads)
+        position = 0
+        while position < count:
+            # Only the general path below identifies the completion or sees [DONE].
+            if not (self._meta_pending or self.saw_done):
+                position += self._take_plain(payloads, position)
+                if position == count:
+                    break
+            payload = payloads[position]
+            index = first_index + position
+            position += 1
             if payload == b"[DONE]":
-                self.feed_done(index - 1)
+                self.feed_done(index)
             else:
                 try:
                     obj = _loads(payload)
                 except _JSONDecodeError:
                     obj = None
                 if type(obj) is dict:
-                    self.feed_chunk(obj, index - 1)
+                    self.feed_chunk(obj, index)
                 else:
-                    _feed_events(self, b"data: " + payload + b"\n\n", index - 1)
-            ready = not (self._meta_pending or self.saw_done)
-        self._frames += plain
-        self.chunk_count += plain
-        return index
+                    _feed_events(self, b"data: " + payload + b"\n\n", index)
+        return first_index + count
 
     def feed_json(self, payload: bytes | str, index: int) -> bool:
         """Absorb one data event's JSON text (frame position ``index``) if it is a JSON object: as a

@@ -1,0 +1,347 @@
+//! The plain chunk: the shape nearly every streamed frame has, recognized and absorbed in one
+//! compiled pass over a run of frames, without building a dict and without the interpreter lock.
+//!
+//! A plain chunk is a `chat.completion.chunk` with exactly one choice whose delta holds only a
+//! content fragment and/or argument fragments of tool calls already begun (an index and
+//! `function.arguments`; no id, type or name): no usage, no error, no role, refusal or reasoning,
+//! no logprobs, no finish reason, no field this module does not name. `take_run` reads frames from
+//! a position while each is plain for the assembler's state (the completion's id, the choices and
+//! the calls begun) and stops at the first that is not; that frame and every later one are the
+//! general path's (`worker.assembly`), which decides any frame, plain or not, the same way.
+//!
+//! Exactness: a frame is taken only when the whole document is JSON that orjson decodes to the
+//! same values (serde_json is as strict: no NaN, no trailing text, no control characters or lone
+//! surrogates in strings, valid UTF-8), and any doubt refuses it: a duplicate key, a float or an
+//! integer beyond 64 bits anywhere, a value of another type, an unknown field. Refusing is always
+//! safe, since the general path then decides the frame as before; taking must equal what the
+//! general path would do (tests/test_assembly_properties.py holds the two together).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+const CHUNK_OBJECT: &str = "chat.completion.chunk";
+/// A service tier longer than this (in characters) is not a name: the general path records it.
+const TIER_CHARS: usize = 32;
+/// Runs of fewer payload bytes than this are read holding the interpreter lock: releasing and
+/// taking it back costs more than such a run's reading.
+const RELEASE_BYTES: usize = 16 * 1024;
+
+/// A JSON value the assembler never reads (`Any` in the plain chunk's shape), accepted only when
+/// it holds no float and no integer beyond 64 bits: the values where decoders may differ.
+struct Unread;
+
+impl<'de> Deserialize<'de> for Unread {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UnreadVisitor)
+    }
+}
+
+struct UnreadVisitor;
+
+impl<'de> Visitor<'de> for UnreadVisitor {
+    type Value = Unread;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value without floats")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Unread, E> {
+        Ok(Unread)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Unread, E> {
+        Ok(Unread)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Unread, E> {
+        Ok(Unread)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Unread, E> {
+        Ok(Unread)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Unread, E> {
+        Ok(Unread)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unread, A::Error> {
+        while seq.next_element::<Unread>()?.is_some() {}
+        Ok(Unread)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unread, A::Error> {
+        // Keys are strings in JSON; a duplicate key is taken by orjson as its last value, and is
+        // refused here only where it names a field below (an unread object may repeat keys).
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            map.next_value::<Unread>()?;
+        }
+        Ok(Unread)
+    }
+}
+
+/// A field the plain chunk allows only as null or absent (`Option<Null>` is None then; any other
+/// value fails the decoding).
+type Null = Option<()>;
+
+// Fields that must be null or absent are decoded only to be checked, never read.
+#[allow(dead_code)]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Arguments<'a> {
+    #[serde(borrow)]
+    arguments: Cow<'a, str>,
+    #[serde(default)]
+    name: Null,
+}
+
+// Fields that must be null or absent are decoded only to be checked, never read.
+#[allow(dead_code)]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fragment<'a> {
+    #[serde(borrow)]
+    function: Arguments<'a>,
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Null,
+    #[serde(default, rename = "type")]
+    kind: Null,
+}
+
+// Fields that must be null or absent are decoded only to be checked, never read.
+#[allow(dead_code)]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<Fragment<'a>>>,
+    #[serde(default)]
+    role: Null,
+    #[serde(default)]
+    refusal: Null,
+    #[serde(default)]
+    reasoning_content: Null,
+    #[serde(default)]
+    reasoning: Null,
+}
+
+// Fields that must be null or absent are decoded only to be checked, never read.
+#[allow(dead_code)]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    delta: Delta<'a>,
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    logprobs: Null,
+    #[serde(default)]
+    finish_reason: Null,
+    // Provider additions seen on plain frames, not read by the assembler: OpenRouter, Azure, vLLM.
+    #[serde(default)]
+    native_finish_reason: Option<Unread>,
+    #[serde(default)]
+    content_filter_results: Option<Unread>,
+    #[serde(default)]
+    stop_reason: Option<Unread>,
+}
+
+// Fields that must be null or absent are decoded only to be checked, never read.
+#[allow(dead_code)]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Chunk<'a> {
+    #[serde(borrow)]
+    object: Cow<'a, str>,
+    #[serde(borrow)]
+    choices: Vec<Choice<'a>>,
+    // Not a string: never the completion's id, so not plain (the general path counts it).
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    created: Option<Unread>,
+    #[serde(default)]
+    model: Option<Unread>,
+    #[serde(default)]
+    system_fingerprint: Option<Unread>,
+    #[serde(default, borrow)]
+    service_tier: Option<Cow<'a, str>>,
+    #[serde(default)]
+    obfuscation: Option<Unread>,
+    #[serde(default)]
+    provider: Option<Unread>,
+    #[serde(default)]
+    usage: Null,
+    #[serde(default)]
+    error: Null,
+}
+
+/// What a run of plain frames adds: the text of each (choice, call) touched, in the order first
+/// touched (call -1 is the choice's content), and the last service tier named.
+#[derive(Default)]
+struct Run {
+    taken: usize,
+    tier: Option<String>,
+    keys: HashMap<(u64, i64), usize>,
+    pieces: Vec<(u64, i64, String)>,
+}
+
+impl Run {
+    fn add(&mut self, choice: u64, call: i64, text: &str) {
+        let slot = match self.keys.get(&(choice, call)) {
+            Some(&slot) => slot,
+            None => {
+                self.pieces.push((choice, call, String::new()));
+                self.keys.insert((choice, call), self.pieces.len() - 1);
+                self.pieces.len() - 1
+            }
+        };
+        self.pieces[slot].2.push_str(text);
+    }
+}
+
+/// The assembler's state a plain frame is judged against: the completion's id and, for each
+/// choice begun, the wire indices of its calls begun.
+struct Seen<'a> {
+    completion_id: Option<&'a str>,
+    calls: HashMap<u64, Vec<u64>>,
+}
+
+/// Absorb `payload` into `run` when it is a plain chunk for `seen`; false, having changed
+/// nothing, otherwise.
+fn take(payload: &[u8], seen: &Seen, run: &mut Run) -> bool {
+    let chunk: Chunk = match serde_json::from_slice(payload) {
+        Ok(chunk) => chunk,
+        Err(_) => return false,
+    };
+    if chunk.object != CHUNK_OBJECT || chunk.choices.len() != 1 {
+        return false;
+    }
+    if chunk.id.as_deref() != seen.completion_id {
+        return false;
+    }
+    if let Some(tier) = &chunk.service_tier {
+        if tier.chars().count() > TIER_CHARS {
+            return false;
+        }
+    }
+    let choice = &chunk.choices[0];
+    let number = u64::from(choice.index.unwrap_or(0));
+    let begun = seen.calls.get(&number);
+    match (&choice.delta.tool_calls, begun) {
+        (Some(_), None) => return false,
+        (Some(fragments), Some(wires)) => {
+            let open =
+                |fragment: &Fragment| wires.contains(&u64::from(fragment.index.unwrap_or(0)));
+            if !fragments.iter().all(open) {
+                return false;
+            }
+        }
+        (None, _) if choice.delta.content.is_none() => return false,
+        (None, _) => {}
+    }
+    if let Some(tier) = &chunk.service_tier {
+        if !tier.is_empty() {
+            run.tier = Some(tier.to_string());
+        }
+    }
+    if let Some(text) = &choice.delta.content {
+        run.add(number, -1, text);
+    }
+    if let Some(fragments) = &choice.delta.tool_calls {
+        for fragment in fragments {
+            let wire = i64::from(fragment.index.unwrap_or(0));
+            run.add(number, wire, &fragment.function.arguments);
+        }
+    }
+    run.taken += 1;
+    true
+}
+
+fn scan(payloads: &[&[u8]], seen: &Seen) -> Run {
+    let mut run = Run::default();
+    for payload in payloads {
+        if !take(payload, seen, &mut run) {
+            break;
+        }
+    }
+    run
+}
+
+/// take_run(payloads, start, completion_id, calls) -> (taken, tier, pieces)
+///
+/// Read `payloads` (a list of bytes, each one data event's JSON) from `start` while each is a plain
+/// chunk for the assembler's state: `completion_id` (str or None) and `calls`, a dict from each
+/// choice begun to the list of its calls' wire indices begun. Stops at the first frame that is not
+/// plain (or not bytes). Returns how many frames were taken, the last non-empty service tier they
+/// named (or None), and a list of (choice, call, text): the joined content fragments of a choice
+/// (call -1) or argument fragments of one of its calls, in the order first touched. Never raises
+/// on the payloads' content.
+#[pyfunction]
+#[pyo3(text_signature = "(payloads, start, completion_id, calls)")]
+fn take_run(
+    py: Python<'_>,
+    payloads: &PyList,
+    start: usize,
+    completion_id: Option<&PyAny>,
+    calls: &PyDict,
+) -> PyResult<(usize, Option<String>, Vec<(u64, i64, String)>)> {
+    let completion_id = match completion_id {
+        None => None,
+        Some(value) => match value.downcast::<PyString>() {
+            // Text that is not UTF-8 cannot equal any frame's id: nothing is plain.
+            Ok(text) => match text.to_str() {
+                Ok(text) => Some(text),
+                Err(_) => return Ok((0, None, Vec::new())),
+            },
+            Err(_) => return Err(PyTypeError::new_err("completion_id is not a str or None")),
+        },
+    };
+    let mut begun = HashMap::new();
+    for (choice, wires) in calls.iter() {
+        // A choice or call numbered beyond 64 bits is never a plain frame's (those are 32-bit).
+        let choice = match choice.extract::<u64>() {
+            Ok(choice) => choice,
+            Err(_) => continue,
+        };
+        let wires: Vec<u64> = wires
+            .iter()?
+            .filter_map(|wire| wire.ok().and_then(|wire| wire.extract::<u64>().ok()))
+            .collect();
+        begun.insert(choice, wires);
+    }
+    let seen = Seen {
+        completion_id,
+        calls: begun,
+    };
+    let mut frames: Vec<&[u8]> = Vec::new();
+    let mut size = 0;
+    for item in payloads.iter().skip(start) {
+        match item.downcast::<PyBytes>() {
+            Ok(bytes) => {
+                size += bytes.as_bytes().len();
+                frames.push(bytes.as_bytes());
+            }
+            Err(_) => break,
+        }
+    }
+    let run = if size < RELEASE_BYTES {
+        scan(&frames, &seen)
+    } else {
+        py.allow_threads(|| scan(&frames, &seen))
+    };
+    Ok((run.taken, run.tier, run.pieces))
+}
+
+/// The plain chunk, recognized and absorbed in compiled code (native/src/lib.rs).
+#[pymodule]
+fn plain_chunk(_py: Python<'_>, module: &PyModule) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(take_run, module)?)?;
+    module.add("RELEASE_BYTES", RELEASE_BYTES)?;
+    Ok(())
+}

@@ -412,6 +412,34 @@ def test_plain_chunks_written_oddly_assemble_as_the_dict_path_does(frames) -> No
     assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
 
 
+# What may stand between a content-only frame's bytes before and after its content (the compiled
+# path's template): one JSON string, or anything that is not one.
+middles = st.sampled_from(
+    [b'""', b'"a"', b' "a" ', b'"\\u00e9\\n"', b'"a\\"b"', b'"a","refusal":"b"', b'"a","x":1',
+     b'"a"}', b'"a" "b"', b"null", b"1", b'["a"]', b'"a', b'"\\ud800"', b'"\x01"', b'"\xff"',
+     b'"a","content":"b"', b'"a"\t', b"\"\xe2\x82\xac\""]
+)  # fmt: skip
+
+
+@moderate
+@given(st.lists(st.one_of(text.map(lambda t: ("text", t)), middles.map(lambda m: ("raw", m))),
+                min_size=1, max_size=8))  # fmt: skip
+def test_frames_cut_like_a_template_assemble_as_the_dict_path_does(frames) -> None:
+    records = [b"data: " + dumps(FIRST) + b"\n\n", b"data: " + dumps(plain_like("t", [])) + b"\n\n"]
+    cut = dumps(plain_like("t", []))
+    head, tail = cut.split(b'"content":"t"')
+    for kind, value in frames:
+        payload = (
+            dumps(plain_like(value, [])) if kind == "text" else head + b'"content":' + value + tail
+        )
+        records.append(b"data: " + payload + b"\n\n")
+    fast, general = assemble_stream(records), dict_path(records)
+    assert [(e.index, e.reason) for e in fast.frame_errors] == [
+        (e.index, e.reason) for e in general.frame_errors
+    ]
+    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+
+
 def test_the_plain_path_refuses_what_a_decoder_might_read_otherwise() -> None:
     """Not vacuous: each of these is refused by the compiled path (the general path decides it)."""
     assembler = StreamAssembler()

@@ -7,7 +7,9 @@
 //! no logprobs, no finish reason, no field this module does not name. `take_run` reads frames from
 //! a position while each is plain for the assembler's state (the completion's id, the choices and
 //! the calls begun) and stops at the first that is not; that frame and every later one are the
-//! general path's (`worker.assembly`), which decides any frame, plain or not, the same way.
+//! general path's (`worker.assembly`), which decides any frame, plain or not, the same way. Most
+//! frames of a stream differ from an earlier one only in their content's string: such a frame is
+//! checked against that one's bytes around it (`Template`) instead of being decoded again.
 //!
 //! Exactness: a frame is taken only when the whole document is JSON that orjson decodes to the
 //! same values (serde_json is as strict: no NaN, no trailing text, no control characters or lone
@@ -25,6 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 const CHUNK_OBJECT: &str = "chat.completion.chunk";
 /// A service tier longer than this (in characters) is not a name: the general path records it.
@@ -115,8 +118,9 @@ struct Fragment<'a> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Delta<'a> {
+    // Kept raw: its place in the payload cuts the frame into a template (``Template``).
     #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
+    content: Option<&'a RawValue>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<Fragment<'a>>>,
     #[serde(default)]
@@ -212,9 +216,54 @@ struct Seen<'a> {
     calls: HashMap<u64, Vec<u64>>,
 }
 
+/// A plain frame of content only, cut around its content's JSON string: a later frame made of the
+/// same bytes before and after, with any JSON string between them, is the same document but for
+/// the content's value (JSON admits any string where a string stands), so it is plain for the same
+/// state and adds its content to the same choice, naming the same tier. Only within one run, whose
+/// state does not change, and only for content-only frames, which no call begun bears on.
+struct Template {
+    payload: Vec<u8>,
+    head: usize,
+    tail: usize,
+    choice: u64,
+    tier: Option<String>,
+}
+
+impl Template {
+    /// The content of `payload` when it is this template's with another string, else None.
+    fn content(&self, payload: &[u8]) -> Option<String> {
+        let (head, tail) = (self.head, self.tail);
+        if payload.len() < head + tail + 2
+            || payload[..head] != self.payload[..head]
+            || payload[payload.len() - tail..] != self.payload[self.payload.len() - tail..]
+        {
+            return None;
+        }
+        serde_json::from_slice::<String>(&payload[head..payload.len() - tail]).ok()
+    }
+}
+
+/// A frame's content: its JSON string decoded, or None when the value is not a string.
+fn text_of(raw: &RawValue) -> Option<String> {
+    serde_json::from_str::<String>(raw.get()).ok()
+}
+
+/// How many templates a run keeps (the choices of n > 1 interleave; each has its own).
+const TEMPLATES: usize = 4;
+
 /// Absorb `payload` into `run` when it is a plain chunk for `seen`; false, having changed
-/// nothing, otherwise.
-fn take(payload: &[u8], seen: &Seen, run: &mut Run) -> bool {
+/// nothing, otherwise. A content-only frame decoded whole leaves its template in `templates`.
+fn take(payload: &[u8], seen: &Seen, run: &mut Run, templates: &mut Vec<Template>) -> bool {
+    for template in templates.iter() {
+        if let Some(text) = template.content(payload) {
+            if let Some(tier) = &template.tier {
+                run.tier = Some(tier.clone());
+            }
+            run.add(template.choice, -1, &text);
+            run.taken += 1;
+            return true;
+        }
+    }
     let chunk: Chunk = match serde_json::from_slice(payload) {
         Ok(chunk) => chunk,
         Err(_) => return false,
@@ -233,6 +282,13 @@ fn take(payload: &[u8], seen: &Seen, run: &mut Run) -> bool {
     let choice = &chunk.choices[0];
     let number = u64::from(choice.index.unwrap_or(0));
     let begun = seen.calls.get(&number);
+    let content = match choice.delta.content {
+        None => None,
+        Some(raw) => match text_of(raw) {
+            Some(text) => Some((raw, text)),
+            None => return false,
+        },
+    };
     match (&choice.delta.tool_calls, begun) {
         (Some(_), None) => return false,
         (Some(fragments), Some(wires)) => {
@@ -242,16 +298,33 @@ fn take(payload: &[u8], seen: &Seen, run: &mut Run) -> bool {
                 return false;
             }
         }
-        (None, _) if choice.delta.content.is_none() => return false,
+        (None, _) if content.is_none() => return false,
         (None, _) => {}
     }
-    if let Some(tier) = &chunk.service_tier {
-        if !tier.is_empty() {
-            run.tier = Some(tier.to_string());
-        }
+    let tier = match &chunk.service_tier {
+        Some(tier) if !tier.is_empty() => Some(tier.to_string()),
+        _ => None,
+    };
+    if let Some(tier) = &tier {
+        run.tier = Some(tier.clone());
     }
-    if let Some(text) = &choice.delta.content {
+    if let Some((raw, text)) = &content {
         run.add(number, -1, text);
+        if choice.delta.tool_calls.is_none() {
+            // The raw value lies within the payload (decoded from it in place).
+            let head = raw.get().as_ptr() as usize - payload.as_ptr() as usize;
+            let tail = payload.len() - head - raw.get().len();
+            if templates.len() == TEMPLATES {
+                templates.remove(0);
+            }
+            templates.push(Template {
+                payload: payload.to_vec(),
+                head,
+                tail,
+                choice: number,
+                tier,
+            });
+        }
     }
     if let Some(fragments) = &choice.delta.tool_calls {
         for fragment in fragments {
@@ -265,8 +338,9 @@ fn take(payload: &[u8], seen: &Seen, run: &mut Run) -> bool {
 
 fn scan(payloads: &[&[u8]], seen: &Seen) -> Run {
     let mut run = Run::default();
+    let mut templates = Vec::with_capacity(TEMPLATES);
     for payload in payloads {
-        if !take(payload, seen, &mut run) {
+        if !take(payload, seen, &mut run, &mut templates) {
             break;
         }
     }

@@ -1,5 +1,9 @@
+from unittest.mock import patch
+
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from worker.errors import InputError
 from worker.pipeline import entries as E
@@ -109,3 +113,65 @@ def test_dead_letter_keeps_original_fields_and_reason() -> None:
         "entry_id": b"9-0",
         "orig.kind": b"x",
     }
+
+
+# --- raw entries ([id, [name, value, …]], as the consumer reads call streams): the C-loop path ----
+
+# Bodies about the size of the limits lowered below (the request entry must stay within them).
+bodies = st.one_of(st.binary(max_size=12), st.integers(0, 400).map(lambda n: b"d" * n))
+frame_fields = bodies.map(lambda body: [b"kind", b"frame", b"body", body])
+raw_field_lists = st.one_of(
+    frame_fields, frame_fields, frame_fields, frame_fields, frame_fields, frame_fields,
+    st.tuples(st.sampled_from([b"response", b"odd"]),
+              bodies).map(lambda kb: [b"kind", kb[0], b"body", kb[1]]),
+    bodies.map(lambda body: [b"body", body, b"kind", b"frame"]),
+    bodies.map(lambda body: [b"kind", b"frame", b"body", body, b"x", b"1"]),
+    st.just([b"kind", b"response", b"status", b"200", b"body", b"{}"]),
+)  # fmt: skip
+LIMITS = (300, 700)  # MAX_ENTRY_BYTES, MAX_CALL_BYTES
+
+
+def lowered_limits() -> object:
+    entry_bytes, call_bytes = LIMITS
+    return patch.multiple(E, MAX_ENTRY_BYTES=entry_bytes, MAX_CALL_BYTES=call_bytes)
+
+
+def _as_dict(entry: list) -> tuple[bytes, dict[bytes, bytes]]:
+    entry_id, fields = entry
+    return entry_id, dict(zip(fields[::2], fields[1::2], strict=True))
+
+
+def _outcome(stream: list) -> object:
+    try:
+        record = decode_call(stream, "req_1")
+    except InputError as exc:
+        return ("refused", str(exc))
+    return (record.frames, record.response_status, record.response_body, record.last_entry_id)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(raw_field_lists, max_size=8), st.booleans())
+def test_raw_entries_decode_as_parsed_entries_do(fields: list, streamed: bool) -> None:
+    """Whatever the entries, read raw or as redis-py parses them, a call decodes the same: the same
+    frames, or the same refusal (with sizes near the limits, lowered here)."""
+    meta = orjson.dumps({**META, "stream": streamed})
+    raw = [[b"1-0", [b"kind", b"request", b"body", meta]]]
+    raw += [[f"{n + 2}-0".encode(), list(f)] for n, f in enumerate(fields)]
+    with lowered_limits():
+        assert _outcome(raw) == _outcome([_as_dict(entry) for entry in raw])
+
+
+def test_the_raw_path_is_taken_for_frames_and_not_for_others() -> None:
+    """Not vacuous: plain frame entries take the C-loop path; any other entry, the loop."""
+    frames = [[b"2-0", [b"kind", b"frame", b"body", b"data: a"]]]
+    assert E._raw_frames(frames) == [b"data: a"]
+    request = [b"1-0", [b"kind", b"request", b"body", orjson.dumps(META)]]
+    with lowered_limits():
+        assert _outcome([request, *frames])[0] == [b"data: a"]
+        big = [[f"{n}-0".encode(), [b"kind", b"frame", b"body", b"d" * 300]] for n in (2, 3, 4)]
+        assert E._raw_frames(big) is None
+        assert _outcome([request, *big]) == ("refused", "call stream larger than 700 bytes")
+        assert E._raw_frames([[b"2-0", [b"kind", b"frame", b"body", b"d" * 301]]]) is None
+    for odd in ([b"kind", b"response", b"body", b"x"], [b"kind", b"frame", b"body", b"x", b"a", b"b"],
+                {b"kind": b"frame", b"body": b"x"}, [b"kind", b"frame", b"body"]):  # fmt: skip
+        assert E._raw_frames([*frames, [b"3-0", odd]]) is None, odd

@@ -347,7 +347,7 @@ def test_frames_after_done_are_not_part_of_the_call() -> None:
 
 
 def test_frames_after_done_take_neither_fast_path() -> None:
-    # Plain content chunks of an identified completion take the bytes and msgspec fast paths; after
+    # Plain content chunks of an identified completion take the bytes and compiled fast paths; after
     # [DONE] they must not, whether the frames come one per record or all in one.
     meta = {"model": "gpt-4o", "created": 1, "system_fingerprint": "fp"}
     frames = [

@@ -275,9 +275,10 @@ def test_atheris(scale, record, tmp_path: Path) -> None:
 def test_the_plain_chunk_path_survives_a_frame_that_is_not_utf8() -> None:
     """``plain-chunk-not-utf8.bin`` (found by atheris while the msgspec path for plain chunks was
     written): a streamed call whose third frame holds ``"caf\\xe9"``, Latin-1 inside a plain content
-    chunk. The frame reaches ``plain_chunk.decode_plain`` as surrogate-escaped text, which msgspec
-    refuses with a ``UnicodeEncodeError``; that escaped the reconciler and would crash the batch. It
-    must take the general path instead: one bad frame (an anomaly), the call settled from the rest.
+    chunk. The frame reaches the plain path (``StreamAssembler.feed_plain``, now compiled) as
+    surrogate-escaped text, which cannot be encoded back to UTF-8; the ``UnicodeEncodeError`` once
+    escaped the reconciler and would crash the batch. It must take the general path instead: one
+    bad frame (an anomaly), the call settled from the rest.
     """
     entries = atheris_entries((REGRESSIONS / "plain-chunk-not-utf8.bin").read_bytes())
     assert target(entries) == "result:settled"

@@ -22,6 +22,15 @@ moderate = settings(max_examples=200, deadline=None)
 text = st.text(st.characters(codec="utf-8"), max_size=60)
 
 
+def assert_same(fast: Any, general: Any) -> None:
+    """Two assemblies are the same: equal but for their frame errors, which name the same frames
+    and reasons (exceptions compare by identity)."""
+    assert [(e.index, e.reason) for e in fast.frame_errors] == [
+        (e.index, e.reason) for e in general.frame_errors
+    ]
+    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+
+
 def fragments(whole: str, cuts: list[int]) -> list[str]:
     points = sorted({min(cut, len(whole)) for cut in cuts})
     pieces, start = [], 0
@@ -277,10 +286,7 @@ def test_the_one_event_record_fast_path_changes_nothing(records: list[bytes]) ->
     texts = [record.decode("utf-8", "surrogateescape") for record in records]
     fast, general = assemble_stream(records), assemble_stream(texts)
     # FrameError is an exception (equal only to itself): compare what it says.
-    assert [(e.index, e.reason) for e in fast.frame_errors] == [
-        (e.index, e.reason) for e in general.frame_errors
-    ]
-    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+    assert_same(fast, general)
 
 
 # --- the plain chunk (worker.plain_chunk): msgspec structs, held to the dict path -----------------
@@ -351,10 +357,7 @@ def test_plain_chunks_assemble_as_the_dict_path_does(frames) -> None:
     for content, steps, end in frames:
         records.append(b"data: " + dumps(plain_like(content, steps)) + end)
     fast, general = assemble_stream(records), dict_path(records)
-    assert [(e.index, e.reason) for e in fast.frame_errors] == [
-        (e.index, e.reason) for e in general.frame_errors
-    ]
-    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+    assert_same(fast, general)
 
 
 def test_the_plain_path_is_taken_and_its_edges_are_not() -> None:
@@ -406,10 +409,7 @@ def test_plain_chunks_written_oddly_assemble_as_the_dict_path_does(frames) -> No
             payload = payload.replace(old, new, 1)
         records.append(b"data: " + payload + b"\n\n")
     fast, general = assemble_stream(records), dict_path(records)
-    assert [(e.index, e.reason) for e in fast.frame_errors] == [
-        (e.index, e.reason) for e in general.frame_errors
-    ]
-    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+    assert_same(fast, general)
 
 
 # What may stand between a content-only frame's bytes before and after its content (the compiled
@@ -434,10 +434,7 @@ def test_frames_cut_like_a_template_assemble_as_the_dict_path_does(frames) -> No
         )
         records.append(b"data: " + payload + b"\n\n")
     fast, general = assemble_stream(records), dict_path(records)
-    assert [(e.index, e.reason) for e in fast.frame_errors] == [
-        (e.index, e.reason) for e in general.frame_errors
-    ]
-    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+    assert_same(fast, general)
 
 
 def test_the_plain_path_refuses_what_a_decoder_might_read_otherwise() -> None:
@@ -508,10 +505,7 @@ def test_argument_fragments_assemble_as_the_dict_path_does(frames, one_body) -> 
         records.append(b"data: " + dumps(fragment_like(arguments, steps)) + b"\n\n")
     fed = b"".join(records) if one_body else records
     fast, general = assemble_stream(fed), dict_path(records)
-    assert [(e.index, e.reason) for e in fast.frame_errors] == [
-        (e.index, e.reason) for e in general.frame_errors
-    ]
-    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+    assert_same(fast, general)
 
 
 def test_the_argument_fragment_path_is_taken_and_its_edges_are_not() -> None:
@@ -556,7 +550,4 @@ def test_joined_records_assemble_as_the_general_path_does(chunks, data) -> None:
     with patch("worker.assembly.GROUP_RECORDS", data.draw(st.sampled_from([1, 2, 3, 1024]))):
         fast = assemble_stream(records)
     general = assemble_stream(texts)
-    assert [(e.index, e.reason) for e in fast.frame_errors] == [
-        (e.index, e.reason) for e in general.frame_errors
-    ]
-    assert replace(fast, frame_errors=[]) == replace(general, frame_errors=[])
+    assert_same(fast, general)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from worker.assembly import StreamAssembler, _data_payloads, assemble_response, assemble_stream
 from worker.errors import FrameError
+from worker.plain_chunk import take_run
 from worker.sse import BadFrame, Chunk, Done, decode_frames, iter_frames, parse_events
 
 # Moderate example counts: the suite shares a small machine.
@@ -551,3 +552,38 @@ def test_joined_records_assemble_as_the_general_path_does(chunks, data) -> None:
         fast = assemble_stream(records)
     general = assemble_stream(texts)
     assert_same(fast, general)
+
+
+# --- long runs: the compiled path reads the frames a window at a time (32, then 64, 128, …) -------
+
+WINDOW_EDGES = [0, 1, 31, 32, 33, 95, 96, 97, 223, 224, 225, 299]
+
+
+@moderate
+@given(st.lists(st.sampled_from(WINDOW_EDGES), max_size=3), st.sampled_from(WINDOW_EDGES))
+def test_long_runs_assemble_as_the_dict_path_does(breaks: list[int], tier_at: int) -> None:
+    """300 plain frames, a frame the general path must decide at each of ``breaks`` (around the
+    windows' edges), a service tier named on one: the same assembly as the dict path's."""
+    records = [b"data: " + dumps(FIRST) + b"\n\n"]
+    for number in range(300):
+        steps = [("top", "service_tier", "flex")] if number == tier_at else []
+        if number in breaks:
+            steps.append(("delta", "role", "assistant"))
+        records.append(b"data: " + dumps(plain_like(f"<{number}>", steps)) + b"\n\n")
+    fast, general = assemble_stream(records), dict_path(records)
+    assert_same(fast, general)
+    assert fast.choices[0].content == "".join(f"<{number}>" for number in range(300))
+
+
+def test_a_run_stops_at_what_is_not_bytes_past_the_first_window() -> None:
+    """Not vacuous: whole windows are taken on, and a run stops exactly where a frame is not
+    plain or not bytes, whichever window it falls in."""
+    plain = dumps(plain_like("x", []))
+    for stop in (0, 31, 32, 100, 250):
+        payloads: list[Any] = [plain] * 300
+        payloads[stop] = plain.decode()
+        taken, _tier, pieces = take_run(payloads, 0, "c1", {0: []})
+        assert taken == stop and pieces == ([(0, -1, "x" * stop)] if stop else [])
+        payloads[stop] = b"{}"
+        assert take_run(payloads, 0, "c1", {0: []})[0] == stop
+    assert take_run([plain] * 300, 7, "c1", {0: []})[0] == 293

@@ -32,8 +32,8 @@ use serde_json::value::RawValue;
 const CHUNK_OBJECT: &str = "chat.completion.chunk";
 /// A service tier longer than this (in characters) is not a name: the general path records it.
 const TIER_CHARS: usize = 32;
-/// Runs of fewer payload bytes than this are read holding the interpreter lock: releasing and
-/// taking it back costs more than such a run's reading.
+/// Windows of fewer payload bytes than this are read holding the interpreter lock: releasing and
+/// taking it back costs more than such a window's reading.
 const RELEASE_BYTES: usize = 16 * 1024;
 
 /// A JSON value the assembler never reads (`Any` in the plain chunk's shape), accepted only when
@@ -336,16 +336,21 @@ fn take(payload: &[u8], seen: &Seen, run: &mut Run, templates: &mut Vec<Template
     true
 }
 
-fn scan(payloads: &[&[u8]], seen: &Seen) -> Run {
-    let mut run = Run::default();
-    let mut templates = Vec::with_capacity(TEMPLATES);
+/// Take `payloads` into `run` in order, up to the first that is not plain; returns how many it took.
+fn scan(payloads: &[&[u8]], seen: &Seen, run: &mut Run, templates: &mut Vec<Template>) -> usize {
+    let before = run.taken;
     for payload in payloads {
-        if !take(payload, seen, &mut run, &mut templates) {
+        if !take(payload, seen, run, templates) {
             break;
         }
     }
-    run
+    run.taken - before
 }
+
+/// Frames are read from the list a window at a time, the first this many and each next one twice
+/// the last: a run is read once, and a stream whose frames are seldom plain (usage on every chunk)
+/// costs a window per attempt, not the rest of the stream.
+const FIRST_WINDOW: usize = 32;
 
 /// take_run(payloads, start, completion_id, calls) -> (taken, tier, pieces)
 ///
@@ -393,22 +398,34 @@ fn take_run(
         completion_id,
         calls: begun,
     };
-    let mut frames: Vec<&[u8]> = Vec::new();
-    let mut size = 0;
-    for item in payloads.iter().skip(start) {
-        match item.downcast::<PyBytes>() {
-            Ok(bytes) => {
-                size += bytes.as_bytes().len();
-                frames.push(bytes.as_bytes());
+    let mut run = Run::default();
+    let mut templates = Vec::with_capacity(TEMPLATES);
+    let (mut position, mut window) = (start, FIRST_WINDOW);
+    let end = payloads.len();
+    while position < end {
+        let mut frames: Vec<&[u8]> = Vec::with_capacity(window.min(end - position));
+        let mut size = 0;
+        for index in position..end.min(position + window) {
+            match payloads.get_item(index)?.downcast::<PyBytes>() {
+                Ok(bytes) => {
+                    size += bytes.as_bytes().len();
+                    frames.push(bytes.as_bytes());
+                }
+                Err(_) => break,
             }
-            Err(_) => break,
         }
+        let whole = frames.len() == window.min(end - position);
+        let taken = if size < RELEASE_BYTES {
+            scan(&frames, &seen, &mut run, &mut templates)
+        } else {
+            py.allow_threads(|| scan(&frames, &seen, &mut run, &mut templates))
+        };
+        if taken < frames.len() || !whole {
+            break;
+        }
+        position += taken;
+        window *= 2;
     }
-    let run = if size < RELEASE_BYTES {
-        scan(&frames, &seen)
-    } else {
-        py.allow_threads(|| scan(&frames, &seen))
-    };
     Ok((run.taken, run.tier, run.pieces))
 }
 
@@ -416,6 +433,5 @@ fn take_run(
 #[pymodule]
 fn plain_chunk(_py: Python<'_>, module: &PyModule) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(take_run, module)?)?;
-    module.add("RELEASE_BYTES", RELEASE_BYTES)?;
     Ok(())
 }

@@ -164,16 +164,28 @@ def decode_call(entries: list[Entry], expected_request_id: str | None = None) ->
     if len(entries) > MAX_ENTRIES:
         raise InputError(f"stream has more than {MAX_ENTRIES} entries")
     meta = read_meta(entries, expected_request_id)
+    status: int | None = None
+    body: bytes | None = None
     frames = _raw_frames(entries[1:])
-    if frames is not None:
-        if not meta.stream and frames:
-            raise InputError("non-streamed request answered with frames")
-        return CallRecord(meta, frames, None, None, entries[-1][0])
-    frames = []
+    if frames is None:
+        frames, status, body = _read_entries(entries[1:])
+    if status is not None and frames:
+        raise InputError("stream holds both frames and a response")
+    if meta.stream and status is not None:
+        raise InputError("streamed request answered with a non-streamed response entry")
+    if not meta.stream and frames:
+        raise InputError("non-streamed request answered with frames")
+    return CallRecord(meta, frames, status, body, entries[-1][0])
+
+
+def _read_entries(entries: list[Entry]) -> tuple[list[bytes], int | None, bytes | None]:
+    """The frames, and the response's status and body, of the entries after the request one, each
+    decided in turn; raises ``InputError`` naming the first entry that cannot be used."""
+    frames: list[bytes] = []
     status: int | None = None
     body: bytes | None = None
     total = 0
-    for entry_id, fields in entries[1:]:
+    for entry_id, fields in entries:
         # The gateway's frames are [kind, frame, body, …] as Redis sends them: read in place.
         if (
             type(fields) is list
@@ -206,13 +218,7 @@ def decode_call(entries: list[Entry], expected_request_id: str | None = None) ->
             raise InputError("second request entry in one stream")
         else:
             raise InputError(f"unknown entry kind {text(kind)!r}")
-    if status is not None and frames:
-        raise InputError("stream holds both frames and a response")
-    if meta.stream and status is not None:
-        raise InputError("streamed request answered with a non-streamed response entry")
-    if not meta.stream and frames:
-        raise InputError("non-streamed request answered with frames")
-    return CallRecord(meta, frames, status, body, entries[-1][0])
+    return frames, status, body
 
 
 def size_refusal(entries: int, redis_bytes: int) -> str | None:

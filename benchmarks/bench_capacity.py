@@ -13,11 +13,12 @@ counts its own commands and bytes (``harness.traffic``), then measured in three 
   (``pg_stat_database``), WAL bytes of this database alone (``pg_walinspect``: the records
   touching its relations, and their transactions' commit records; without the extension, the
   server's LSN difference, everyone's WAL) and its CPU (``/proc``).
-* **B**, other calls of the same mix (another seed) written whole, as row 4's publisher writes
-  them, then polled at ``SMALL_BATCHES`` entries in turn while another process writes yet other
-  calls at row 4's rate, as row 4's publisher does beside its consumer (``_publishing``): the poll's cost by size
-  (``PollCost``; the least-squares line ``s0 + s1 x entries`` is kept for comparison) and the
-  spread of single polls around it (the noise of row 4's queue).
+* **Row 4's twins** (``harness.poll_costs``, run by ``bench_latency`` just after each of its rounds):
+  other calls of the same mix written whole, as row 4's publisher writes them, then polled at
+  ``poll_costs.SIZES`` entries in turn while another process writes yet other calls at the round's
+  rate: the poll's cost by size in the round's own minutes (``PollCost``; the least-squares line
+  ``s0 + s1 x entries`` is kept for comparison) and the spread of single polls around it (the
+  noise of row 4's queue, pooled over the twins).
 * **C**, row 2's twins: other calls of the same mix (a third seed and the next ones), each run
   exactly as a round of row 2, just after it (``bench_pipeline.run``: its count, its own prefix and
   database, drained by ``Consumer.drain``, two threads), the median twin: the share of its
@@ -25,7 +26,7 @@ counts its own commands and bytes (``harness.traffic``), then measured in three 
   call against phase A's (moved to phase C's frames per call), the drain's CPU factor. Nothing
   else of phase C enters the model.
 
-Every phase and every row the model predicts reads the speed probe (``harness.speed``) before and
+Every phase, twin and row the model predicts reads the speed probe (``harness.speed``) before and
 after itself; the ratios are reported, not applied. Row 2's prediction is phase A's CPU times the
 drain's CPU factor over its efficiency, both from phase C, whose twins ran in row 2's minutes: a
 speed correction from phase A to row 2 and one from phase C back to phase A would cancel but for
@@ -38,37 +39,28 @@ predictions; ``run`` sets them against the rows measured in the same run.
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 import os
+import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import redis
 from sqlalchemy import Engine, event, text
 
 import worker.pipeline.reconciling as reconciling
 from benchmarks import capacity_model as model
 from benchmarks.harness import cpu, history, services, speed, workload
 from benchmarks.harness.consumer import make_consumer, time_steps, warm
-from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
 from benchmarks.harness.traffic import Traffic, counting_client
 from worker.ledger.database import make_engine
 from worker.pipeline.calls import BatchStats
 from worker.pipeline.consumer import Consumer
 from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 
 CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))  # row 2's count: the same calls
-# Phase B's batch sizes, taken in turn: around the polls of row 4 (a few to a few tens of entries).
-SMALL_BATCHES = (4, 8, 16, 32, 64)
-# Phase B's calls: enough polls of each size (about 60) to sample the tail of row 4's polls.
-CALLS_B = int(os.environ.get("BENCH_CAPACITY_CALLS_B", "3000"))
-# Phases B and C draw other calls of the same mix (other seeds): never row 2's or row 4's calls.
-SEED_B = workload.SEED + 1
-SEED_LOAD = workload.SEED + 100  # phase B's publisher load
-LOAD_SECONDS = 60.0
+# Row 4's prediction for a round: the median p99 of this many plays of its queue (other draws of
+# the noise), as the row's own figure is the median round's.
+PLAYS = 5
 STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply")
 TABLE_WRITES = text(
     "SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0), "
@@ -233,57 +225,8 @@ def _commandstats(client: Any) -> dict[str, tuple[int, int]]:
     }
 
 
-def _whole_calls(client: Any, keys: Keys, calls: list[Any]) -> None:
-    """Write ``calls`` as row 4's publisher does, each whole at once."""
-    publisher = Publisher(client, keys)
-    for call in calls:
-        workload.write_call(client, publisher, keys, call)
-
-
-@contextlib.contextmanager
-def _publishing(rate: float, seconds: float = LOAD_SECONDS) -> Iterator[None]:
-    """Row 4's publisher beside the block: other calls of the same mix (their own seed and prefix,
-    which no consumer reads) written whole at ``rate`` calls/s by another process, as row 4's
-    benchmark process writes its calls, for at most ``seconds``."""
-    with services.redis_prefix("capacity-load") as (_client, prefix):
-        calls = workload.simulated_calls(max(1, int(rate * seconds)), prefix, seed=SEED_LOAD)
-        spawn = multiprocessing.get_context("spawn")  # this process has threads: no fork
-        ready, stop = spawn.Event(), spawn.Event()
-        child = spawn.Process(
-            target=_publish_at, args=(calls, rate, prefix, ready, stop), daemon=True
-        )
-        child.start()
-        try:
-            if not ready.wait(120):
-                raise RuntimeError("phase B's publisher did not start")
-            yield
-        finally:
-            stop.set()
-            child.join(10)
-            if child.is_alive():
-                child.kill()
-
-
-def _publish_at(calls: list[Any], rate: float, prefix: str, ready: Any, stop: Any) -> None:
-    client = redis.Redis.from_url(services.REDIS_URL)
-    keys = Keys(prefix)
-    publisher = Publisher(client, keys)
-    ready.set()
-    started = time.perf_counter()
-    for number, call in enumerate(calls):
-        if stop.is_set():
-            return
-        wait = started + number / rate - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        workload.write_call(client, publisher, keys, call)
-
-
-def measure(
-    count: int, twins: list[dict[str, Any]], load_rate: float, count_b: int = CALLS_B
-) -> dict[str, Any]:
-    """Phases A (``count`` calls), B (``count_b`` calls, beside a publisher at ``load_rate``
-    calls/s) and C (row 2's ``twins``); unit costs per closed call of phase A."""
+def measure(count: int, twins: list[dict[str, Any]]) -> dict[str, Any]:
+    """Phases A (``count`` calls) and C (row 2's ``twins``); unit costs per closed call of phase A."""
     with (
         services.redis_prefix("capacity") as (plain, prefix),
         services.pg_database("capacity") as url,
@@ -338,23 +281,6 @@ def measure(
         wal, wal_source = _wal_bytes(url, start_lsn, end_lsn, oid)
 
         client.close()
-
-        # Phase B: other calls of the same mix written whole (row 4's arrivals), polled at small
-        # sizes by a consumer process of its own, as row 4's consumer is, while row 4's publisher
-        # load runs beside it.
-        calls_b = workload.simulated_calls(count_b, run_id=f"{prefix}-b", seed=SEED_B)
-        _whole_calls(plain, keys, calls_b)
-        sizes = ",".join(map(str, SMALL_BATCHES))
-        child = ConsumerProcess(prefix, url, "capacity-b", env={"BENCH_POLL_SIZES": sizes})
-        try:
-            speed_b = speed.probe()
-            with _publishing(load_rate):
-                child.go()
-                wait_drained(plain, keys.events(0), keys.group, timeout=600)
-                polls_b = [(int(n), float(w)) for n, w in child.stop()["sized_polls"]]
-            speed_b = (speed_b + speed.probe()) / 2
-        finally:
-            child.kill()
 
     # Phase C: row 2's twins, other calls of the same mix, each run as row 2 runs a round, just
     # after it: only the median twin's CPU over its wall is used (the drain's efficiency), and its
@@ -414,9 +340,6 @@ def measure(
     ins, upd, dele, commits = (b - a for a, b in zip(start_counters, end_counters, strict=True))
     entries_a = sum(n for n, _ in polls_a) / max(1, len(polls_a))
     wall_a = sum(w for _, w in polls_a) / max(1, len(polls_a))
-    s0, s1 = model.poll_line([(float(n), w) for n, w in polls_b])
-    cost = model.PollCost.of([(float(n), w) for n, w in polls_b])
-    noise = [w / cost(n) for n, w in polls_b if cost(n) > 0] or [1.0]
     calls_total = max(1, shape.calls)
     return {
         "calls": shape.calls,
@@ -426,7 +349,6 @@ def measure(
         "reconciled_a": len(reconciled.points),
         "seconds_a": seconds_a,
         "speed_a": speed_a,
-        "speed_b": speed_b,
         "speed_c": speed_c,
         "frames_per_close": frames_a / max(1, len(reconciled.points)),
         "plan_frames_per_close": shape.frames / max(1, shape.closed),
@@ -459,14 +381,6 @@ def measure(
         "polls_a": len(polls_a),
         "entries_a": entries_a,
         "wall_a": wall_a,
-        "calls_b": len(calls_b),
-        "polls_b": len(polls_b),
-        "entries_b": sum(n for n, _ in polls_b) / max(1, len(polls_b)),
-        "wall_b": sum(w for _, w in polls_b) / max(1, len(polls_b)),
-        "s0": s0,
-        "s1": s1,
-        "noise": noise,
-        "poll_cost": cost,
         "calls_c": c["closed_calls"],
         "rounds_c": len(rounds_c),
         "seconds_c": seconds_c,
@@ -513,26 +427,47 @@ def predict(
     # Phase A's closes are the first half's: scaled to the frames of the whole workload's.
     process = costs.process.with_frames(costs.per_frame_cpu, costs.frames, frames)
     # The machine's speed drifts (``harness.speed``); the probe's ratios are reported only. Row 2's
-    # speed is in the drain CPU factor, from its twins (see the module's docstring); row 4's polls
-    # wait on commits more than they compute.
+    # speed is in the drain CPU factor, from its twins (see the module's docstring); row 4's in its
+    # twins' polls.
     slower2 = e2e["speed_s"] / m["speed_a"]
-    slower4 = latency["speed_s"] / m["speed_b"]
     per_call = process.seconds_per_call()
     row2 = model.Check("2. frames/s of one consumer", frames / per_call, e2e["ours_frames_per_s"])
 
-    # The calls as they were written: a publisher that fell behind its schedule wrote fewer a second.
-    latency_rate = min(latency["rate"], latency.get("achieved_rate", latency["rate"]))
-
-    simulated = model.simulate_latency(
-        rate=latency_rate,
-        calls=latency["calls"],
-        notes_per_call=m["notes_per_call"],
-        cost=m["poll_cost"],
-        noise=m["noise"],
-        batch_size=latency["batch_size"],
-    )
-    p99 = model.percentile(simulated, 0.99) * 1000
+    # Each round played with its twin's curve (the same minutes) and the noise of every twin's polls
+    # around its own curve; a round's calls as they were written (a publisher that fell behind its
+    # schedule wrote fewer a second).
+    rounds = latency["round_figures"]
+    polls = [[(float(n), w) for n, w in r["twin"]["polls"]] for r in rounds]
+    curves = [model.PollCost.of(twin) for twin in polls]
+    noise = [w / c(n) for twin, c in zip(polls, curves, strict=True) for n, w in twin if c(n) > 0]
+    played = []
+    for r, curve in zip(rounds, curves, strict=True):
+        rate = min(latency["rate"], r["achieved_rate"])
+        p50, p99 = model.played_percentiles(
+            rate=rate,
+            calls=r["calls"],
+            notes_per_call=m["notes_per_call"],
+            cost=curve,
+            noise=noise or [1.0],
+            batch_size=r["batch_size"],
+            plays=PLAYS,
+        )
+        played.append(
+            {
+                "rate": rate,
+                "p50_ms": p50 * 1000,
+                "p99_ms": p99 * 1000,
+                "measured_p99_ms": r["p99_ms"],
+                "curve": curve,
+                "polls": len(polls[len(played)]),
+                "fixed_point_entries": curve.fixed_point(rate * m["notes_per_call"]),
+                "speed_s": r["twin"]["speed_s"],
+            }
+        )
+    p99 = statistics.median(r["p99_ms"] for r in played)
     row4 = model.Check("4. settle latency p99 at half load (ms)", p99, latency["p99_ms"])
+    pooled = [poll for twin in polls for poll in twin]
+    s0, s1 = model.poll_line(pooled) if pooled else (0.0, 0.0)
 
     cores = float(scaling["cores"] or 1)
     # Row 9 writes its calls before its consumers start: Redis's share of its cores is the reads'.
@@ -555,11 +490,14 @@ def predict(
         "checks": [row2, row4, row9],
         "per_call_s": per_call,
         "slower2": slower2,
-        "slower4": slower4,
         "frames": frames,
-        "latency_p50_ms": model.percentile(simulated, 0.5) * 1000,
-        "fixed_point_entries": m["poll_cost"].fixed_point(latency_rate * m["notes_per_call"]),
-        "latency_rate": latency_rate,
+        "latency_p50_ms": statistics.median(r["p50_ms"] for r in played),
+        "played": played,
+        "twin_polls": len(pooled),
+        "twin_entries": sum(n for n, _ in pooled) / max(1, len(pooled)),
+        "twin_wall": sum(w for _, w in pooled) / max(1, len(pooled)),
+        "s0": s0,
+        "s1": s1,
         "rates9": rates,
         "process": process,
         "costs": costs,
@@ -572,9 +510,7 @@ def run(
     latency: dict[str, Any],
     scaling: dict[str, Any],
 ) -> dict[str, Any]:
-    # Row 4's rate as its publisher achieved it.
-    load_rate = min(latency["rate"], latency.get("achieved_rate", latency["rate"]))
-    m = measure(60 if smoke else CALLS, e2e["twins"], load_rate, 30 if smoke else CALLS_B)
+    m = measure(60 if smoke else CALLS, e2e["twins"])
     found = predict(m, e2e, latency, scaling)
     assumptions = model.Assumptions()
     found["sizing"] = [

@@ -4,7 +4,8 @@ A consumer process (``benchmarks.harness.consumer_process``) runs while this pro
 at a fixed rate, each whole call at its scheduled instant (its ``close`` carries the time it was
 written). The consumer's ``BatchStats.latencies_ms`` holds commit time - close ``ts`` per reconciled
 call; p50 and p99 are taken over all of them. The rate is half of the end-to-end maximum measured in
-the same run (row 2). Three rounds (``run``): the median round's figures, every round's p99. The
+the same run (row 2). Three rounds (``run``): the median round's figures, every round's p99; after each
+round, its twin for row 12's model (``harness.poll_costs.twin``). The
 publisher shares the machine with the consumer, as a gateway would not; that makes the figure
 pessimistic, not optimistic.
 
@@ -25,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from benchmarks.harness import cpu, history, services, speed, workload
+from benchmarks.harness import cpu, history, poll_costs, services, speed, workload
 from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
@@ -34,6 +35,10 @@ TARGET_P99_MS = 1000
 ROUNDS = 3
 SAMPLE_S = 0.1
 SLOW_MS = 1000
+# Each round's twin (row 12): about 120 polls at the sizes in turn; other seeds than any round's.
+TWIN_CALLS = int(os.environ.get("BENCH_LATENCY_TWIN_CALLS", "1500"))
+TWIN_CALLS_SMOKE = 30
+TWIN_SEED = workload.SEED + 1
 
 
 def percentile(values: list[Any], fraction: float) -> float:
@@ -163,15 +168,31 @@ def run(
     prefix, database and consumer process: the figures of the median round by p99, with every round's p99
     and the worst; the target is met when every round meets it. One 30 s run's p99 rests on a few
     slow polls (a 600 ms stall on a shared VM sets it alone), so a single round is as likely to
-    show a stall as not; the median round is the row's figure, the worst is shown beside it."""
+    show a stall as not; the median round is the row's figure, the worst is shown beside it.
+
+    Each round is followed by its twin for row 12 (``poll_costs.twin``: other calls of the mix
+    polled at set sizes beside a publisher at the round's achieved rate), so the poll costs the
+    model plays the round's queue with are measured in the round's own minutes."""
     rounds = rounds or (1 if smoke else ROUNDS)
-    results = [_round(max_calls_per_s, smoke, env) for _ in range(rounds)]
+    results = []
+    for number in range(rounds):
+        result = _round(max_calls_per_s, smoke, env)
+        result["twin"] = poll_costs.twin(
+            TWIN_CALLS_SMOKE if smoke else TWIN_CALLS,
+            TWIN_SEED + number,
+            result["achieved_rate"],
+        )
+        results.append(result)
     ordered = sorted(results, key=lambda r: r["p99_ms"])
     median = ordered[len(ordered) // 2]
     return {
         **median,
         "rounds": rounds,
         "round_p99s_ms": [r["p99_ms"] for r in results],
+        "round_figures": [
+            {key: r[key] for key in ("achieved_rate", "calls", "batch_size", "p99_ms", "twin")}
+            for r in results
+        ],
         "worst_p99_ms": ordered[-1]["p99_ms"],
         "meets_target": all(r["meets_target"] for r in results),
     }

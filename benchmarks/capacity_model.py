@@ -21,11 +21,13 @@ rows of the same run; docs/capacity.md states the model in words. The formulas:
 * **Settle latency at half load (row 4)**: the consumer is a self-clocked batch server. A poll
   reads what arrived while the last one ran (at most ``batch_size`` entries; it blocks only when
   nothing did) and takes ``cost(entries)`` times a noise factor drawn from the measured polls
-  (``PollCost``: the mean wall of polls of calls written whole, as row 4 writes them, at each of
-  several batch sizes, straight between them; the factor is each poll's time over the curve's).
+  (``PollCost``: the median wall of polls of calls written whole, as row 4 writes them, at each
+  of several batch sizes, straight between them, measured by each round's twin in the round's own
+  minutes; the factor is each poll's time over its twin's curve, pooled over the twins).
   A close waits for the poll running when it arrived, then for its own poll. ``simulate_latency``
   plays that queue with the benchmark's arrivals (every call written whole at its scheduled
-  instant) and gives every close's latency.
+  instant) and gives every close's latency; ``played_percentiles`` takes the median of several
+  plays, and the prediction for the row is the median over its rounds, as the row's figure is.
 """
 
 from __future__ import annotations
@@ -203,6 +205,37 @@ def simulate_latency(
         latencies.extend(now - number / rate for number in range(first, last))
         first = last
     return latencies
+
+
+def played_percentiles(
+    *,
+    rate: float,
+    calls: int,
+    notes_per_call: float,
+    cost: Callable[[float], float],
+    noise: Sequence[float],
+    batch_size: int,
+    plays: int,
+) -> tuple[float, float]:
+    """The median p50 and the median p99 (seconds) of ``plays`` plays of ``simulate_latency``, each
+    with its own draws of the noise (seeds 1 to ``plays``): what one round of ``calls`` calls is
+    expected to show, as a round's p99 rests on a few of its slowest polls."""
+    if plays < 1:
+        raise ValueError("at least one play")
+    p50s, p99s = [], []
+    for seed in range(1, plays + 1):
+        played = simulate_latency(
+            rate=rate,
+            calls=calls,
+            notes_per_call=notes_per_call,
+            cost=cost,
+            noise=noise,
+            batch_size=batch_size,
+            seed=seed,
+        )
+        p50s.append(percentile(played, 0.5))
+        p99s.append(percentile(played, 0.99))
+    return statistics.median(p50s), statistics.median(p99s)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

@@ -607,21 +607,22 @@ def capacity(ctx: Context) -> list[Row]:
     row2, row4, row9 = f["checks"]
     p = f["process"]
     (one, one_bg), (two, two_bg) = f["rates9"]["one"], f["rates9"]["two"]
-    polls = m["poll_cost"]
+    played = f["played"]
+    middle = sorted(played, key=lambda r: r["measured_p99_ms"])[len(played) // 2]
     curve = ", ".join(
         f"{n:.0f} entries {w * 1000:.1f} ms"
-        for n, w in zip(polls.sizes, polls.seconds, strict=True)
+        for n, w in zip(middle["curve"].sizes, middle["curve"].seconds, strict=True)
     )
+    twins_speed = ", ".join(f"{r['speed_s'] * 1000:.1f}" for r in played)
     model_notes = [
         f"the machine's speed drifts: the speed probe (benchmarks/harness/speed.py, a fixed "
         f"reconcile_stream workload timed before and after each measurement) read "
         f"{e2e['speed_s'] * 1000:.1f} ms around row 2's median round, {latency['speed_s'] * 1000:.1f}"
-        f" ms around row 4, {m['speed_a'] * 1000:.1f}, {m['speed_b'] * 1000:.1f} and "
-        f"{m['speed_c'] * 1000:.1f} ms around phases A, B and C, reported only: row 2 ran "
-        f"{f['slower2']:.3f}x as slow as phase A, and its speed is in the drain CPU factor, "
-        f"measured on its twins in its own minutes; row 4 ran {f['slower4']:.3f}x as slow as "
-        f"phase B (a poll waits on its commit more than it computes); row 9 is a ratio of two "
-        f"runs at one speed",
+        f" ms around row 4's median round, {twins_speed} ms around its rounds' twins, "
+        f"{m['speed_a'] * 1000:.1f} and {m['speed_c'] * 1000:.1f} ms around phases A and C, "
+        f"reported only: row 2 ran {f['slower2']:.3f}x as slow as phase A, and its speed is in the "
+        f"drain CPU factor, measured on its twins in its own minutes; row 4's is in its twins' "
+        f"polls, each measured just after its round; row 9 is a ratio of two runs at one speed",
         f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = drain CPU factor "
         f"{p.drain_cpu_factor:.3f} x CPU {p.cpu * 1000:.3f} ms / drain efficiency "
         f"{p.drain_efficiency:.3f} (two threads, one interpreter lock: CPU adds up, waits overlap "
@@ -630,17 +631,24 @@ def capacity(ctx: Context) -> list[Row]:
         f"calls of {m['frames_c']:.0f} frame entries): {m['cpu_c']:.2f} s of process CPU in "
         f"{m['seconds_c']:.2f} s, {m['drain_cpu_c'] * 1000:.3f} ms per call against phase A's "
         f"{m['serial_cpu_c'] * 1000:.3f} ms at those frames",
-        f"row 4: a poll's wall by the entries it read, the median of phase B's polls of each size, "
-        f"straight between sizes ({curve}; one line over them all would be s0 "
-        f"{m['s0'] * 1000:.2f} ms + s1 {m['s1'] * 1000:.3f} ms per entry, which overstates the "
-        f"small polls) from {m['polls_b']} polls of {m['calls_b']:,} other calls of the same "
-        f"mix written whole as row 4 writes them, polled by a consumer process of its own as row "
-        f"4's is (batches of {m['entries_b']:.1f} entries in "
-        f"{m['wall_b'] * 1000:.1f} ms on average) x a factor drawn from those polls around that "
-        f"curve; the queue played at row 4's {f['latency_rate']:,.0f} calls/s (as published), "
+        f"row 4: each round played with its twin (other calls of the same mix written whole as "
+        f"row 4 writes them, polled just after the round by a consumer process of its own at "
+        f"4 to 64 entries in turn, beside a publisher at the round's rate): a poll's wall by the "
+        f"entries it read, the median of the twin's polls of each size, straight between sizes "
+        f"(the median round's twin: {curve}), x a factor drawn from every twin's polls around "
+        f"its own curve ({f['twin_polls']} polls, batches of {f['twin_entries']:.1f} entries in "
+        f"{f['twin_wall'] * 1000:.1f} ms on average; one line over them all would be s0 "
+        f"{f['s0'] * 1000:.2f} ms + s1 {f['s1'] * 1000:.3f} ms per entry, which overstates the "
+        f"small polls); each round's queue at its rate as published, "
         f"{m['notes_per_call']:.2f} notifications per call, batches of at most "
-        f"{latency['batch_size']}: {f['fixed_point_entries']:.0f} entries per poll at the fixed "
-        f"point, p50 {f['latency_p50_ms']:,.0f} ms (row 4: {latency['p50_ms']:,.0f} ms)",
+        f"{latency['batch_size']}, the median of {bench_capacity.PLAYS} plays: p99 "
+        + ", ".join(
+            f"{r['p99_ms']:,.0f} ms against {r['measured_p99_ms']:,.0f} "
+            f"({r['fixed_point_entries']:.0f} entries a poll at the fixed point)"
+            for r in played
+        )
+        + f"; the median round's p50 {middle['p50_ms']:,.0f} ms (row 4: "
+        f"{latency['p50_ms']:,.0f} ms)",
         f"row 9: other work took {one_bg:.2f} and {two_bg:.2f} of {scaling['cores']} cores during "
         f"row 9's runs (the machine's busy CPUs less Redis, PostgreSQL and the consumers); "
         f"predicted {one:,.0f} and {two:,.0f} calls/s (row 9: "

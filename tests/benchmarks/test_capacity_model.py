@@ -239,3 +239,29 @@ def test_sizing_moves_the_reader_cpu_with_the_frames() -> None:
     a = model.Assumptions()
     base = unit_costs(per_frame_cpu=0.00001)  # 10 µs a frame, measured at 100 frames
     assert model.size(base, 1000, 200, a).worker_cpu_per_call == pytest.approx(0.002)
+
+
+def test_plays_without_noise_all_give_the_one_queue() -> None:
+    # No spread around the curve: every play is the same queue, so the medians are its percentiles.
+    common = dict(rate=400.0, calls=2000, notes_per_call=2, batch_size=200)
+    cost = model.PollCost.of([(4, 0.008), (16, 0.012), (64, 0.030)])
+    alone = model.simulate_latency(cost=cost, noise=[1.0], **common)
+    p50, p99 = model.played_percentiles(cost=cost, noise=[1.0], plays=5, **common)
+    assert p50 == pytest.approx(model.percentile(alone, 0.5))
+    assert p99 == pytest.approx(model.percentile(alone, 0.99))
+
+
+def test_plays_take_the_median_tail_of_their_draws() -> None:
+    # One stall in ten polls: the plays differ by where their draws put the stalls; the median of
+    # five p99s lies within the range of the plays' own p99s, each play seeded 1 to 5.
+    common = dict(rate=400.0, calls=3000, notes_per_call=2, batch_size=200)
+    cost = model.PollCost.of([(4, 0.006), (64, 0.020)])
+    noise = [1.0] * 9 + [12.0]
+    tails = sorted(
+        model.percentile(model.simulate_latency(cost=cost, noise=noise, seed=seed, **common), 0.99)
+        for seed in range(1, 6)
+    )
+    _p50, p99 = model.played_percentiles(cost=cost, noise=noise, plays=5, **common)
+    assert p99 == pytest.approx(tails[2])
+    with pytest.raises(ValueError):
+        model.played_percentiles(cost=cost, noise=noise, plays=0, **common)

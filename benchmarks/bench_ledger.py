@@ -28,7 +28,6 @@ bare table has none of.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import Counter
@@ -245,9 +244,9 @@ def _explained(url: str, batch: Work, settings: Settings) -> dict[str, Any]:
             return
         cursor.execute("SAVEPOINT bench_explain")
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-        (found,) = cursor.fetchone()
+        (found,) = cursor.fetchone()  # the plan as JSON, which psycopg loads: a list of one
         cursor.execute("ROLLBACK TO SAVEPOINT bench_explain")
-        plans.append(found[0] if isinstance(found, list) else json.loads(found)[0])
+        plans.append(found[0])
 
     event.listen(engine, "before_cursor_execute", explain)
     try:
@@ -281,30 +280,35 @@ def _written(node: dict[str, Any]) -> list[str]:
 
 def _round(
     index: int, work: Work, explain: Work, settings: Settings, rows_each: int | None
-) -> tuple[dict[str, Any], float, dict[str, Any] | None]:
+) -> dict[str, Any]:
     """One round in a new database: the batched path and the peer (the peer first in odd rounds,
-    whose row count per settlement is the first round's), then, when ``explain`` holds calls, one
-    batch of them explained."""
+    with the first round's ``rows_each``), then, when ``explain`` holds calls, one batch of them
+    explained."""
     with services.pg_database(f"ledger{index}") as url, services.autovacuum(url):
         history.warm(url)
         engine = make_engine(url)
         try:
             HANDED_BACK.update(calls=0, seconds=0.0)
-            if index % 2 == 1 and rows_each is not None:
+            if rows_each is not None and index % 2 == 1:
                 bare_s = _bare(engine, work, rows_each)
                 ours = _write(url, work, batched, settings)
             else:
                 ours = _write(url, work, batched, settings)
-                bare_s = _bare(
-                    engine, work, rows_each or math.ceil(ours["inserted_per_settlement"])
-                )
+                rows_each = rows_each or math.ceil(ours["inserted_per_settlement"])
+                bare_s = _bare(engine, work, rows_each)
             ours.update(
                 handed_back=HANDED_BACK["calls"], handed_back_seconds=HANDED_BACK["seconds"]
             )
         finally:
             engine.dispose()
         explained = _explained(url, explain, settings) if explain else None
-    return ours, bare_s, explained
+    return {
+        "ours": ours,
+        "bare_seconds": bare_s,
+        "rows_each": rows_each,
+        "ratio": ours["settlements_per_s"] * bare_s / len(work),
+        "explained": explained,
+    }
 
 
 def run(smoke: bool = False) -> dict[str, Any]:
@@ -316,21 +320,14 @@ def run(smoke: bool = False) -> dict[str, Any]:
     found = settled_results(count + BATCH)
     work, explain = found[:count], found[count:]
     settings = Settings(hash_salt="benchmark-fingerprint-key")
-    rounds = []
-    rows_each = None
-    explained = None
-    for index in range(1 if smoke else ROUNDS):
-        ours, bare_s, found_plan = _round(
-            index, work, explain if index == 0 else [], settings, rows_each
-        )
-        rows_each = rows_each or math.ceil(ours["inserted_per_settlement"])
-        explained = explained or found_plan
-        bare_rate = len(work) / bare_s
-        rounds.append(
-            {"ours": ours, "bare_seconds": bare_s, "ratio": ours["settlements_per_s"] / bare_rate}
-        )
+    first = _round(0, work, explain, settings, None)
+    rounds = [first] + [
+        _round(index, work, [], settings, first["rows_each"])
+        for index in range(1, 1 if smoke else ROUNDS)
+    ]
     median = sorted(rounds, key=lambda found: found["ratio"])[len(rounds) // 2]
     ours, bare_s, ratio = median["ours"], median["bare_seconds"], median["ratio"]
+    rows_each = first["rows_each"]
     bare_rate = len(work) / bare_s
     with services.pg_database("ledger_calls") as url, services.autovacuum(url):
         history.warm(url)
@@ -339,10 +336,15 @@ def run(smoke: bool = False) -> dict[str, Any]:
         "settlements": len(work),
         "batch": BATCH,
         "ours": ours,
-        "ratios": [found["ratio"] for found in rounds],
-        "bare_seconds_all": [found["bare_seconds"] for found in rounds],
-        "ours_seconds_all": [found["ours"]["seconds"] for found in rounds],
-        "explained": explained,
+        "rounds": [
+            {
+                "ratio": r["ratio"],
+                "ours_seconds": r["ours"]["seconds"],
+                "bare_seconds": r["bare_seconds"],
+            }
+            for r in rounds
+        ],
+        "explained": first["explained"],
         "handed_back": ours["handed_back"],
         "handed_back_seconds": ours["handed_back_seconds"],
         "above_hold": sum(1 for _, r in work if (r.charge_micros or 0) > r.reserved_micros),

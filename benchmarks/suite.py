@@ -290,10 +290,8 @@ def _writes(run: dict[str, Any]) -> str:
 
 def _ledger_rounds(f: dict[str, Any]) -> str:
     rounds = ", ".join(
-        f"{ratio:.3f}x ({ours:.2f} s against {bare:.2f} s)"
-        for ratio, ours, bare in zip(
-            f["ratios"], f["ours_seconds_all"], f["bare_seconds_all"], strict=True
-        )
+        f"{r['ratio']:.3f}x ({r['ours_seconds']:.2f} s against {r['bare_seconds']:.2f} s)"
+        for r in f["rounds"]
     )
     return (
         f"rounds, each in a new database, the peer first in every other one: {rounds}; the row is "

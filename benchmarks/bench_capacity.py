@@ -16,9 +16,9 @@ counts its own commands and bytes (``harness.traffic``), then measured in three 
 * **Row 4's twins** (``harness.poll_costs``, run by ``bench_latency`` just after each of its rounds):
   other calls of the same mix written whole, as row 4's publisher writes them, then polled at
   ``poll_costs.SIZES`` entries in turn while another process writes yet other calls at the round's
-  rate: the poll's cost by size in the round's own minutes (``PollCost``; the least-squares line
-  ``s0 + s1 x entries`` is kept for comparison) and the spread of single polls around it (the
-  noise of row 4's queue, pooled over the twins).
+  rate: the poll's cost by size in row 4's minutes (``PollCost`` over every twin's polls; the
+  least-squares line ``s0 + s1 x entries`` is kept for comparison) and the spread of single polls
+  around it (the noise of row 4's queue).
 * **C**, row 2's twins: other calls of the same mix (a third seed and the next ones), each run
   exactly as a round of row 2, just after it (``bench_pipeline.run``: its count, its own prefix and
   database, drained by ``Consumer.drain``, two threads), the median twin: the share of its
@@ -59,8 +59,9 @@ from worker.pipeline.keys import Keys
 
 CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))  # row 2's count: the same calls
 # Row 4's prediction for a round: the median p99 of this many plays of its queue (other draws of
-# the noise), as the row's own figure is the median round's.
-PLAYS = 5
+# the noise), as the row's own figure is the median round's. Fewer plays leave the median to a
+# few draws of the stalls (5 plays gave 100 ms where 41 and 101 gave 108 ms, the same polls).
+PLAYS = 101
 STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply")
 TABLE_WRITES = text(
     "SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0), "
@@ -433,15 +434,18 @@ def predict(
     per_call = process.seconds_per_call()
     row2 = model.Check("2. frames/s of one consumer", frames / per_call, e2e["ours_frames_per_s"])
 
-    # Each round played with its twin's curve (the same minutes) and the noise of every twin's polls
-    # around its own curve; a round's calls as they were written (a publisher that fell behind its
-    # schedule wrote fewer a second).
+    # Every round played with one curve and one noise from all its twins' polls, each round at
+    # its own rate and count (a publisher that fell behind its schedule wrote fewer a second). A
+    # twin alone has some 25 polls of a size: their median moves by more than the rounds' minutes
+    # differ, and the queue amplifies that several times over in a p99 (each round played with its
+    # own twin, the three predictions ranked opposite to the rounds they played).
     rounds = latency["round_figures"]
-    polls = [[(float(n), w) for n, w in r["twin"]["polls"]] for r in rounds]
-    curves = [model.PollCost.of(twin) for twin in polls]
-    noise = [w / c(n) for twin, c in zip(polls, curves, strict=True) for n, w in twin if c(n) > 0]
+    pooled = [(float(n), w) for r in rounds for n, w in r["twin"]["polls"]]
+    curve = model.PollCost.of(pooled)
+    noise = [w / curve(n) for n, w in pooled if curve(n) > 0]
+    fixed = curve.fixed_point(latency["rate"] * m["notes_per_call"])
     played = []
-    for r, curve in zip(rounds, curves, strict=True):
+    for r in rounds:
         rate = min(latency["rate"], r["achieved_rate"])
         p50, p99 = model.played_percentiles(
             rate=rate,
@@ -458,16 +462,12 @@ def predict(
                 "p50_ms": p50 * 1000,
                 "p99_ms": p99 * 1000,
                 "measured_p99_ms": r["p99_ms"],
-                "curve": curve,
-                "polls": len(polls[len(played)]),
-                "fixed_point_entries": curve.fixed_point(rate * m["notes_per_call"]),
                 "speed_s": r["twin"]["speed_s"],
             }
         )
     p99 = statistics.median(r["p99_ms"] for r in played)
     row4 = model.Check("4. settle latency p99 at half load (ms)", p99, latency["p99_ms"])
-    pooled = [poll for twin in polls for poll in twin]
-    s0, s1 = model.poll_line(pooled) if pooled else (0.0, 0.0)
+    s0, s1 = model.poll_line(pooled)
 
     cores = float(scaling["cores"] or 1)
     # Row 9 writes its calls before its consumers start: Redis's share of its cores is the reads'.
@@ -493,6 +493,8 @@ def predict(
         "frames": frames,
         "latency_p50_ms": statistics.median(r["p50_ms"] for r in played),
         "played": played,
+        "curve": curve,
+        "fixed_point_entries": fixed,
         "twin_polls": len(pooled),
         "twin_entries": sum(n for n, _ in pooled) / max(1, len(pooled)),
         "twin_wall": sum(w for _, w in pooled) / max(1, len(pooled)),

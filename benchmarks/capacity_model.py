@@ -22,8 +22,9 @@ rows of the same run; docs/capacity.md states the model in words. The formulas:
   reads what arrived while the last one ran (at most ``batch_size`` entries; it blocks only when
   nothing did) and takes ``cost(entries)`` times a noise factor drawn from the measured polls
   (``PollCost``: the median wall of polls of calls written whole, as row 4 writes them, at each
-  of several batch sizes, straight between them, measured by each round's twin in the round's own
-  minutes; the factor is each poll's time over its twin's curve, pooled over the twins).
+  of several batch sizes, straight between them, measured by the rounds' twins, each in its
+  round's minutes, and pooled: one twin's few polls of a size move its median by more than the
+  rounds' minutes differ; the factor is each poll's time over that curve).
   A close waits for the poll running when it arrived, then for its own poll. ``simulate_latency``
   plays that queue with the benchmark's arrivals (every call written whole at its scheduled
   instant) and gives every close's latency; ``played_percentiles`` takes the median of several

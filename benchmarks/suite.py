@@ -647,10 +647,9 @@ def capacity(ctx: Context) -> list[Row]:
     p = f["process"]
     (one, one_bg), (two, two_bg) = f["rates9"]["one"], f["rates9"]["two"]
     played = f["played"]
-    middle = sorted(played, key=lambda r: r["measured_p99_ms"])[len(played) // 2]
     curve = ", ".join(
         f"{n:.0f} entries {w * 1000:.1f} ms"
-        for n, w in zip(middle["curve"].sizes, middle["curve"].seconds, strict=True)
+        for n, w in zip(f["curve"].sizes, f["curve"].seconds, strict=True)
     )
     twins_speed = ", ".join(f"{r['speed_s'] * 1000:.1f}" for r in played)
     model_notes = [
@@ -661,7 +660,7 @@ def capacity(ctx: Context) -> list[Row]:
         f"{m['speed_a'] * 1000:.1f} and {m['speed_c'] * 1000:.1f} ms around phases A and C, "
         f"reported only: row 2 ran {f['slower2']:.3f}x as slow as phase A, and its speed is in the "
         f"drain CPU factor, measured on its twins in its own minutes; row 4's is in its twins' "
-        f"polls, each measured just after its round; row 9 is a ratio of two runs at one speed",
+        f"polls, each measured just after a round; row 9 is a ratio of two runs at one speed",
         f"row 2 from phase A: {f['per_call_s'] * 1000:.3f} ms per call = drain CPU factor "
         f"{p.drain_cpu_factor:.3f} x CPU {p.cpu * 1000:.3f} ms / drain efficiency "
         f"{p.drain_efficiency:.3f} (two threads, one interpreter lock: CPU adds up, waits overlap "
@@ -670,23 +669,20 @@ def capacity(ctx: Context) -> list[Row]:
         f"calls of {m['frames_c']:.0f} frame entries): {m['cpu_c']:.2f} s of process CPU in "
         f"{m['seconds_c']:.2f} s, {m['drain_cpu_c'] * 1000:.3f} ms per call against phase A's "
         f"{m['serial_cpu_c'] * 1000:.3f} ms at those frames",
-        f"row 4: each round played with its twin (other calls of the same mix written whole as "
-        f"row 4 writes them, polled just after the round by a consumer process of its own at "
-        f"4 to 64 entries in turn, beside a publisher at the round's rate): a poll's wall by the "
-        f"entries it read, the median of the twin's polls of each size, straight between sizes "
-        f"(the median round's twin: {curve}), x a factor drawn from every twin's polls around "
-        f"its own curve ({f['twin_polls']} polls, batches of {f['twin_entries']:.1f} entries in "
+        f"row 4: every round played with its twins (other calls of the same mix written whole "
+        f"as row 4 writes them, polled just after each round by a consumer process of their own "
+        f"at 4 to 64 entries in turn, beside a publisher at the round's rate), pooled: a poll's "
+        f"wall by the entries it read, the median of the twins' polls of each size, straight "
+        f"between sizes ({curve}), x a factor drawn from every twin poll around that curve "
+        f"({f['twin_polls']} polls, batches of {f['twin_entries']:.1f} entries in "
         f"{f['twin_wall'] * 1000:.1f} ms on average; one line over them all would be s0 "
         f"{f['s0'] * 1000:.2f} ms + s1 {f['s1'] * 1000:.3f} ms per entry, which overstates the "
-        f"small polls); each round's queue at its rate as published, "
+        f"small polls); each round's queue at its rate as published "
+        f"({f['fixed_point_entries']:.0f} entries a poll at the fixed point), "
         f"{m['notes_per_call']:.2f} notifications per call, batches of at most "
         f"{latency['batch_size']}, the median of {bench_capacity.PLAYS} plays: p99 "
-        + ", ".join(
-            f"{r['p99_ms']:,.0f} ms against {r['measured_p99_ms']:,.0f} "
-            f"({r['fixed_point_entries']:.0f} entries a poll at the fixed point)"
-            for r in played
-        )
-        + f"; the median round's p50 {middle['p50_ms']:,.0f} ms (row 4: "
+        + ", ".join(f"{r['p99_ms']:,.0f} ms against {r['measured_p99_ms']:,.0f}" for r in played)
+        + f"; p50 {f['latency_p50_ms']:,.0f} ms (row 4's median round: "
         f"{latency['p50_ms']:,.0f} ms)",
         f"row 9: other work took {one_bg:.2f} and {two_bg:.2f} of {scaling['cores']} cores during "
         f"row 9's runs (the machine's busy CPUs less Redis, PostgreSQL and the consumers); "

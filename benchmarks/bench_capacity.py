@@ -496,8 +496,8 @@ def predict(
         "curve": curve,
         "fixed_point_entries": fixed,
         "twin_polls": len(pooled),
-        "twin_entries": sum(n for n, _ in pooled) / max(1, len(pooled)),
-        "twin_wall": sum(w for _, w in pooled) / max(1, len(pooled)),
+        "twin_entries": statistics.fmean(n for n, _ in pooled),  # pooled: never empty (PollCost.of)
+        "twin_wall": statistics.fmean(w for _, w in pooled),
         "s0": s0,
         "s1": s1,
         "rates9": rates,

@@ -678,7 +678,7 @@ def capacity(ctx: Context) -> list[Row]:
         f"{f['twin_wall'] * 1000:.1f} ms on average; one line over them all would be s0 "
         f"{f['s0'] * 1000:.2f} ms + s1 {f['s1'] * 1000:.3f} ms per entry, which overstates the "
         f"small polls); each round's queue at its rate as published "
-        f"({f['fixed_point_entries']:.0f} entries a poll at the fixed point), "
+        f"({f['fixed_point_entries']:.0f} entries a poll at the planned rate's fixed point), "
         f"{m['notes_per_call']:.2f} notifications per call, batches of at most "
         f"{latency['batch_size']}, the median of {bench_capacity.PLAYS} plays: p99 "
         + ", ".join(f"{r['p99_ms']:,.0f} ms against {r['measured_p99_ms']:,.0f}" for r in played)

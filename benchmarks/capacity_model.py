@@ -15,9 +15,12 @@ rows of the same run; docs/capacity.md states the model in words. The formulas:
   call over the steps' moved to its calls' frames). A thread whose waits
   outlast the other's work lowers ``u``, so the threads' own walls are not a separate bound (timed
   one batch at a time they also hold waits for a CPU, which ``u`` already counts).
-* **Two processes on a machine (row 9)**: each is bound as above, and together they, PostgreSQL
-  and Redis share the cores that other work leaves free: ``min(n / t, free cores / (consumer +
-  PostgreSQL + Redis CPU per call))``.
+* **Two processes on a machine (row 9)**: each is bound as above alone, and together they,
+  PostgreSQL and Redis share the cores that other work leaves free: a closed queueing network
+  solved by mean value analysis (``calls_per_s_many``), the processes its customers, the cores one
+  queue of the consumer's, PostgreSQL's and Redis's CPU per call over the free cores, the rest of
+  a process's time alone a delay. Its asymptotes are the bounds ``n / t`` and ``free cores / CPU
+  per call``; two processes on two cores sit near the knee, where it falls below both.
 * **Settle latency at half load (row 4)**: the consumer is a self-clocked batch server. A poll
   reads what arrived while the last one ran (at most ``batch_size`` entries; it blocks only when
   nothing did) and takes ``cost(entries)`` times a noise factor drawn from the measured polls
@@ -110,10 +113,31 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 def calls_per_s_many(
     costs: ProcessCosts, processes: int, free_cores: float, server_cpu_per_call: float
 ) -> float:
-    """``processes`` consumer processes sharing ``free_cores`` with the servers."""
-    alone = processes / costs.seconds_per_call()
-    shared = free_cores / (costs.drain_cpu + server_cpu_per_call)
-    return min(alone, shared)
+    """``processes`` consumer processes sharing ``free_cores`` with the servers: the mean value
+    analysis of a closed network (Lazowska et al., *Quantitative System Performance*, ch. 6) whose
+    customers are the processes, each cycling through calls. A call visits the cores for its CPU
+    ``D`` (the drain's and the servers'), a station of ``free_cores`` servers taken as one queue of
+    demand ``D / cores`` and a delay of the rest (Seidmann's approximation for a multi-server
+    station); the delay ``Z`` is what makes one process alone take ``seconds_per_call``: its own
+    waits, less the overlap of its threads with the servers. The result is below both bounds the
+    asymptotes give (``n`` alone, the cores' ``cores / D``) and meets them far from the knee."""
+    if processes < 1 or free_cores <= 0:
+        raise ValueError(f"{processes} processes on {free_cores} free cores")
+    alone = costs.seconds_per_call()
+    queued = (costs.drain_cpu + server_cpu_per_call) / free_cores
+    delay = alone - queued
+    if delay < 0:
+        raise ValueError(
+            f"one process's {alone * 1e3:.3f} ms a call is less than its CPU over the free cores "
+            f"({queued * 1e3:.3f} ms): the measured costs contradict each other"
+        )
+    waiting = 0.0  # customers at the queue, with one fewer in the network
+    rate = 0.0
+    for n in range(1, processes + 1):
+        residence = queued * (1 + waiting)
+        rate = n / (residence + delay)
+        waiting = rate * residence
+    return rate
 
 
 def poll_line(polls: Sequence[tuple[float, float]]) -> tuple[float, float]:

@@ -111,21 +111,55 @@ def test_more_frames_add_their_cpu_to_the_reader() -> None:
 
 
 def test_several_processes_share_the_free_cores_with_the_servers() -> None:
-    one = costs(0.001, 0.001, 0.0, 0.0)  # 1,000 calls/s alone, 1 ms CPU per call
-    assert model.calls_per_s_many(one, 2, 10.0, 0.0) == pytest.approx(2000)
-    # 1.5 free cores, 1 ms + 0.5 ms of servers per call: 1,000 calls/s in all.
+    one = costs(0.001, 0.001, 0.0, 0.0)  # 1 ms a call alone, 1 ms of CPU
+    # Alone, a process makes what it makes, whatever the cores.
+    assert model.calls_per_s_many(one, 1, 3.0, 0.0005) == pytest.approx(1000)
+    # By hand: 1.5 ms of CPU on 3 cores is a queue of 0.5 ms and a delay of 0.5 ms; the second
+    # process finds the first at the queue half the time: 0.5 x 1.5 = 0.75 ms there, 2 / 1.25 ms.
+    assert model.calls_per_s_many(one, 2, 3.0, 0.0005) == pytest.approx(1600)
+    # The third finds 1,600 x 0.75 ms = 1.2 there: 0.5 x 2.2 = 1.1 ms, 3 / 1.6 ms.
+    assert model.calls_per_s_many(one, 3, 3.0, 0.0005) == pytest.approx(1875)
+    # Cores to spare: the processes add up; no cores to spare (1.5 ms on 1.5 cores): one queue.
+    assert model.calls_per_s_many(one, 2, 1e6, 0.0) == pytest.approx(2000, rel=1e-5)
     assert model.calls_per_s_many(one, 2, 1.5, 0.0005) == pytest.approx(1000)
-    # At 80 % drain efficiency one process alone makes 800 calls/s, two 1,600 with cores to spare;
-    # the cores bound them by CPU, which the efficiency does not change.
-    slow = costs(0.001, 0.001, 0.0, 0.0, 0.8)
-    assert model.calls_per_s_many(slow, 1, 10.0, 0.0005) == pytest.approx(800)
-    assert model.calls_per_s_many(slow, 2, 10.0, 0.0005) == pytest.approx(1600)
-    assert model.calls_per_s_many(slow, 2, 1.5, 0.0005) == pytest.approx(1000)
-    # A drain burning 1.5 times its steps' CPU: 1.5 ms a call, 667 calls/s alone; on 1.5 free
-    # cores with 0.5 ms of servers, 1.5 / 2 ms = 750 calls/s for two.
-    heavy = model.ProcessCosts(0.001, 0.001, 0.0, 0.0, 0.0, 1.0, 1.5)
-    assert model.calls_per_s_many(heavy, 1, 10.0, 0.0005) == pytest.approx(1000 / 1.5)
-    assert model.calls_per_s_many(heavy, 2, 1.5, 0.0005) == pytest.approx(750)
+    # A process that alone is faster than its CPU spread over every core cannot be.
+    with pytest.raises(ValueError):
+        model.calls_per_s_many(one, 2, 0.5, 0.0005)
+    with pytest.raises(ValueError):
+        model.calls_per_s_many(one, 0, 2.0, 0.0)
+
+
+def _repairman(service: float, delay: float, customers: int) -> float:
+    """Throughput of ``customers`` cycling through one exponential server of mean ``service`` and a
+    delay of mean ``delay``, from the finite-source queue's stationary distribution (the chance the
+    server is idle), not by mean value analysis."""
+    ratio = service / delay
+    weights = [math.perm(customers, k) * ratio**k for k in range(customers + 1)]
+    return (1 - weights[0] / sum(weights)) / service
+
+
+@quick
+@given(
+    alone=st.floats(1e-4, 1e-2),
+    share=st.floats(0.01, 0.99),
+    cores=st.floats(0.5, 8.0),
+    processes=st.integers(1, 12),
+)
+def test_the_shared_cores_solve_as_a_finite_source_queue(
+    alone: float, share: float, cores: float, processes: int
+) -> None:
+    # The CPU over the cores is a share of one process's time alone; the rest is its delay. The
+    # process's own CPU is at most its time alone (its efficiency at most 1), the servers' the rest.
+    queued = alone * share
+    efficiency = min(1.0, share * cores)
+    process = costs(efficiency * alone, alone, 0.0, 0.0, efficiency)
+    servers = queued * cores - efficiency * alone
+    found = model.calls_per_s_many(process, processes, cores, servers)
+    assert found == pytest.approx(_repairman(queued, alone - queued, processes), rel=1e-9)
+    assert found <= min(processes / alone, 1 / queued) * (1 + 1e-12)
+    if processes > 1:
+        fewer = model.calls_per_s_many(process, processes - 1, cores, servers)
+        assert found >= fewer * (1 - 1e-12)  # equal, to rounding, once the cores are the bound
 
 
 def test_a_lone_call_waits_for_exactly_its_own_poll() -> None:

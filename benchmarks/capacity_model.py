@@ -126,11 +126,12 @@ def calls_per_s_many(
     alone = costs.seconds_per_call()
     queued = (costs.drain_cpu + server_cpu_per_call) / free_cores
     delay = alone - queued
-    if delay < 0:
+    if delay < -1e-9 * alone:  # below rounding: free cores floored at D / t_call land at 0
         raise ValueError(
             f"one process's {alone * 1e3:.3f} ms a call is less than its CPU over the free cores "
             f"({queued * 1e3:.3f} ms): the measured costs contradict each other"
         )
+    delay = max(delay, 0.0)
     waiting = 0.0  # customers at the queue, with one fewer in the network
     rate = 0.0
     for n in range(1, processes + 1):

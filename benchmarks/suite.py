@@ -613,7 +613,8 @@ def _unit_costs(m: dict[str, Any], costs: Any) -> list[str]:
         f"PostgreSQL per closed call: rows inserted {m['rows_inserted']:.2f}, updated "
         f"{m['rows_updated']:.2f}, deleted {m['rows_deleted']:.2f} (pg_stat_user_tables), "
         f"statements {m['statements']:.3f} (round trips, savepoints included), commits "
-        f"{m['commits']:.4f} (pg_stat_database), WAL {m['wal_bytes']:,.0f} bytes "
+        f"{m['commits']:.4f} (the consumer's; the database's, every session's, "
+        f"{m['database_commits']:.4f}: pg_stat_database), WAL {m['wal_bytes']:,.0f} bytes "
         f"({m['wal_source']}), CPU {m['pg_cpu_per_close'] * 1e6:.0f} µs (/proc: this database's "
         "backends, the postmaster and the shared background processes)",
     ]
@@ -645,7 +646,16 @@ def capacity(ctx: Context) -> list[Row]:
     m = f["measured"]
     row2, row4, row9 = f["checks"]
     p = f["process"]
-    (one, one_bg), (two, two_bg) = f["rates9"]["one"], f["rates9"]["two"]
+    (one, one_bg, one_free), (two, two_bg, two_free) = f["rates9"]["one"], f["rates9"]["two"]
+    cores9 = float(scaling["cores"] or 1)
+    floored = [
+        f"{whose} {cores9 - bg:.2f} raised to {free:.2f} "
+        for whose, bg, free in (
+            ("one process's", one_bg, one_free),
+            ("two processes'", two_bg, two_free),
+        )
+        if free > cores9 - bg
+    ]
     played = f["played"]
     curve = ", ".join(
         f"{n:.0f} entries {w * 1000:.1f} ms"
@@ -686,7 +696,15 @@ def capacity(ctx: Context) -> list[Row]:
         f"{latency['p50_ms']:,.0f} ms)",
         f"row 9: other work took {one_bg:.2f} and {two_bg:.2f} of {scaling['cores']} cores during "
         f"row 9's runs (the machine's busy CPUs less Redis, PostgreSQL and the consumers); "
-        f"predicted {one:,.0f} and {two:,.0f} calls/s (row 9: "
+        + (
+            "free cores "
+            + "and ".join(floored)
+            + "(at least what one process alone used: its CPU per call over t_call, so the "
+            "background was overstated); "
+            if floored
+            else ""
+        )
+        + f"predicted {one:,.0f} and {two:,.0f} calls/s (row 9: "
         f"{scaling['one']['calls_per_s']:,.0f} and {scaling['two']['calls_per_s']:,.0f})",
     ]
     notes = _unit_costs(m, f["costs"]) + model_notes + [_sizing(z) for z in f["sizing"]]

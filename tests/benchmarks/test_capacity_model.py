@@ -122,6 +122,12 @@ def test_several_processes_share_the_free_cores_with_the_servers() -> None:
     # Cores to spare: the processes add up; no cores to spare (1.5 ms on 1.5 cores): one queue.
     assert model.calls_per_s_many(one, 2, 1e6, 0.0) == pytest.approx(2000, rel=1e-5)
     assert model.calls_per_s_many(one, 2, 1.5, 0.0005) == pytest.approx(1000)
+    # Cores floored at what one process alone used (its CPU over its time, as bench_capacity does
+    # when the background was overstated): no delay, one queue, whatever the float rounding.
+    for server in (0.0005, 0.0003, 1e-7):
+        least = (one.drain_cpu + server) / one.seconds_per_call()
+        assert model.calls_per_s_many(one, 1, least, server) == pytest.approx(1000)
+        assert model.calls_per_s_many(one, 2, least, server) == pytest.approx(1000)
     # A process that alone is faster than its CPU spread over every core cannot be.
     with pytest.raises(ValueError):
         model.calls_per_s_many(one, 2, 0.5, 0.0005)

@@ -162,7 +162,9 @@ def call_measures(state: CallState) -> list[int]:
 
 
 def move_call(deltas: CallDeltas, before: CallState | None, after: CallState | None) -> None:
-    """Move one call from the row of ``before`` to the row of ``after`` (None: not counted)."""
+    """Move one call from the row of ``before`` to the row of ``after`` (None: not counted); a row
+    this move leaves at zero is dropped (a move within one row changes nothing). Only the rows it
+    touched are looked at: a batch's moves stay linear in its calls."""
     for state, sign in ((before, -1), (after, 1)):
         if state is None:
             continue
@@ -174,8 +176,8 @@ def move_call(deltas: CallDeltas, before: CallState | None, after: CallState | N
         else:
             for index, amount in enumerate(measures):
                 found[index] += sign * amount
-    for key in [key for key, measures in deltas.items() if not any(measures)]:
-        del deltas[key]  # a move within one row changes nothing
+            if not any(found):
+                del deltas[key]
 
 
 def _merge(into: dict[Any, list[int]], deltas: Mapping[Any, list[int]]) -> None:

@@ -193,7 +193,7 @@ def _polls(
     return total, polls
 
 
-def _count_statements(engine: Engine) -> list[int]:
+def _count_sent(engine: Engine) -> list[int]:
     """``[statements, commits]`` the engine sends from now on (its events: round trips, savepoints
     included; the consumer's own commits, which ``pg_stat_database`` mixes with every other session
     of the database, the stand-in autovacuum's one transaction per table included)."""
@@ -263,7 +263,7 @@ def measure(count: int, twins: list[dict[str, Any]]) -> dict[str, Any]:
         client = counting_client(services.REDIS_URL, traffic)
         consumer, engine = make_consumer(client, url, prefix, "capacity-a")
         warm(consumer)
-        statements = _count_statements(engine)
+        sent = _count_sent(engine)
         spent: dict[str, list[float]] = {}
         restore = time_steps(consumer, STEPS, spent)
         start_counters = _counters(url)
@@ -381,9 +381,9 @@ def measure(count: int, twins: list[dict[str, Any]]) -> dict[str, Any]:
         "rows_inserted": ins / closes,
         "rows_updated": upd / closes,
         "rows_deleted": dele / closes,
-        "commits": statements[1] / closes,
+        "commits": sent[1] / closes,
         "database_commits": commits / closes,
-        "statements": statements[0] / closes,
+        "statements": sent[0] / closes,
         "wal_bytes": wal / closes,
         "wal_source": wal_source,
         "pg_cpu_per_close": pg_cpu / closes,
@@ -492,14 +492,16 @@ def predict(
         background = max(
             0.0, run["machine_cpu"] - run["redis_cpu"] - run["postgres_cpu"] - run["consumers_cpu"]
         )
-        free = max(cores - background, least)
-        rates[name] = (
-            model.calls_per_s_many(process, run["processes"], free, server),
-            background,
-            free,
-        )
+        measured = cores - background
+        free = max(measured, least)
+        rates[name] = {
+            "rate": model.calls_per_s_many(process, run["processes"], free, server),
+            "background": background,
+            "free": free,
+            "floored_from": measured if free > measured else None,
+        }
     row9 = model.Check(
-        "9. two consumer processes vs one (ratio)", rates["two"][0] / rates["one"][0],
+        "9. two consumer processes vs one (ratio)", rates["two"]["rate"] / rates["one"]["rate"],
         scaling["ratio"],
     )  # fmt: skip
     return {

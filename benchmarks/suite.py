@@ -646,15 +646,11 @@ def capacity(ctx: Context) -> list[Row]:
     m = f["measured"]
     row2, row4, row9 = f["checks"]
     p = f["process"]
-    (one, one_bg, one_free), (two, two_bg, two_free) = f["rates9"]["one"], f["rates9"]["two"]
-    cores9 = float(scaling["cores"] or 1)
+    one, two = f["rates9"]["one"], f["rates9"]["two"]
     floored = [
-        f"{whose} {cores9 - bg:.2f} raised to {free:.2f} "
-        for whose, bg, free in (
-            ("one process's", one_bg, one_free),
-            ("two processes'", two_bg, two_free),
-        )
-        if free > cores9 - bg
+        f"{whose} {run['floored_from']:.2f} raised to {run['free']:.2f}"
+        for whose, run in (("one process's", one), ("two processes'", two))
+        if run["floored_from"] is not None
     ]
     played = f["played"]
     curve = ", ".join(
@@ -694,17 +690,16 @@ def capacity(ctx: Context) -> list[Row]:
         + ", ".join(f"{r['p99_ms']:,.0f} ms against {r['measured_p99_ms']:,.0f}" for r in played)
         + f"; p50 {f['latency_p50_ms']:,.0f} ms (row 4's median round: "
         f"{latency['p50_ms']:,.0f} ms)",
-        f"row 9: other work took {one_bg:.2f} and {two_bg:.2f} of {scaling['cores']} cores during "
-        f"row 9's runs (the machine's busy CPUs less Redis, PostgreSQL and the consumers); "
+        f"row 9: other work took {one['background']:.2f} and {two['background']:.2f} of "
+        f"{scaling['cores']} cores during row 9's runs (the machine's busy CPUs less Redis, "
+        "PostgreSQL and the consumers); "
         + (
-            "free cores "
-            + "and ".join(floored)
-            + "(at least what one process alone used: its CPU per call over t_call, so the "
-            "background was overstated); "
+            f"free cores {' and '.join(floored)} (at least what one process alone used: its CPU "
+            "per call over t_call, so the background was overstated); "
             if floored
             else ""
         )
-        + f"predicted {one:,.0f} and {two:,.0f} calls/s (row 9: "
+        + f"predicted {one['rate']:,.0f} and {two['rate']:,.0f} calls/s (row 9: "
         f"{scaling['one']['calls_per_s']:,.0f} and {scaling['two']['calls_per_s']:,.0f})",
     ]
     notes = _unit_costs(m, f["costs"]) + model_notes + [_sizing(z) for z in f["sizing"]]

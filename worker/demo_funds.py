@@ -22,7 +22,7 @@ def fund_demo_account(database_url: str) -> None:
     try:
         with session_factory(engine)() as session, session.begin():
             credit(session, DEMO_ACCOUNT, DEMO_CREDIT, key="demo-top-up", note="demo top-up",
-                   who="demo", now=datetime.now(UTC))  # fmt: skip
+                   who="demo", now=datetime.now(UTC), new_account=True)  # fmt: skip
     finally:
         engine.dispose()
 

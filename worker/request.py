@@ -161,7 +161,10 @@ def upstream_key_label(value: object, key: str = "upstream_key") -> str:
 
 
 def _identifier(data: dict[str, Any], key: str) -> str:
-    """A non-empty string of at most ``MAX_ID_CHARS`` characters with no control character."""
+    """A non-empty string of at most ``MAX_ID_CHARS`` characters with no control character and no
+    whitespace at either end: the one rule for every id a call, a credit or a limit names (an id
+    that differs from a call's only by a space or a control character would fund an account no
+    call can reach)."""
     value = _require(data, key, str)
     if not value:
         raise RequestMetaError(f"{key}: empty")
@@ -169,6 +172,8 @@ def _identifier(data: dict[str, Any], key: str) -> str:
         raise RequestMetaError(f"{key}: longer than {MAX_ID_CHARS} characters")
     if _NOT_IN_IDS.search(value):
         raise RequestMetaError(f"{key}: holds a control character or an unpaired surrogate")
+    if value != value.strip():
+        raise RequestMetaError(f"{key}: starts or ends with whitespace")
     return value
 
 

@@ -67,7 +67,16 @@ def test_texts_say_negative_or_past_the_limit() -> None:
 
 def _funded_account_spends(sessions: sessionmaker[Session], account: str, at: datetime) -> None:
     with sessions() as s, s.begin():
-        credit(s, account, Micros(12_000_000), key=f"{account}-1", note="t", who="t", now=at)
+        credit(
+            s,
+            account,
+            Micros(12_000_000),
+            key=f"{account}-1",
+            note="t",
+            who="t",
+            now=at,
+            new_account=True,
+        )
         hold(s, make_meta(f"{account}-r1", account_id=account, reserved=5_000_000,
                           created_at=at), now=at + timedelta(minutes=6))  # fmt: skip
         hold(s, make_meta(f"{account}-r2", account_id=account, reserved=8_000_000,

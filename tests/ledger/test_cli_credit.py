@@ -29,7 +29,7 @@ def balance(runner: CliRunner, account: str) -> dict:
 
 
 def test_credit_is_idempotent_by_key(runner: CliRunner) -> None:
-    args = ["credit", "acct-1", "25.50", "--note", "invoice 7", "--key", "inv-7"]
+    args = ["credit", "acct-1", "25.50", "--note", "invoice 7", "--key", "inv-7", "--new-account"]
     first = runner.invoke(main, args)
     assert first.exit_code == 0, first.output
     assert first.output == "credited 25.500000 USD to acct-1 (key inv-7)\n"
@@ -59,7 +59,7 @@ def test_bad_amounts_are_one_line(runner: CliRunner, amount: str, said: str) -> 
 
 
 def test_reverse_and_limit(runner: CliRunner) -> None:
-    runner.invoke(main, ["credit", "acct-2", "10", "--note", "x", "--key", "k2"])
+    runner.invoke(main, ["credit", "acct-2", "10", "--note", "x", "--key", "k2", "--new-account"])
     done = runner.invoke(main, ["credit", "reverse", "k2", "--note", "chargeback"])
     assert done.exit_code == 0, done.output
     assert done.output == "reversed 10.000000 USD credited to acct-2 (key k2)\n"
@@ -77,14 +77,16 @@ def test_reverse_and_limit(runner: CliRunner) -> None:
 
 
 def test_an_account_named_like_a_subcommand(runner: CliRunner) -> None:
-    result = runner.invoke(main, ["credit", "add", "reverse", "1", "--note", "x", "--key", "kr"])
+    result = runner.invoke(
+        main, ["credit", "add", "reverse", "1", "--note", "x", "--key", "kr", "--new-account"]
+    )
     assert result.exit_code == 0, result.output
     assert balance(runner, "reverse")["funded_micros"] == 1_000_000
 
 
 def test_balance_of_every_account_and_at_a_moment(runner: CliRunner) -> None:
-    runner.invoke(main, ["credit", "a", "1", "--note", "x", "--key", "ka"])
-    runner.invoke(main, ["credit", "b", "2", "--note", "x", "--key", "kb"])
+    runner.invoke(main, ["credit", "a", "1", "--note", "x", "--key", "ka", "--new-account"])
+    runner.invoke(main, ["credit", "b", "2", "--note", "x", "--key", "kb", "--new-account"])
     every = json.loads(runner.invoke(main, ["balance", "--json"]).output)
     assert [(row["account_id"], row["funded_micros"]) for row in every] == [
         ("a", 1_000_000), ("b", 2_000_000),
@@ -95,3 +97,38 @@ def test_balance_of_every_account_and_at_a_moment(runner: CliRunner) -> None:
     assert before["funded_micros"] == 0
     bad = runner.invoke(main, ["balance", "a", "--at", "yesterday"])
     assert bad.exit_code == 2 and bad.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("account", "said"),
+    [("acct\x1b[2J", "control character"), (" acct-9", "whitespace"), ("acct-9 ", "whitespace"),
+     ("acct\u0085", "control character"), ("x" * 201, "longer than 200")],
+)  # fmt: skip
+def test_credit_refuses_ids_no_call_can_have(runner: CliRunner, account: str, said: str) -> None:
+    """One id rule for calls and credits: an id a call's metadata would be refused with funds no
+    call, so the credit is refused before the database is opened, in one line."""
+    from worker.errors import RequestMetaError
+    from worker.request import check_identifier
+
+    with pytest.raises(RequestMetaError):  # the calls' own rule refuses it too
+        check_identifier(account, "account_id")
+    args = ["credit", account, "5", "--note", "x", "--key", "kid", "--new-account"]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2 and said in result.stderr and result.stderr.count("\n") == 1
+    assert "\x1b" not in result.stderr
+
+
+def test_crediting_an_unseen_account_needs_new_account(runner: CliRunner) -> None:
+    """A typo in an id must not fund an account no call reaches: an account never seen is
+    refused without --new-account, and once it exists a credit needs no flag."""
+    refused = runner.invoke(main, ["credit", "acct-new", "5", "--note", "x", "--key", "kn1"])
+    assert refused.exit_code == 2 and "never been seen" in refused.stderr
+    assert "--new-account" in refused.stderr
+    assert balance(runner, "acct-new")["funded_micros"] == 0
+    created = runner.invoke(
+        main, ["credit", "acct-new", "5", "--note", "x", "--key", "kn1", "--new-account"]
+    )
+    assert created.exit_code == 0, created.output
+    again = runner.invoke(main, ["credit", "acct-new", "2", "--note", "y", "--key", "kn2"])
+    assert again.exit_code == 0, again.output
+    assert balance(runner, "acct-new")["funded_micros"] == 7_000_000

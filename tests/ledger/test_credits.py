@@ -29,6 +29,7 @@ def account() -> str:
 
 
 def _credit(session: Session, account: str, amount: int, key: str, note: str = "top-up", **kw):
+    kw.setdefault("new_account", True)
     return credit(session, account, Micros(amount), key=key, note=note, who="t", now=T0, **kw)
 
 

@@ -74,7 +74,9 @@ def _apply_one(
     kind = op[0]
     if kind == "credit":
         key = f"{prefix}-k{n}"
-        credit(session, account, Micros(op[1]), key=key, note="t", who="t", now=now)
+        credit(
+            session, account, Micros(op[1]), key=key, note="t", who="t", now=now, new_account=True
+        )
         credits.append(key)
     elif kind == "reverse":
         if credits:
@@ -264,6 +266,7 @@ def test_a_known_month(session: Session) -> None:
         note="inv 1",
         who="t",
         now=feb - timedelta(days=20),
+        new_account=True,
     )
     meta = make_meta(f"{prefix}-r1", account_id=account, reserved=10_000, created_at=feb)
     hold(session, meta, now=feb)

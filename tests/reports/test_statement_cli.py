@@ -29,7 +29,10 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     runner = CliRunner()
     assert runner.invoke(main, ["db", "upgrade"]).exit_code == 0
     assert (
-        runner.invoke(main, ["credit", "acct=1", "5", "--note", "=x", "--key", "k"]).exit_code == 0
+        runner.invoke(
+            main, ["credit", "acct=1", "5", "--note", "=x", "--key", "k", "--new-account"]
+        ).exit_code
+        == 0
     )
     engine = make_engine(f"sqlite:///{tmp_path / 'var' / 'billing.db'}")
     with session_factory(engine)() as session, session.begin():

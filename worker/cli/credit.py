@@ -89,15 +89,29 @@ NEGATIVE_AMOUNTS = {"ignore_unknown_options": True}
 @click.option("--note", required=True, help="Why (kept with the credit).")
 @click.option("--key", required=True, help="Idempotency key: the same key credits once.")
 @click.option("--by", "who", default=None, help="Who credits (default: the login name).")
-def add_command(account: str, amount: str, note: str, key: str, who: str | None) -> None:
+@click.option(
+    "--new-account",
+    is_flag=True,
+    help="ACCOUNT has never been seen (no call, credit or limit): create it.",
+)
+def add_command(
+    account: str, amount: str, note: str, key: str, who: str | None, new_account: bool
+) -> None:
     """Credit AMOUNT USD (up to 6 decimals) to ACCOUNT's available balance."""
+    from worker.errors import LedgerError
+    from worker.ledger.credits import account_id_of
+
     micros = _usd("credit", amount)
+    try:
+        account_id_of(account)
+    except LedgerError as exc:
+        fail("credit", str(exc))
 
     def work(session: Any) -> Any:
         from worker.ledger.credits import credit
 
         return credit(session, account, micros, key=key, note=note, who=who or _default_who(),
-                      now=datetime.now(UTC))  # fmt: skip
+                      now=datetime.now(UTC), new_account=new_account)  # fmt: skip
 
     done = in_transaction("credit", work)
     if done.outcome == "duplicate":

@@ -29,10 +29,11 @@ from sqlalchemy import bindparam, insert, select
 from sqlalchemy.orm import Session
 
 from models import AccountCredit, CreditKind, CreditLimit, Kind, LedgerKind
-from worker.errors import LedgerError
+from worker.errors import LedgerError, RequestMetaError
 from worker.ledger import postings
 from worker.ledger.rows import aware
 from worker.money import MAX_AMOUNT, Micros
+from worker.request import check_identifier
 
 account_credits = AccountCredit.__table__
 credit_limits = CreditLimit.__table__
@@ -64,6 +65,30 @@ def _text(value: str, what: str) -> str:
     if len(value) > MAX_TEXT:
         raise LedgerError(f"{what} is longer than {MAX_TEXT} characters")
     return value
+
+
+def account_id_of(value: str) -> str:
+    """``value`` if a call could name it as its ``account_id`` (``request.check_identifier``: the
+    one rule), else ``LedgerError``: a credit to an id no call can have funds nobody."""
+    try:
+        return check_identifier(value, "account")
+    except RequestMetaError as exc:
+        raise LedgerError(f"{exc}: no call can name this account") from None
+
+
+ACCOUNT_SEEN = select(postings.accounts.c.id).where(postings.accounts.c.id == bindparam("b_id"))
+
+
+def _seen(session: Session, account_id: str, new_account: bool) -> None:
+    """Refuse an account the ledger has never seen (no call, credit or limit named it) unless the
+    caller says it is new: a typo in an id would fund an account no call reaches."""
+    if new_account:
+        return
+    if session.execute(ACCOUNT_SEEN, {"b_id": account_id}).first() is None:
+        raise LedgerError(
+            f"account {account_id!r} has never been seen (no call, credit or limit names it): "
+            "check the id, or pass --new-account to create it"
+        )
 
 
 def _note(value: str, what: str) -> str:
@@ -103,11 +128,13 @@ def credit(
     note: str,
     who: str,
     now: datetime,
+    new_account: bool = False,
 ) -> Credited:
     """Credit ``amount`` to ``account_id``'s available balance, once per ``key`` (see the module
-    docstring); the account is created on first use."""
+    docstring). ``account_id`` follows the calls' id rule (``account_id_of``); an account never
+    seen before is created only with ``new_account`` (``_seen``)."""
     now = aware(now)
-    account_id, key = _text(account_id, "account"), _text(key, "idempotency key")
+    account_id, key = account_id_of(account_id), _text(key, "idempotency key")
     note, who = _note(note, "a credit"), _text(who, "who")
     micros = _amount(amount)
     found = session.execute(BY_KEY, {"b_key": key}).first()
@@ -122,6 +149,7 @@ def credit(
             )
         return Credited(Recorded.DUPLICATE, found.id, account_id, Micros(micros), key,
                         found.created_at)  # fmt: skip
+    _seen(session, account_id, new_account)
     available_id, _ = postings.customer_ids(session, account_id, now)
     source = postings.system_account_id(session, LedgerKind.CREDIT)
     txn_id = _fund(session, [(source, -micros), (available_id, micros)], now)
@@ -178,7 +206,7 @@ def set_limit(
     """Set ``account_id``'s credit limit (0: none below zero) from ``now`` on; the same limit and
     note as the one in force is a no-op."""
     now = aware(now)
-    account_id, who = _text(account_id, "account"), _text(who, "who")
+    account_id, who = account_id_of(account_id), _text(who, "who")
     note = _note(note, "a credit limit")
     micros = _amount(limit, allow_zero=True)
     current = session.execute(LIMIT_NOW, {"b_account": account_id}).first()

@@ -104,7 +104,7 @@ def test_the_broker_defaults_to_the_redis_url() -> None:
         ({"REDIS_CLUSTER": "Maybe"}, "REDIS_CLUSTER must be 1 or 0, got 'maybe'"),
         (
             {"BILLING_RESOLVE_POLICY": "refund"},
-            "BILLING_RESOLVE_POLICY must be release, charge_estimate or none",
+            "BILLING_RESOLVE_POLICY must be charge_delivered, release, charge_estimate or none",
         ),
         (
             {"BILLING_HASH_SALT": "short"},
@@ -134,7 +134,7 @@ def test_values_are_read_into_their_types() -> None:
     assert settings.resolve_policy == "none"
     assert settings.batch_bytes == 1024
     assert "s" * 16 not in repr(settings)
-    assert RESOLVE_POLICIES == ("release", "charge_estimate", "none")
+    assert RESOLVE_POLICIES == ("charge_delivered", "release", "charge_estimate", "none")
 
 
 @given(data=st.data())

@@ -27,7 +27,14 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 MAX_PARTITIONS = 256  # notification partitions (docs/events.md §2)
 DEFAULT_DATABASE_URL = "sqlite:///var/billing.db"
 # What ``billing unsettled expire`` and the sweeper do with a failure past its grace period.
-RESOLVE_POLICIES = ("release", "charge_estimate", "none")
+# What the grace's end does to a failure still unsettled: ``charge_delivered`` (the default)
+# charges the estimate of what the client was sent (prompt + delivered completion) for the calls
+# whose answer reached the client without a usage block (``incomplete``: a hang-up or a drop
+# mid-answer; ``missing_usage``) and releases the rest; ``release`` releases every one;
+# ``charge_estimate`` charges every priced one; ``none`` leaves them to a person.
+RESOLVE_POLICIES = ("charge_delivered", "release", "charge_estimate", "none")
+# The reasons ``charge_delivered`` charges: the answer was served, only its usage is missing.
+DELIVERED_REASONS = ("incomplete", "missing_usage")
 # A configured key shorter than this is refused as guessable (the old public default had 14).
 MIN_SECRET_LENGTH = 16
 # The gateway tee's default linger (``worker.gateway.tee``; ``BILLING_TEE_LINGER_MS``).

@@ -264,3 +264,30 @@ def test_one_transaction_per_kind_per_reservation(session: Session) -> None:
         .group_by(Transaction.reservation_id, Transaction.kind)
     ).all()
     assert all(count == 1 for _, count in counts)
+
+
+def test_charge_delivered_charges_served_answers_and_releases_the_rest(session: Session) -> None:
+    """The default policy: a call whose answer was served without usage (``incomplete``: the
+    client hung up mid-answer; ``missing_usage``) is charged its estimate after grace; an error
+    finish is released; an unpriced delivered call is released (no price to charge)."""
+    from worker.config import RESOLVE_POLICIES, Settings
+
+    assert Settings.from_env({}).resolve_policy == RESOLVE_POLICIES[0] == "charge_delivered"
+    cases = {
+        "hung-up": (Reason.INCOMPLETE, 4_000),
+        "no-usage": (Reason.MISSING_USAGE, 2_500),
+        "errored": (Reason.ERROR_FINISH, 3_000),
+        "unpriced": (Reason.INCOMPLETE, None),
+    }
+    for rid, (reason, exposure) in cases.items():
+        hold(session, make_meta(rid), now=NOW)
+        apply_result(
+            session, unsettled(rid, reason=reason, exposure=exposure), now=NOW, grace=GRACE
+        )
+    expiry = NOW + GRACE + timedelta(seconds=1)
+    assert resolve_expired(session, now=expiry, grace=GRACE, policy="charge_delivered") == 4
+    assert status(session, "hung-up") == status(session, "no-usage") == "settled_from_estimate"
+    assert status(session, "errored") == status(session, "unpriced") == "released"
+    assert failure(session, "errored").action == "release"
+    # Charged exactly the two delivered calls' estimates, nothing else, nothing held.
+    assert balance(session, "acct-1") == Balance(Micros(-6_500), Micros(0), Micros(6_500))

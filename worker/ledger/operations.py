@@ -30,7 +30,7 @@ from sqlalchemy import Row, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from models import Action, Failure, Kind, LedgerKind, Status
-from worker.config import RESOLVE_POLICIES
+from worker.config import DELIVERED_REASONS, RESOLVE_POLICIES
 from worker.errors import LedgerError, RequestIdReused
 from worker.ledger import legs, postings, transitions
 from worker.ledger.alert_events import correct_unsettled_event
@@ -343,8 +343,10 @@ def resolve_expired(
     """Resolve the failures detected more than ``grace`` ago by ``policy``; returns how many.
 
     ``release`` keeps the estimate's price on the failure row as unbilled exposure; under
-    ``charge_estimate`` an unpriced failure is released (there is no price to charge); ``none``
-    leaves everything for a person. Rows locked by another process are skipped, not waited for.
+    ``charge_estimate`` an unpriced failure is released (there is no price to charge);
+    ``charge_delivered`` charges the estimate of the failures whose answer was served
+    (``DELIVERED_REASONS``) and releases the others; ``none`` leaves everything for a person.
+    Rows locked by another process are skipped, not waited for.
     """
     now = aware(now)
     if policy not in RESOLVE_POLICIES:
@@ -352,7 +354,7 @@ def resolve_expired(
     if policy == "none":
         return 0
     query = (
-        select(reservations.c.request_id, failures.c.exposure_micros)
+        select(reservations.c.request_id, failures.c.exposure_micros, failures.c.reason)
         .select_from(failures.join(reservations, reservations.c.id == failures.c.reservation_id))
         .where(
             failures.c.resolved_at.is_(None),
@@ -365,10 +367,14 @@ def resolve_expired(
     if limit is not None:
         query = query.limit(limit)
     resolved = 0
-    for request_id, exposure in session.execute(query).all():
+    for request_id, exposure, reason in session.execute(query).all():
         action = policy
         note = f"grace of {int(grace.total_seconds())}s expired; policy {policy}"
-        if policy == "charge_estimate" and exposure is None:
+        if policy == "charge_delivered":
+            action = "charge_estimate" if reason in DELIVERED_REASONS else "release"
+            if action == "release":
+                note += f" ({reason}: released)"
+        if action == "charge_estimate" and exposure is None:
             action = "release"
             note += " (unpriced: released)"
         try:

@@ -30,6 +30,10 @@ class AnomalyKind(StrEnum):
     INCONSISTENT_USAGE = "inconsistent_usage"  # the usage block's disagreement, likewise
     # a second call was published under the request id of this one; it was dead-lettered, unbilled
     REQUEST_ID_REUSED = "request_id_reused"
+    # a complete result came after the call's failure was resolved: charged late, flagged
+    CHARGED_LATE = "charged_late"
+    # why the worker could not read the call (its failure is ``unreadable``), for ``billing show``
+    UNREADABLE = "unreadable"
 
 
 ANOMALY_KINDS = tuple(str(kind) for kind in AnomalyKind)

@@ -30,6 +30,9 @@ class Reason(StrEnum):
     UNPRICED = "unpriced"
     INCONSISTENT_USAGE = "inconsistent_usage"  # total_tokens disagrees with its parts
     IMPLAUSIBLE_USAGE = "implausible_usage"  # counts no call can have (``Result.usage_problem``)
+    # the worker refused the call's metadata or stream: recorded from what could be read of it,
+    # its exposure the hold (``worker.pipeline.salvage``)
+    UNREADABLE = "unreadable"
 
 
 # Finish reasons that mean the generation broke off: DeepSeek's ``insufficient_system_resource``

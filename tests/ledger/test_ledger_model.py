@@ -88,11 +88,15 @@ class LedgerMachine(RuleBasedStateMachine):
         if m.status == "settled":
             return "duplicate"
         if m.status == "unsettled":
+            # unresolved, within grace or past it: the hold is still there
             assert m.detected_at is not None
-            if self.now > m.detected_at + GRACE:
-                return "final"
             m.status, m.charged, m.resolution = "settled", m.charged + charge, "settled_late"
             return "settled_late"
+        if m.status in ("released", "settled_from_estimate"):
+            # resolved before the data came: charged late, less what the resolution charged
+            # (which is all this call was charged so far)
+            m.status, m.charged = "settled", charge
+            return "charged_late"
         if m.status != "held":
             return "final"
         m.status, m.charged = "settled", m.charged + charge

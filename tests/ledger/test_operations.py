@@ -168,13 +168,49 @@ def test_late_settle_within_grace_settles_and_closes_the_failure(session: Sessio
         resolve(session, "req-1", "release", who="ops", note="n", now=late)
 
 
-def test_late_settle_after_grace_changes_nothing(session: Session) -> None:
+def test_late_settle_after_grace_before_resolution_settles_from_the_hold(session: Session) -> None:
+    """Past grace but not resolved yet (the policy has not run, or is ``none``): the hold is still
+    there, so the late result settles from it as within grace (was: ``final``, the data dropped)."""
     hold(session, make_meta(), now=NOW)
     apply_result(session, unsettled(), now=NOW, grace=GRACE)
     too_late = NOW + GRACE + timedelta(microseconds=1)
-    assert apply_result(session, settled(), now=too_late, grace=GRACE) == "final"
-    assert status(session, "req-1") == "unsettled"
-    assert balance(session, "acct-1").held == 10_000
+    assert apply_result(session, settled(charge=4_000), now=too_late, grace=GRACE) == "settled_late"
+    assert status(session, "req-1") == "settled"
+    assert balance(session, "acct-1") == Balance(Micros(-4_000), Micros(0), Micros(4_000))
+
+
+@pytest.mark.parametrize(
+    ("action", "exposure", "charge", "delta"),
+    [
+        ("release", 3_000, 4_000, 4_000),  # the hold was released: the whole charge, late
+        ("charge_estimate", 3_000, 4_000, 1_000),  # the estimate was charged: the rest of it
+        ("charge_estimate", 3_000, 1_000, -2_000),  # the estimate was too high: refunded
+        ("charge_estimate", 12_500, 12_500, 0),  # exactly the estimate: nothing moves
+    ],
+)
+def test_a_result_after_resolution_is_charged_late(
+    session: Session, action: str, exposure: int, charge: int, delta: int
+) -> None:
+    """Issue 35, leak 8: a spool replayed after the grace brings a complete call whose hold was
+    already resolved. It is charged, in its own flagged ``charge`` transaction, for the charge
+    less what the resolution charged; the call ends settled with its usage record, its failure
+    keeps its resolution, and the same result again changes nothing."""
+    hold(session, make_meta(), now=NOW)
+    apply_result(session, unsettled(exposure=exposure), now=NOW, grace=GRACE)
+    later = NOW + GRACE * 3
+    resolve(session, "req-1", action, who="policy", note="grace", now=NOW + GRACE * 2)
+    result = settled(charge=charge)
+    assert apply_result(session, result, now=later, grace=GRACE, closed=True) == "charged_late"
+    assert status(session, "req-1") == "settled"
+    assert balance(session, "acct-1") == Balance(Micros(-charge), Micros(0), Micros(charge))
+    assert ledger_is_balanced(session)
+    late = [flagged for kind, flagged in kinds(session, "req-1") if kind == "charge"]
+    assert late == ([True] if delta else [])  # a zero difference posts nothing
+    assert failure(session, "req-1").action == action
+    usage = session.scalars(select(UsageRecord.charge_micros)).all()
+    assert usage == [charge]
+    assert apply_result(session, result, now=later, grace=GRACE, closed=True) == "duplicate"
+    assert balance(session, "acct-1").charged == charge
 
 
 def test_resolve_release_exactly_once(session: Session) -> None:

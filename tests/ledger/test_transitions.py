@@ -60,7 +60,9 @@ def test_nothing_else_replaces_a_recorded_reason(when: dict) -> None:
     assert decided(**when).effect is Effect.DUPLICATE
 
 
-@pytest.mark.parametrize("status", [Status.SETTLED, Status.RELEASED, Status.VOIDED])
+@pytest.mark.parametrize(
+    "status", [Status.SETTLED, Status.RELEASED, Status.VOIDED, Status.SETTLED_FROM_ESTIMATE]
+)
 def test_a_closed_reservation_stays_final(status: str) -> None:
     assert decided(closed=True, status=status).effect is Effect.FINAL
 

@@ -19,10 +19,14 @@ class Effect(StrEnum):
     # an unsettled call's close read a void call (the sweeper had finalized it before its answer
     # came): the whole hold released, the failure closed as released
     VOIDED_LATE = "voided_late"
+    # a complete result came after the call's failure was resolved (its hold released, or its
+    # estimate charged): its own flagged ``charge`` transaction moves the difference between its
+    # charge and what the resolution charged; the call is settled, late, never dropped
+    CHARGED_LATE = "charged_late"
     DUPLICATE = "duplicate"  # this very effect was applied before: nothing changed
     FINAL = "final"  # the reservation was already closed another way: nothing changed
     DEFERRED = "deferred"  # nothing applied: left pending, for a redelivery to try again
 
 
-SETTLED_EFFECTS = frozenset({Effect.SETTLED, Effect.SETTLED_LATE})
+SETTLED_EFFECTS = frozenset({Effect.SETTLED, Effect.SETTLED_LATE, Effect.CHARGED_LATE})
 NO_CHANGE = frozenset({Effect.DUPLICATE, Effect.FINAL})

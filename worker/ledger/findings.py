@@ -170,7 +170,13 @@ def _record(
         )
     if effect == Effect.UNSETTLED:
         record_unsettled_event(session, reservation_id)
-    if effect == Effect.SETTLED_LATE:
+    if effect == Effect.CHARGED_LATE:
+        detail = (
+            f"charged {int(result.charge_micros or 0)} micros after its failure was resolved "
+            "(its data came after the grace: a spool replayed late, or a stream slower than it)"
+        )
+        record_anomalies(session, reservation_id, {AnomalyKind.CHARGED_LATE: detail}, now)
+    if effect in (Effect.SETTLED_LATE, Effect.CHARGED_LATE):
         # Finalized as abandoned, then completed by its close or by late data: it was slow, not
         # abandoned, so the sweeper's suspicion is withdrawn.
         _withdraw(session, [reservation_id], AnomalyKind.NO_CLOSE)

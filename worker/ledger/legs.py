@@ -99,3 +99,23 @@ def release(
     """Move the whole hold back to available."""
     legs = ((customer.held_id, -reserved), (customer.available_id, reserved))
     return [Posting(reservation_id, kind, legs, False, grain, customer.available_id)]
+
+
+def late_charge(
+    reservation_id: int,
+    amount: int,
+    already: int,
+    customer: Customer,
+    revenue_id: int,
+    grain: Grain,
+) -> list[Posting]:
+    """A call's charge of ``amount`` posted after its hold was resolved, ``already`` of it charged
+    by the resolution: the difference moves between ``available`` and ``revenue`` (a refund when
+    the resolution charged more), as the reservation's one ``charge`` transaction, flagged."""
+    if amount < 0 or already < 0:
+        raise LedgerError(
+            f"reservation {reservation_id}: negative late charge {amount} / {already}"
+        )
+    delta = amount - already
+    legs = ((customer.available_id, -delta), (revenue_id, delta))
+    return [Posting(reservation_id, Kind.CHARGE, legs, True, grain, customer.available_id)]

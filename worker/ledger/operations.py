@@ -224,6 +224,8 @@ def execute(
                 session, row, Action.SETTLED_LATE, who=WORKER, note="a late result settled it",
                 now=now,
             )  # fmt: skip
+    elif effect is Effect.CHARGED_LATE:
+        _charge_late(session, row, result, now)
     elif effect in (Effect.VOIDED, Effect.VOIDED_LATE):
         released = legs.release(row.id, row.reserved, row.customer, row.grain, Kind.RELEASE)
         postings.write(session, released, now)
@@ -256,6 +258,27 @@ def execute(
             postings.move_call(session, row.state, row.state._replace(failure=relabelled))
             correct_unsettled_event(session, row.id, reason=str(Reason.UNPRICED), exposure=None)
     return effect
+
+
+def _charge_late(session: Session, row: postings.Locked, result: Result, now: datetime) -> None:
+    """Settle a call whose failure was resolved before its data came: the charge less what the
+    resolution charged (its exposure under ``charge_estimate``, nothing under ``release``) in one
+    flagged transaction, and the usage record; the failure keeps its resolution, as history."""
+    if result.billed_usage is None or result.charge_micros is None:
+        raise LedgerError(f"{result.request_id}: settled result without billed usage")
+    already = int(row.exposure or 0) if row.action == Action.CHARGE_ESTIMATE else 0
+    revenue = postings.system_account_id(session, LedgerKind.REVENUE)
+    amount = int(micros(result.charge_micros))
+    postings.write(
+        session, legs.late_charge(row.id, amount, already, row.customer, revenue, row.grain), now
+    )
+    usage = usage_values(row.id, result, now)
+    session.execute(postings.INSERT_USAGE, usage)
+    postings.set_status(session, row, Status.SETTLED, now, usage=usage)
+    log.warning(
+        "%s: charged late, after its failure was resolved (%s): %d micros, %d by the resolution",
+        result.request_id, row.action, amount, already,
+    )  # fmt: skip
 
 
 def _resolved(row: postings.Locked, action: Action) -> dict[str, Any]:

@@ -3,8 +3,11 @@ reservation in a given state.
 
 Contract of ``decide``: given the result and the reservation's status (with its failure's detection
 and resolution times, when it has one), the one ``Decision`` both write paths execute. ``held`` →
-``settled`` | ``voided`` | ``unsettled``; an ``unsettled`` reservation settles late within ``grace``
-of its failure, and within ``grace`` a close's reading replaces the failure's reason when it reads
+``settled`` | ``voided`` | ``unsettled``; an ``unsettled`` reservation settles late (``settled_late``)
+whenever a complete result comes before its failure is resolved, and a ``released`` or
+``settled_from_estimate`` one (resolved after grace) is charged late (``charged_late``): a call the
+gateway served is charged however late its data comes (a spool replayed after an outage longer
+than the grace). Within ``grace`` a close's reading replaces the failure's reason when it reads
 another (``reclassified``: see ``unsettled``) or voids it (``voided_late``); the same effect again is a ``duplicate``, anything
 else on a closed reservation is ``final``. It raises ``LedgerError`` for a result that contradicts
 itself (unsettled without a reason, a negative charge, an unknown outcome) or a ledger that does
@@ -75,9 +78,12 @@ def settled(
     now: datetime,
     grace: timedelta,
 ) -> Decision:
-    """Charge a settled result: a ``held`` reservation, or an ``unsettled`` one whose failure is
-    unresolved and was detected at most ``grace`` ago (late). An unpriced result (no charge) is
-    marked unsettled with reason ``unpriced`` instead."""
+    """Charge a settled result: a ``held`` reservation; an ``unsettled`` one whose failure is
+    unresolved, within grace or after it (``settled_late``: the hold is still there); a resolved
+    one (``charged_late``: the hold is gone, the charge is taken from the available balance, less
+    what the resolution charged). An unpriced result (no charge) is marked unsettled with reason
+    ``unpriced`` instead. ``now`` and ``grace`` no longer limit a settlement: late data of a served
+    call is charged, never dropped."""
     if result.charge_micros is None:
         if status == Status.UNSETTLED and resolved_at is None:
             return Decision(Effect.DUPLICATE, relabel_unpriced=True)
@@ -89,9 +95,11 @@ def settled(
     if status == Status.UNSETTLED:
         if detected_at is None:
             raise LedgerError(f"{result.request_id}: unsettled without a recorded failure")
-        if not _open_within(detected_at, resolved_at, now, grace):
+        if resolved_at is not None:
             return FINAL
         return Decision(Effect.SETTLED_LATE)
+    if status in (Status.RELEASED, Status.SETTLED_FROM_ESTIMATE):
+        return Decision(Effect.CHARGED_LATE)
     if status != Status.HELD:
         return FINAL
     return Decision(Effect.SETTLED)

@@ -1,6 +1,8 @@
 """Bad field values are refused at the boundary, in one delivery, through the real consumer on both
-engines: a dead letter with a reason, nothing held, no traceback, and no retry that the database
-would refuse (or, on SQLite, store what PostgreSQL refuses)."""
+engines: a dead letter with a reason, no traceback, and no retry that the database would refuse
+(or, on SQLite, store what PostgreSQL refuses). The refused call is still recorded (issue 35's
+conservation): unsettled ``unreadable`` from the money facts that pass the metadata's rules, with
+stand-ins for the others, never a hold of a bad value."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from models import Anomaly, Failure
 from models.reservations import Reservation
 from worker.config import Settings
 from worker.ledger.balances import balance
@@ -30,7 +33,7 @@ BAD = {
     "long_model": ({"model": "m" * 201}, "model", "m" * 201),
     "reserved_2^63-1": ({"reserved_micros": 2**63 - 1}, "reserved_micros", str(2**63 - 1)),
     "reserved_2^64-1": ({"reserved_micros": 2**64 - 1}, "reserved_micros", str(2**64 - 1)),
-    "reserved_negative": ({"reserved_micros": -5}, "reserved_micros", "-5"),
+    "reserved_negative": ({"reserved_micros": -5}, "reserved_micros", ": -5"),
     "reserved_fractional": ({"reserved_micros": 1000.5}, "reserved_micros", "1000.5"),
     "reserved_text": ({"reserved_micros": "1000"}, "reserved_micros", "'1000'"),
     "created_at_year_1": ({"created_at": "0001-01-01T00:00:00+01:00"}, "created_at", "Traceback"),
@@ -64,6 +67,32 @@ def _held(sessions: sessionmaker[Session], account: str, request_id: str) -> int
         return s.scalar(select(func.count()).where(where))
 
 
+def _assert_recorded_unreadable(
+    sessions: sessionmaker[Session], request_id: str, sent: dict, field: str
+) -> None:
+    """The refused call's reservation: the fields that pass the rules as sent, stand-ins for the
+    bad one (the account ``unattributed``, the model ``unknown``, a hold of 0), unsettled
+    ``unreadable`` with the hold as exposure and an anomaly naming the bad field."""
+    with sessions() as s:
+        row = s.execute(
+            select(Reservation.account_id, Reservation.model, Reservation.reserved_micros,
+                   Reservation.status, Failure.reason, Failure.exposure_micros)
+            .join(Failure, Failure.reservation_id == Reservation.id)
+            .where(Reservation.request_id == request_id)
+        ).one()  # fmt: skip
+        detail = s.scalar(
+            select(Anomaly.detail)
+            .join(Reservation, Reservation.id == Anomaly.reservation_id)
+            .where(Reservation.request_id == request_id, Anomaly.kind == "unreadable")
+        )
+    account = "unattributed" if field == "account_id" else sent["account_id"]
+    model = "unknown" if field == "model" else sent["model"]
+    reserved = 0 if field == "reserved_micros" else sent["reserved_micros"]
+    assert (row.account_id, row.model, row.reserved_micros) == (account, model, reserved)
+    assert (row.status, row.reason, row.exposure_micros) == ("unsettled", "unreadable", reserved)
+    assert detail is not None and field in detail
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_value_is_dead_lettered_in_one_delivery(
     case, consumer, publisher, sessions, redis_client, account, caplog
@@ -89,7 +118,12 @@ def test_a_bad_value_is_dead_lettered_in_one_delivery(
     for fields in letters:
         assert field in fields[b"reason"].decode(), fields[b"reason"]
     assert redis_client.xpending(keys.events(), keys.group)["pending"] == 0
-    assert _held(sessions, account, rid) == 0
+    if field == "request_id":
+        # The notification itself names an id no call can have: there is no call to record.
+        assert _held(sessions, account, rid) == 0
+    else:
+        _assert_recorded_unreadable(sessions, rid, bad, field)
+        assert not redis_client.exists(keys.request(rid)), "the refused prompt is kept"
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     assert secret not in caplog.text
 
@@ -102,7 +136,7 @@ def test_a_bad_value_is_dead_lettered_in_one_delivery(
         assert balance(s, account).charged == 58
 
 
-def test_an_open_whose_metadata_names_another_request_holds_nothing(
+def test_an_open_whose_metadata_names_another_request_never_holds_that_one(
     consumer, publisher, sessions, redis_client, account
 ) -> None:
     other = meta(account)
@@ -116,9 +150,8 @@ def test_an_open_whose_metadata_names_another_request_holds_nothing(
         f"request entry names {other['request_id']!r}, not the stream's {stream_id!r}"
     ]
     assert status(sessions, other["request_id"]) is None
-    assert status(sessions, stream_id) is None
-    with sessions() as s:
-        assert balance(s, account).held == 0
+    # The stream's own call is recorded, unsettled ``unreadable``, for someone to look at.
+    assert status(sessions, stream_id) == "unsettled"
 
 
 def test_digits_that_int_refuses_neither_crash_nor_retry(

@@ -231,8 +231,9 @@ def test_bad_input_becomes_dead_letters_and_never_stops_the_batch(
     good = meta(account)
     redis_client.xadd(keys.events(), {"kind": "bogus", "request_id": "x"})
     redis_client.xadd(keys.events(), {"kind": "close", "request_id": "never-existed", "ts": 1})
-    redis_client.xadd(keys.request("badmeta"), {"kind": "request", "body": b"{not json"})
-    redis_client.xadd(keys.events(), {"kind": "close", "request_id": "badmeta", "ts": 1})
+    badmeta = f"badmeta-{uuid.uuid4().hex[:8]}"
+    redis_client.xadd(keys.request(badmeta), {"kind": "request", "body": b"{not json"})
+    redis_client.xadd(keys.events(), {"kind": "close", "request_id": badmeta, "ts": 1})
     play(publisher, good, frames())
     drain(consumer)
     assert status(sessions, good["request_id"]) == "settled"
@@ -248,10 +249,11 @@ def test_bad_input_becomes_dead_letters_and_never_stops_the_batch(
             s.scalar(
                 select(func.count())
                 .select_from(Reservation)
-                .where(Reservation.request_id == "badmeta")
+                .where(Reservation.request_id == badmeta)
             )
-            == 0
+            == 1  # recorded, not only dead-lettered (tests/pipeline/test_conservation.py)
         )
+    assert status(sessions, badmeta) == "unsettled"
 
 
 def test_unpriced_model_is_unsettled_not_free(
@@ -372,7 +374,12 @@ def test_a_held_call_whose_stream_was_refused_becomes_an_unsettled_failure(
     with publisher.batch():
         publisher.open(m)
     drain(consumer)  # the hold
-    publisher.frames(m["request_id"], ["data: " + "x" * MAX_ENTRY_BYTES])
+    # An entry past the limit, as a gateway outside the contract writes it (the publisher splits
+    # a body that large into parts: docs/events.md §1).
+    redis_client.xadd(
+        consumer.keys.request(m["request_id"]),
+        {"kind": "frame", "body": "data: " + "x" * MAX_ENTRY_BYTES},
+    )
     publisher.close(m["request_id"])
     drain(consumer)
     assert redis_client.xlen(consumer.keys.dead) == 1

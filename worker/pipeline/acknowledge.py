@@ -1,8 +1,8 @@
 """Step 5 of a batch, after its commit and never before: the Redis effects and the counts.
 
 Contract of ``Acknowledger.finish``: for each call of a committed batch, in one pipelined round
-trip — dead letters written (a refused call's stream deleted, or its request id quarantined for the
-sweeper when the ledger holds a reservation for it), settled and voided streams deleted, unsettled
+trip — dead letters written (a refused call's stream deleted, when nothing in the ledger refers to
+it or the batch recorded it as ``unreadable``, else its request id quarantined for the sweeper), settled and voided streams deleted, unsettled
 calls scheduled for a recheck, redelivered duplicates' lost after-commit step redone, and every
 notification acknowledged except a deferred call's (left pending for a redelivery). A crash before
 this step redoes the batch, which changes nothing already committed.
@@ -69,7 +69,11 @@ class Acknowledger:
     def _dead_letter(
         self, pipe: redis.client.Pipeline, call: CallState, reserved: bool, dead: list, now_ms: int
     ) -> None:
-        if reserved:
+        if call.salvaged:
+            # Recorded unsettled ``unreadable`` from its money facts in the committed batch: the
+            # ledger and this dead letter say all that is kept; its prompt goes now.
+            pipe.delete(self.keys.request(call.request_id))
+        elif reserved:
             # The sweeper finalizes its hold without reading the refused stream.
             pipe.sadd(self.keys.quarantine, call.request_id)
         elif not call.gave_up:

@@ -5,6 +5,10 @@ few statements (``ledger.batch``, inside a savepoint: if a bulk statement fails,
 the per-call path instead); then every call still undecided, each inside its own savepoint, so one
 bad call neither aborts the batch nor is lost: bad input becomes a dead letter (``dead_reason``), an
 unexpected error defers that call (``Effect.DEFERRED``: left pending, claimed and redone later).
+A call refused as bad input is still recorded (``_conserve``): unless a reservation already
+stands for it, its money facts are salvaged from its request entry and it is held and marked
+unsettled ``unreadable`` with its hold as exposure, in the same transaction as its batch: a refusal
+is a ledger record, never a disappearance.
 A transient database error (``transient.is_transient``: deadlock, serialization failure, lock timeout,
 lost connection) rolls the whole transaction back and runs it again, up to ``TRANSACTION_ATTEMPTS``
 times with a jittered pause; past the last attempt the calls still failing are deferred. Never
@@ -26,6 +30,7 @@ from sqlalchemy.orm import Session
 from models.anomalies import AnomalyKind
 from models.reservations import Reservation, Status
 from worker.errors import InputError, LedgerError, RequestIdReused
+from worker.ledger.alert_events import record_unsettled_event
 from worker.ledger.batch import apply_common
 from worker.ledger.effects import NO_CHANGE, SETTLED_EFFECTS, Effect
 from worker.ledger.findings import (
@@ -39,6 +44,7 @@ from worker.ledger.findings import (
 from worker.ledger.operations import HoldOutcome, apply_result, hold, other_call, recorded_from
 from worker.pipeline.calls import Batch, CallState, Redo
 from worker.pipeline.entries import Entry
+from worker.pipeline.salvage import salvage, summary, unreadable_result
 from worker.result import Outcome, Reason
 from worker.transient import is_transient
 from worker.upstream.routes import record_routes
@@ -114,6 +120,17 @@ class Applier:
                     # savepoint kept the rest of the batch. Poison is capped after the commit.
                     log.exception("call %s deferred", call.request_id)
                     call.defer(exc)
+            for call, call_entries in zip(batch.calls, batch.streams, strict=True):
+                if call.dead_reason is None or call.gave_up or not call_entries:
+                    continue
+                try:
+                    with session.begin_nested():
+                        self._conserve(session, call, call_entries, now)
+                except Exception as exc:
+                    if is_transient(exc) and not last:
+                        raise _Retry from exc
+                    # Left a dead letter only, as before this step existed; said loudly.
+                    log.exception("refused call %s could not be recorded", call.request_id)
             # Where each call went upstream (``worker.upstream.routes``), with its hold.
             record_routes(
                 session,
@@ -237,6 +254,34 @@ class Applier:
             call.outcome, call.reason = Outcome.UNSETTLED, str(Reason.UNPRICED)
         if call.effect in SETTLED_EFFECTS and result.charge_micros is not None:
             call.charge_micros = int(result.charge_micros)
+
+    def _conserve(
+        self, session: Session, call: CallState, entries: list[Entry], now: datetime
+    ) -> None:
+        """Record a refused call from what can be read of it (``salvage``): held, then unsettled
+        ``unreadable`` with its hold as exposure, the anomaly ``unreadable`` saying why, and its
+        alert event. A call that already has a reservation keeps it (the sweeper finalizes a held
+        one from the reservation alone); a stream without a request entry says no call was made."""
+        if recorded_from(session, call.request_id) is not None:
+            return
+        found = salvage(entries, call.request_id, now)
+        if found is None or call.dead_reason is None:
+            return
+        hold(session, found.meta, now=now)
+        result = unreadable_result(found.meta)
+        effect = apply_result(session, result, now=now, grace=self.grace)
+        reservation = reservation_of(session, call.request_id)
+        if reservation is None:
+            raise LedgerError(f"{call.request_id}: the hold just recorded cannot be read back")
+        detail = summary(call.dead_reason, found.problems)
+        record_anomalies(session, reservation[0], {AnomalyKind.UNREADABLE: detail}, now)
+        if effect is Effect.UNSETTLED:
+            record_unsettled_event(session, reservation[0])
+        call.salvaged = True
+        log.warning(
+            "refused call %s recorded unsettled unreadable (%d micros held for %s)",
+            call.request_id, int(found.meta.reserved_micros), found.meta.account_id,
+        )  # fmt: skip
 
     @staticmethod
     def _refuse_reused(

@@ -70,18 +70,21 @@ class CallState:
     held_here: bool = False  # this batch recorded the hold
     redo: Redo | None = None
     gave_up: bool = False  # dead-lettered as poison, not as bad input: its stream is kept
+    # refused, and recorded unsettled ``unreadable`` from its salvaged money facts by this batch
+    # (``worker.pipeline.salvage``): its stream goes with the dead letter
+    salvaged: bool = False
 
     def transaction_state(self) -> tuple[Any, ...]:
         """What a batch transaction may change on this call, to restore when it is rolled back."""
         return (
             self.effect, self.outcome, self.reason, self.charge_micros, self.dead_reason,
-            self.error, self.held_here, self.redo,
+            self.error, self.held_here, self.redo, self.salvaged,
         )  # fmt: skip
 
     def restore(self, state: tuple[Any, ...]) -> None:
         (
             self.effect, self.outcome, self.reason, self.charge_micros, self.dead_reason,
-            self.error, self.held_here, self.redo,
+            self.error, self.held_here, self.redo, self.salvaged,
         ) = state  # fmt: skip
 
     def defer(self, error: BaseException) -> None:

@@ -32,11 +32,12 @@ from sqlalchemy import Row, select, tuple_
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from models.anomalies import AnomalyKind
 from models.failures import Failure
 from models.reservations import Reservation, Status
 from worker.errors import InputError
 from worker.ledger.effects import Effect
-from worker.ledger.findings import record_findings
+from worker.ledger.findings import record_anomalies, record_findings, reservation_of
 from worker.ledger.operations import apply_result, other_call, resolve_expired
 from worker.pipeline import partitions
 from worker.pipeline.consumer import Consumer
@@ -44,6 +45,7 @@ from worker.pipeline.dead_letters import write_dead_letters
 from worker.pipeline.entries import dead_letter_fields
 from worker.pipeline.reading import StreamSize, read_streams, size_streams, within_budget
 from worker.pipeline.reconciling import reconcile_call
+from worker.pipeline.salvage import summary, unreadable_result
 from worker.reconcile import reconcile_stream
 from worker.request import RequestMeta
 from worker.result import Outcome, Result
@@ -227,16 +229,20 @@ class Sweeper:
                                 meta, result = reconcile_call(entries, row.request_id, book)
                             except InputError as exc:
                                 refusal = str(exc)
+                        refused = q or refusal is not None
                         foreign = meta is not None and other_call(row.request_digest, meta.digest)
                         if foreign:
                             # The stream under this id is another call's (the gateway reused the
                             # id): nothing in it is this call's. The consumer dead-letters that
                             # call; its stream is left for it, never read for this one.
                             q = True
+                        unreadable = refused and not foreign
                         if not entries or refusal is not None or foreign:
                             # Gone, refused now, or refused before (quarantined): finalized from
-                            # the reservation alone (incomplete), so the hold becomes an unsettled
-                            # failure someone can resolve, instead of money held for ever.
+                            # the reservation alone, so the hold becomes an unsettled failure
+                            # someone can resolve, instead of money held for ever: ``unreadable``
+                            # (its exposure the hold) when its stream was refused, ``incomplete``
+                            # when it is gone.
                             meta = RequestMeta(
                                 request_id=row.request_id,
                                 account_id=row.account_id,
@@ -246,10 +252,17 @@ class Sweeper:
                                 reserved_micros=row.reserved_micros,
                                 created_at=row.created_at,
                             )
-                            result = reconcile_stream(meta, [], book)
+                            result = (
+                                unreadable_result(meta)
+                                if unreadable
+                                else reconcile_stream(meta, [], book)
+                            )
                         effect = apply_result(session, result, now=now, grace=self.consumer.grace)
                         # A quarantined call's close came, and was refused: not a ``no_close``.
                         self._findings(session, result, effect, now, meta=meta, closed=q)
+                        if unreadable and effect is Effect.UNSETTLED:
+                            why = refusal or "its stream was refused by the consumer (dead letters)"
+                            self._unreadable(session, row.request_id, why, now)
                 except Exception:
                     # One row's failure (a database error, a refusal of the ledger, a bug) is
                     # its own: the savepoint undid it, the rest of the pass goes on, and the next
@@ -296,6 +309,13 @@ class Sweeper:
             meta=meta,
             closed=closed,
         )
+
+    @staticmethod
+    def _unreadable(session: Session, request_id: str, why: str, now: datetime) -> None:
+        """The anomaly that says why a finalized call is ``unreadable`` (for ``billing show``)."""
+        reservation = reservation_of(session, request_id)
+        if reservation is not None:
+            record_anomalies(session, reservation[0], {AnomalyKind.UNREADABLE: summary(why)}, now)
 
     def recheck_unsettled(self, stats: SweepStats) -> None:
         """Re-read the streams of unsettled calls that are due, in groups within the byte budget.

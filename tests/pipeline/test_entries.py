@@ -2,12 +2,15 @@ from unittest.mock import patch
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from worker.errors import InputError
 from worker.pipeline import entries as E
+from worker.pipeline import publisher as P
 from worker.pipeline.entries import decode_call, parse_notification
+from worker.pipeline.keys import Keys
+from worker.pipeline.publisher import XAdd, frame_commands, response_commands
 
 META = {
     "request_id": "req_1",
@@ -175,3 +178,162 @@ def test_the_raw_path_is_taken_for_frames_and_not_for_others() -> None:
     for odd in ([b"kind", b"response", b"body", b"x"], [b"kind", b"frame", b"body", b"x", b"a", b"b"],
                 {b"kind": b"frame", b"body": b"x"}, [b"kind", b"frame", b"body"]):  # fmt: skip
         assert E._raw_frames([*frames, [b"3-0", odd]]) is None, odd
+
+
+# --- bodies in parts: a frame or response with more=1, then part entries (docs/events.md §1) -------
+
+M = E.MAX_ENTRY_BYTES
+
+
+def raw(n: int, *fields: bytes) -> list:
+    return [f"{n}-0".encode(), list(fields)]
+
+
+def both_ways(stream: list) -> list:
+    """``stream`` (raw entries) as Redis sends them and as redis-py parses them: the same call."""
+    return [stream, [_as_dict(e) for e in stream]]
+
+
+def test_a_frame_in_parts_is_joined_into_one_frame() -> None:
+    request = raw(1, b"kind", b"request", b"body", orjson.dumps(META))
+    stream = [
+        request,
+        raw(2, b"kind", b"frame", b"body", b"data: a\n\n"),
+        raw(3, b"kind", b"frame", b"body", b'data: {"x":', b"more", b"1"),
+        raw(4, b"kind", b"part", b"body", b'"yy', b"more", b"1"),
+        raw(5, b"kind", b"part", b"body", b'y"}\n\n'),
+        raw(6, b"kind", b"frame", b"body", b"data: [DONE]\n\n"),
+    ]
+    for entries in both_ways(stream):
+        record = decode_call(entries, "req_1")
+        assert record.frames == [b"data: a\n\n", b'data: {"x":"yyy"}\n\n', b"data: [DONE]\n\n"]
+        assert record.last_entry_id == b"6-0"
+
+
+def test_a_response_in_parts_is_joined_into_its_body() -> None:
+    request = raw(1, b"kind", b"request", b"body", orjson.dumps({**META, "stream": False}))
+    stream = [
+        request,
+        raw(2, b"kind", b"response", b"status", b"200", b"body", b'{"a":', b"more", b"1"),
+        raw(3, b"kind", b"part", b"body", b"1}"),
+    ]
+    for entries in both_ways(stream):
+        record = decode_call(entries, "req_1")
+        assert (record.response_status, record.response_body) == (200, b'{"a":1}')
+
+
+@pytest.mark.parametrize(
+    ("after", "frames"),
+    [
+        ([], [b"data: {\"cut"]),  # the stream ends: the body was cut
+        ([raw(4, b"kind", b"frame", b"body", b"data: [DONE]\n\n")],
+         [b"data: {\"cut", b"data: [DONE]\n\n"]),  # another frame follows
+    ],
+)  # fmt: skip
+def test_a_body_whose_part_never_came_is_what_came(after: list, frames: list) -> None:
+    stream = [
+        raw(1, b"kind", b"request", b"body", orjson.dumps(META)),
+        raw(2, b"kind", b"frame", b"body", b"data: {", b"more", b"1"),
+        raw(3, b"kind", b"part", b"body", b'"cut', b"more", b"1"),
+        *after,
+    ]
+    for entries in both_ways(stream):
+        assert decode_call(entries, "req_1").frames == frames
+
+
+@pytest.mark.parametrize(
+    ("entries", "reason"),
+    [
+        ([raw(2, b"kind", b"part", b"body", b"x")], "entry 2-0 is a part that continues no entry"),
+        ([raw(2, b"kind", b"frame", b"body", b"a", b"more", b"1"),
+          raw(3, b"kind", b"part", b"body", b"b"),
+          raw(4, b"kind", b"part", b"body", b"c")],
+         "entry 4-0 is a part that continues no entry"),  # the part before it had no more=1
+        ([raw(2, b"kind", b"frame", b"body", b"a"),
+          raw(3, b"kind", b"part", b"body", b"b")],
+         "entry 3-0 is a part that continues no entry"),
+        ([raw(2, b"kind", b"frame", b"body", b"a", b"more", b"yes")], "entry 2-0 with bad more"),
+        ([raw(2, b"kind", b"frame", b"body", b"a", b"more", b"1"),
+          raw(3, b"kind", b"part", b"body", b"b" * (M + 1))],
+         f"entry 3-0 larger than {M} bytes"),  # each part within the entry limit
+    ],
+)  # fmt: skip
+def test_stray_parts_and_oversized_parts_are_refused_naming_the_entry(
+    entries: list, reason: str
+) -> None:
+    request = raw(1, b"kind", b"request", b"body", orjson.dumps(META))
+    for stream in both_ways([request, *entries]):
+        with pytest.raises(InputError, match=reason):
+            decode_call(stream, "req_1")
+
+
+def test_parts_count_toward_the_call_limit() -> None:
+    """32 MiB for the call, every part counted: a body in parts is no way around it."""
+    request = raw(1, b"kind", b"request", b"body", orjson.dumps(META))
+    piece = b"d" * M
+    count = E.MAX_CALL_BYTES // M  # exactly the call limit, then one byte more
+    inside = [raw(2, b"kind", b"frame", b"body", piece, b"more", b"1")]
+    inside += [raw(n, b"kind", b"part", b"body", piece, b"more", b"1") for n in range(3, count + 2)]
+    assert len(decode_call([request, *inside], "req_1").frames[0]) == E.MAX_CALL_BYTES
+    over = [*inside, raw(count + 2, b"kind", b"part", b"body", b"d")]
+    with pytest.raises(InputError, match=f"call stream larger than {E.MAX_CALL_BYTES} bytes"):
+        decode_call([request, *over], "req_1")
+
+
+def _decoded(commands: list, streamed: bool) -> E.CallRecord:
+    """``commands`` (a call's ``XAdd``s after its request entry) as the worker reads them back."""
+    stream = [raw(1, b"kind", b"request", b"body", orjson.dumps({**META, "stream": streamed}))]
+    for n, command in enumerate(commands, start=2):
+        assert isinstance(command, XAdd)
+        assert len(command.fields["body"]) <= E.MAX_ENTRY_BYTES  # each entry within the limit
+        fields = [part for name, value in command.fields.items() for part in (name.encode(), value)]
+        stream.append(raw(n, *fields))
+    records = [decode_call(entries, "req_1") for entries in both_ways(stream)]
+    assert records[0] == records[1]
+    return records[0]
+
+
+def sized(seed: bytes, size: int) -> bytes:
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+# Sizes about the entry limit and its multiples, and small ones: bodies of up to 3 MiB and a bit.
+sizes = st.one_of(
+    st.integers(0, 40),
+    st.sampled_from([M - 1, M, M + 1, 2 * M - 1, 2 * M, 2 * M + 1]),
+    st.integers(M - 3, 3 * M + 3),
+)
+big_bodies = st.builds(sized, st.binary(min_size=1, max_size=7), sizes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(big_bodies, max_size=4), st.sampled_from([None, "ids"]))
+@example([b"data: x\n\n", sized(b"ab", 2 * M + 1), b"", sized(b"\n", M)], "ids")
+def test_the_publishers_split_decodes_to_the_events_written(events: list, ids: str | None) -> None:
+    """Whatever the events' sizes (over the entry limit too): the publisher's entries decode to
+    exactly the events it was given, one frame each, and every entry is within the limit (and,
+    with ids, under an id of its own: a piece too)."""
+    counter = iter(range(1, 10**6))
+    next_id = (lambda: f"1-{next(counter)}") if ids else None
+    commands = frame_commands(Keys("k"), "req_1", events, next_id)
+    assert _decoded(commands, True).frames == events
+    if ids:
+        assert len({c.entry_id for c in commands if isinstance(c, XAdd)}) == len(commands)
+
+
+@settings(max_examples=40, deadline=None)
+@given(big_bodies, st.integers(100, 599))
+@example(sized(b'{"a":', 3 * M + 3), 200)
+def test_the_publishers_split_decodes_to_the_response_written(body: bytes, status: int) -> None:
+    record = _decoded(response_commands(Keys("k"), "req_1", status, body), False)
+    assert (record.response_status, record.response_body) == (status, body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=1000), max_size=5), st.binary(max_size=1000))
+def test_the_split_of_any_bytes_decodes_to_them(events: list, body: bytes) -> None:
+    """Any bytes at all, with the entry limit lowered to 300 (in the publisher and the worker)."""
+    with patch.multiple(E, MAX_ENTRY_BYTES=300), patch.multiple(P, MAX_ENTRY_BYTES=300):
+        assert _decoded(P.frame_commands(Keys("k"), "req_1", events), True).frames == events
+        record = _decoded(P.response_commands(Keys("k"), "req_1", 200, body), False)
+        assert record.response_body == body

@@ -81,3 +81,14 @@ class EventSplitter:
         """What was fed and not returned yet (a last event with no blank line after it), cleared."""
         rest, self._buffer = self._buffer, b""
         return rest
+
+
+def events_of(body: bytes) -> list[bytes]:
+    """``body`` cut into its events as an ``EventSplitter`` fed it at once cuts it, with what is
+    left after the last blank line as a last event (``rest``): joined, they are ``body``."""
+    splitter = EventSplitter()
+    events = splitter.feed(body)
+    rest = splitter.rest()
+    if rest:
+        events.append(rest)
+    return events

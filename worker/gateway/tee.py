@@ -29,13 +29,23 @@ The differences:
 
 **Fewer entries when the thread is behind.** Frames of one call waiting together in the queue are
 one run (``_Queued``): the call's ``frames`` extend it until the thread takes it. A run is written
-as one entry holding its events in order (docs/events.md allows several events an entry; the
-events keep their blank lines, so the entry is the bytes as sent), under the id of its last frame,
-and ``coalesce`` merges a call's runs sent together the same way. Only live writes are merged,
-never a replay: the spool holds each frame under its own id, every one of them at or below a
-merged entry's id, so Redis refuses those already written, and never appends an event twice. (A
-run of body chunks, ``chunk``'s, is cut into one frame holding the events it finishes, under its
-last event's id, live and spooled alike: its events are written together or not at all.)
+as entries holding its events in order (docs/events.md allows several events an entry; the
+events keep their blank lines, so the entries are the bytes as sent), as few as hold at most
+``MAX_MERGED_BYTES`` each, cut at event boundaries, each under the id of its last frame; and
+``coalesce`` merges a call's runs sent together the same way. Only live writes are merged, never a
+replay: the spool holds each frame under its own id, every one of them at or below the id of the
+merged entry holding it (and above the one before), so Redis refuses those already written, and
+never appends an event twice. (A run of body chunks, ``chunk``'s, is cut once, when it is sealed,
+into the frame entries of the events it finishes, each under its last event's id, by the same
+rule; it is written as those entries live and spooled alike: the same entries under the same ids.)
+
+**No entry larger than the worker takes.** The worker refuses an entry over ``MAX_ENTRY_BYTES``
+(1 MiB). An event (or a response body) larger than that is written in pieces (docs/events.md §1):
+a ``frame`` (``response``) entry with ``more=1``, then its ``part`` entries, each piece under an
+id of its own. The pieces are made once, when the event is queued (``frames``, ``response``:
+``worker.pipeline.publisher.pieces``) or its run of chunks is cut, and are the same entries under
+the same ids live and in the spool: a replay after a write that stopped between two pieces writes
+only the pieces missing. ``coalesce`` never merges a piece.
 
 Redis errors other than a lost connection (a wrong type, a refused id that is not a duplicate) are
 counted, logged with the key (never a body), and not retried. A batch that can be neither queued
@@ -67,15 +77,18 @@ from hiredis import pack_command
 
 from worker.config import TEE_LINGER_MS
 from worker.gateway import metrics
-from worker.gateway.events import EventSplitter
+from worker.gateway.events import EventSplitter, events_of
 from worker.gateway.spool import Spool, orphans
+from worker.pipeline.entries import MAX_ENTRY_BYTES
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import (
     Command,
     XAdd,
     close_commands,
+    frame_commands,
     now_ms,
     open_commands,
+    pieces,
     request_body,
     response_commands,
 )
@@ -99,19 +112,26 @@ _clock = time.time
 _decode = msgspec.msgpack.Decoder(list[Command]).decode
 
 
-# The largest entry ``coalesce`` makes (the worker refuses entries past 1 MiB).
+# The most bytes of events the tee joins into one entry (``coalesce``, a run's entries); an event
+# larger than that is an entry of its own, in pieces past ``MAX_ENTRY_BYTES`` (the worker's limit).
 MAX_MERGED_BYTES = 256 << 10
 
 
 def coalesce(commands: list[Command]) -> list[Command]:
     """``commands`` with each call's frames that follow one another in its own stream (other
     keys' commands between them do not count) merged into one entry, under the last one's id, up
-    to ``MAX_MERGED_BYTES``. Any other write to the call's stream ends the run. Moving a frame
-    up to its predecessor keeps every stream's order: only other keys' writes are passed."""
+    to ``MAX_MERGED_BYTES``. Any other write to the call's stream ends the run, and so does a
+    frame in pieces (``more``) and its ``part`` entries, never merged. Moving a frame up to its
+    predecessor keeps every stream's order: only other keys' writes are passed."""
     merged: list[Command] = []
     last: dict[str, int] = {}  # stream key -> index in ``merged`` of its open run of frames
     for command in commands:
-        if type(command) is XAdd and command.nomkstream and command.fields.get("kind") == b"frame":
+        if (
+            type(command) is XAdd
+            and command.nomkstream
+            and command.fields.get("kind") == b"frame"
+            and "more" not in command.fields
+        ):
             at = last.get(command.key)
             if at is not None:
                 run = merged[at]
@@ -196,19 +216,59 @@ class _Body:
         state[1] += count
         return f"{state[0]}-{state[1]}"
 
+    def entries(self, events: bytes, count: int) -> list[Command]:
+        """The frame entries of ``events``, ``count`` (at least 1) events joined, each entry
+        under the call's next ids (``last_id``: an event takes one, and so does each piece of an
+        event in pieces). One entry when they fit in ``MAX_MERGED_BYTES``, as nearly always;
+        else cut at event boundaries into entries of at most that many bytes (``_groups``), an
+        event larger than that an entry of its own, and one larger than ``MAX_ENTRY_BYTES`` in
+        pieces (``pieces``: a ``more=1`` frame and its ``part`` entries)."""
+        key = self.key
+        if len(events) <= MAX_MERGED_BYTES:
+            return [XAdd(key, {"kind": b"frame", "body": events}, self.last_id(count), True)]
+        each = events_of(events)
+        commands: list[Command] = []
+        for start, end in _groups(each):
+            if end - start == 1 and len(each[start]) > MAX_ENTRY_BYTES:
+                for fields in pieces({"kind": b"frame"}, each[start]):
+                    commands.append(XAdd(key, fields, self.last_id(1), True))
+            else:
+                fields = {"kind": b"frame", "body": b"".join(each[start:end])}
+                commands.append(XAdd(key, fields, self.last_id(end - start), True))
+        return commands
+
+
+def _groups(bodies: list[bytes]) -> list[tuple[int, int]]:
+    """``bodies`` cut into runs of ones that follow one another, each run holding at most
+    ``MAX_MERGED_BYTES`` together (a body larger than that is a run of its own): their
+    ``(start, end)`` indexes, in order."""
+    groups: list[tuple[int, int]] = []
+    start = size = 0
+    for index, body in enumerate(bodies):
+        if index > start and size + len(body) > MAX_MERGED_BYTES:
+            groups.append((start, index))
+            start, size = index, 0
+        size += len(body)
+    if start < len(bodies):
+        groups.append((start, len(bodies)))
+    return groups
+
 
 class _Queued:
     """One batch in the queue: a method's commands, or a run of one call's frames.
 
     A run is the frames of one call queued one after another, each with its own entry id; the
     call's later ``frames`` extend it until the tee's thread takes it or the queue is spilled,
-    which seals it (a sealed batch never changes). Sent live, a run is one entry holding its
-    events in order under the id of the last (as ``coalesce`` merges); spooled, it is one entry
-    per frame under its own id, so a replay never merges (see the module's docstring).
+    which seals it (a sealed batch never changes). Sent live, a run is its events in order, in
+    as few entries of at most ``MAX_MERGED_BYTES`` as hold them (cut at events), each under the
+    id of its last (as ``coalesce`` merges); spooled, it is one entry per frame under its own
+    id, so a replay never merges (see the module's docstring). A run never holds an event larger
+    than ``MAX_ENTRY_BYTES``: ``Tee.frames`` queues those in pieces, as commands.
 
     A run of body chunks (``Tee.chunk``; ``body`` is the call's ``_Body``) holds the raw chunks
     until it is sealed and cut (``cut``, under the lock, in queue order: by the thread when it
-    takes the run, or by a spill), when its finished events become its one frame."""
+    takes the run, or by a spill), when its finished events become its frame entries, kept as
+    its ``commands``: sent and spooled alike."""
 
     __slots__ = ("bodies", "body", "commands", "final", "ids", "key", "request_id", "size")
 
@@ -225,8 +285,9 @@ class _Queued:
         self.final = False  # the call's last run: its unfinished event is a frame too
 
     def cut(self) -> None:
-        """A run of body chunks, sealed: its chunks become one frame holding the events they
-        finish, under the id of the last (each event takes an id, as ``frames`` would give it).
+        """A run of body chunks, sealed: its chunks become the frame entries of the events they
+        finish (``_Body.entries``: one entry, under the id of the last event, unless they are
+        more than ``MAX_MERGED_BYTES``), the run's ``commands`` from now on, live and spooled.
         The caller holds the lock; runs of one call are cut in queue order."""
         body = self.body
         if body is None:
@@ -240,23 +301,29 @@ class _Queued:
                 count += 1
         if body.pending is self:
             body.pending = None
-        self.bodies = [events] if count else []
-        self.ids = [body.last_id(count)] if count else []
+        self.bodies = []
+        self.commands = body.entries(events, count) if count else []
 
     def live(self) -> list[Command]:
-        """The commands to send now (a run is cut already)."""
+        """The commands to send now (a run of chunks is cut already, into its ``commands``)."""
         if self.commands is not None:
             return self.commands
-        if not self.bodies:
+        bodies = self.bodies
+        if not bodies:
             return []
-        fields = {"kind": b"frame", "body": b"".join(self.bodies)}
-        return [XAdd(self.key, fields, self.ids[-1], True)]
+        key, ids = self.key, self.ids
+        if sum(map(len, bodies)) <= MAX_MERGED_BYTES:
+            return [XAdd(key, {"kind": b"frame", "body": b"".join(bodies)}, ids[-1], True)]
+        return [
+            XAdd(key, {"kind": b"frame", "body": b"".join(bodies[start:end])}, ids[end - 1], True)
+            for start, end in _groups(bodies)
+        ]
 
     def spooled(self) -> list[Command]:
         """The commands to spool (the caller holds the lock)."""
+        self.cut()
         if self.commands is not None:
             return self.commands
-        self.cut()
         return _frames(self.key, self.bodies, self.ids)
 
 
@@ -355,7 +422,8 @@ class Tee:
 
     def frames(self, request_id: str, events: Iterable[bytes | str]) -> None:
         """Queue SSE events as sent to the client: they extend the call's run of frames waiting in
-        the queue, or start one (see ``_Queued``)."""
+        the queue, or start one (see ``_Queued``); events of which one is larger than
+        ``MAX_ENTRY_BYTES`` are queued as ``frame_commands`` writes them, that one in pieces."""
         # The hot path (once per SSE event, on the gateway's event loop): plain operations only.
         bodies = [event if isinstance(event, bytes) else event.encode() for event in events]
         if not bodies:
@@ -372,6 +440,13 @@ class Tee:
             else:
                 state[1] += 1
             ids.append(f"{state[0]}-{state[1]}")
+        if size > MAX_ENTRY_BYTES and max(map(len, bodies)) > MAX_ENTRY_BYTES:
+            # An event larger than the worker takes in one entry: in pieces, each under an id of
+            # its own (taken after the ones above, left unused), queued as commands: the same
+            # entries live and spooled, never merged.
+            next_id = self._next_id(request_id)
+            self._submit(request_id, frame_commands(self.keys, request_id, bodies, next_id))
+            return
         with self._lock:
             self._submitted += 1
             run = self._runs.get(request_id)
@@ -397,8 +472,8 @@ class Tee:
     def chunk(self, request_id: str, data: bytes) -> None:
         """Queue a chunk of a streamed response body as sent to the client, whatever its cut:
         the tee's thread cuts the call's chunks into their SSE events (``events``) and publishes
-        each event as ``frames`` would, byte for byte; ``close`` publishes an event left
-        unfinished at the end. For one call use either this or ``frames``, not both. The hot
+        them in frame entries, byte for byte (``_Body.entries``); ``close`` publishes an event
+        left unfinished at the end. For one call use either this or ``frames``, not both. The hot
         path (once per body chunk, on the gateway's event loop): a lock and an append."""
         size = len(data)
         with self._lock:
@@ -444,7 +519,7 @@ class Tee:
                 else:
                     rest = body.splitter.rest()
                     if rest:
-                        frame = _frames(body.key, [rest], [body.last_id(1)])
+                        frame = body.entries(rest, 1)
                         self._submit_locked(request_id, frame, _size(frame))
                 self._submit_locked(request_id, commands, _size(commands))
             return

@@ -180,12 +180,21 @@ def decode_call(entries: list[Entry], expected_request_id: str | None = None) ->
 
 def _read_entries(entries: list[Entry]) -> tuple[list[bytes], int | None, bytes | None]:
     """The frames, and the response's status and body, of the entries after the request one, each
-    decided in turn; raises ``InputError`` naming the first entry that cannot be used."""
+    decided in turn; raises ``InputError`` naming the first entry that cannot be used.
+
+    A ``frame`` or ``response`` entry with ``more=1`` continues in the ``part`` entries after it
+    (docs/events.md §1): their bodies are joined into the one frame or body. One whose ``part``
+    never comes (the stream ends, or another kind of entry follows) was cut: what came of it is
+    the frame or body, as the gateway sent it."""
     frames: list[bytes] = []
     status: int | None = None
     body: bytes | None = None
     total = 0
+    held: list[bytes] | None = None  # the pieces of a body continued in ``part`` entries
+    held_at = -1  # the frame they are (its index in ``frames``), or -1: the response's body
+    ended = False  # the last of them came (a part without more=1)
     for entry_id, fields in entries:
+        more = False
         # The gateway's frames are [kind, frame, body, …] as Redis sends them: read in place.
         if (
             type(fields) is list
@@ -198,13 +207,34 @@ def _read_entries(entries: list[Entry]) -> tuple[list[bytes], int | None, bytes 
             fields = _pairs(fields)
             kind = fields.get(b"kind")
             payload = fields.get(b"body", b"")
+            flag = fields.get(b"more")
+            if flag is not None:
+                if flag != b"1":
+                    raise InputError(f"entry {entry_id.decode()} with bad more {text(flag)!r:.40}")
+                more = True
         size = len(payload)
         if size > MAX_ENTRY_BYTES:
             raise InputError(f"entry {entry_id.decode()} larger than {MAX_ENTRY_BYTES} bytes")
         total += size
         if total > MAX_CALL_BYTES:
             raise InputError(f"call stream larger than {MAX_CALL_BYTES} bytes")
+        if kind == b"part":
+            if held is None or ended:
+                raise InputError(
+                    f"entry {entry_id.decode()} is a part that continues no entry with more=1"
+                )
+            held.append(payload)
+            ended = not more
+            continue
+        if held is not None:  # its last part came, or never will (cut): joined either way
+            if held_at < 0:
+                body = b"".join(held)
+            else:
+                frames[held_at] = b"".join(held)
+            held = None
         if kind == b"frame":
+            if more:
+                held, held_at, ended = [payload], len(frames), False
             frames.append(payload)
         elif kind == b"response":
             if status is not None:
@@ -214,10 +244,17 @@ def _read_entries(entries: list[Entry]) -> tuple[list[bytes], int | None, bytes 
             if parsed is None or not 100 <= parsed <= 599:
                 raise InputError(f"response entry with bad status {raw_status!r:.40}")
             status, body = parsed, payload
+            if more:
+                held, held_at, ended = [payload], -1, False
         elif kind == b"request":
             raise InputError("second request entry in one stream")
         else:
             raise InputError(f"unknown entry kind {text(kind)!r}")
+    if held is not None:
+        if held_at < 0:
+            body = b"".join(held)
+        else:
+            frames[held_at] = b"".join(held)
     return frames, status, body
 
 

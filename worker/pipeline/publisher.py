@@ -9,6 +9,10 @@ The wire writes themselves are built in one place: ``*_commands`` turn a call's 
 ``Command`` values (an ``XAdd`` or an ``Expire``) and ``queue_commands`` puts them on a pipeline. The
 synchronous ``Publisher`` runs them at once; the gateway's asynchronous tee (``worker.gateway.tee``)
 queues the same values, spools them to a file while Redis is away, and runs them later.
+
+A ``frame`` or ``response`` body larger than the worker's entry limit (``MAX_ENTRY_BYTES``) is
+written in pieces (``pieces``, docs/events.md §1): the first entry carries ``more=1``, and each
+piece after it is a ``part`` entry, with ``more=1`` on all but the last. The worker joins them.
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ import msgspec
 import orjson
 import redis
 
+from worker.pipeline.entries import MAX_ENTRY_BYTES
 from worker.pipeline.keys import Keys
 
 CLOSE_REASONS = ("done", "client_disconnect", "upstream_error", "timeout")
 AUTO_ID = "*"
+# An entry whose body continues in the next entry of the call's stream, a ``part`` (§1).
+MORE = b"1"
+PART = b"part"
 
 
 def now_ms() -> int:
@@ -81,29 +89,50 @@ def open_commands(
     ]
 
 
+def pieces(head: dict[str, bytes], body: bytes) -> list[dict[str, bytes]]:
+    """The fields of the entries that hold ``body``: ``head`` with it when it is within
+    ``MAX_ENTRY_BYTES``; else ``head`` with its first ``MAX_ENTRY_BYTES`` and ``more=1``, then a
+    ``part`` entry per ``MAX_ENTRY_BYTES`` after them, each with ``more=1`` but the last."""
+    size = len(body)
+    if size <= MAX_ENTRY_BYTES:
+        return [{**head, "body": body}]
+    entries = [{**head, "body": body[:MAX_ENTRY_BYTES], "more": MORE}]
+    for start in range(MAX_ENTRY_BYTES, size, MAX_ENTRY_BYTES):
+        end = start + MAX_ENTRY_BYTES
+        if end < size:
+            entries.append({"kind": PART, "body": body[start:end], "more": MORE})
+        else:
+            entries.append({"kind": PART, "body": body[start:]})
+    return entries
+
+
 def frame_commands(
     keys: Keys, request_id: str, events: Iterable[bytes | str], next_id: NextId = None
 ) -> list[Command]:
-    """One ``frame`` entry per item of ``events`` (an item may hold several SSE events). With
-    ``next_id`` the entries carry ids of their own and never create the stream (``NOMKSTREAM``):
+    """One ``frame`` entry per item of ``events`` (an item may hold several SSE events), or its
+    pieces when it is larger than ``MAX_ENTRY_BYTES`` (``pieces``). With ``next_id`` the
+    entries carry ids of their own (a piece too) and never create the stream (``NOMKSTREAM``):
     written again after the worker deleted the settled call's stream, they are no-ops."""
     key = keys.request(request_id)
-    if next_id is None:
-        return [XAdd(key, {"kind": b"frame", "body": _bytes(event)}) for event in events]
-    return [
-        XAdd(key, {"kind": b"frame", "body": _bytes(event)}, next_id(), True) for event in events
-    ]
+    commands: list[Command] = []
+    for event in events:
+        for fields in pieces({"kind": b"frame"}, _bytes(event)):
+            commands.append(
+                XAdd(key, fields) if next_id is None else XAdd(key, fields, next_id(), True)
+            )
+    return commands
 
 
 def response_commands(
     keys: Keys, request_id: str, status: int, body: bytes | str, next_id: NextId = None
 ) -> list[Command]:
-    """A non-streamed call's HTTP status and body (``NOMKSTREAM`` with ``next_id``, as frames)."""
-    fields = {"kind": b"response", "status": b"%d" % status, "body": _bytes(body)}
+    """A non-streamed call's HTTP status and body, in pieces when the body is larger than
+    ``MAX_ENTRY_BYTES`` (``pieces``; ``NOMKSTREAM`` with ``next_id``, as frames)."""
+    entries = pieces({"kind": b"response", "status": b"%d" % status}, _bytes(body))
     key = keys.request(request_id)
     if next_id is None:
-        return [XAdd(key, fields)]
-    return [XAdd(key, fields, next_id(), True)]
+        return [XAdd(key, fields) for fields in entries]
+    return [XAdd(key, fields, next_id(), True) for fields in entries]
 
 
 def close_commands(keys: Keys, request_id: str, reason: str = "done") -> list[Command]:
@@ -166,7 +195,8 @@ class Publisher:
         self._run(open_commands(self.keys, rid, body, self.ttl_seconds))
 
     def frames(self, request_id: str, events: Iterable[bytes | str]) -> None:
-        """Append SSE events as sent to the client, one entry each (an entry may hold several)."""
+        """Append SSE events as sent to the client, one entry each (an entry may hold several;
+        one larger than ``MAX_ENTRY_BYTES`` is written in pieces)."""
         self._run(frame_commands(self.keys, request_id, events))
 
     def response(self, request_id: str, status: int, body: bytes | str) -> None:

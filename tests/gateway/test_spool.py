@@ -1,15 +1,18 @@
-"""The spool file: records framed by length and CRC, a torn or damaged record skipped and counted."""
+"""The spool file: records framed by length and CRC, a torn or damaged record skipped and counted;
+names never shared, never reused, and a file deleted under a lock never written nor adopted."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.gateway.records import frame
-from worker.gateway.spool import Spool, orphans
+from worker.gateway.spool import QUARANTINE_SUFFIX, Spool, orphans, probe, spool_name
 
 
 def read_all(spool: Spool) -> tuple[list[bytes], int]:
@@ -88,3 +91,88 @@ def test_orphans_are_files_nobody_holds(tmp_path: Path) -> None:
     held.close()
     mine.close()
     assert os.path.exists(tmp_path / "tee-gone.spool")
+
+
+def test_own_makes_a_new_file_never_one_left_by_a_process_of_the_same_name(tmp_path: Path) -> None:
+    """A restarted container (pid 1 again, the same host name) must not take the file its
+    predecessor left as its own: that one is an orphan, which another tee may be deleting."""
+    left = tmp_path / spool_name()
+    left.write_bytes(b"left by a process that is gone")
+    spool = Spool.own(tmp_path)
+    try:
+        assert spool.path != left and spool.path.name.startswith("tee-")
+        assert spool.size == 0
+        assert left.read_bytes() == b"left by a process that is gone"
+    finally:
+        spool.close(delete=True)
+
+
+def test_own_never_writes_to_a_file_deleted_while_it_took_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the open and the lock, another tee adopted the (empty) file, deleted it and let go
+    of its lock: the path no longer names the file locked, so another is made."""
+    real = fcntl.flock
+    deleted: list[str] = []
+
+    def adopted_meanwhile(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_EX and not deleted:
+            path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            path.unlink()
+            deleted.append(path.name)
+        real(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", adopted_meanwhile)
+    spool = Spool.own(tmp_path)
+    monkeypatch.undo()
+    try:
+        assert deleted and spool.path.name != deleted[0]
+        assert os.stat(spool.path).st_ino == os.fstat(spool._fd).st_ino
+        spool.append([b"kept"])
+        assert read_all(spool) == ([b"kept"], 0)
+        assert (tmp_path / spool.path.name).read_bytes() == frame(b"kept")
+    finally:
+        spool.close()
+
+
+def test_an_orphan_replaced_while_it_was_being_locked_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the adopter's open and its lock, another tee replayed and deleted the file and a
+    new one of the same name appeared: the adopter holds a file nobody can find, and must neither
+    replay it nor delete the new one."""
+    left = Spool(tmp_path / "tee-gone-1-aa.spool")
+    left.append([b"x"])
+    left.close()
+    real = fcntl.flock
+
+    def replaced_meanwhile(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_EX:
+            path = tmp_path / "tee-gone-1-aa.spool"
+            path.unlink()
+            path.write_bytes(frame(b"a new file"))
+        real(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", replaced_meanwhile)
+    found = list(orphans(tmp_path))
+    monkeypatch.undo()
+    assert found == []
+    assert (tmp_path / "tee-gone-1-aa.spool").read_bytes() == frame(b"a new file")
+
+
+def test_quarantine_and_probe_files_are_never_orphans(tmp_path: Path) -> None:
+    quarantine = Spool.own(tmp_path, QUARANTINE_SUFFIX)
+    quarantine.append([b"refused for good"])
+    quarantine.close()
+    probe(tmp_path)
+    assert [p.suffix for p in tmp_path.iterdir()] == [".quarantine"]
+    assert list(orphans(tmp_path)) == []
+
+
+def test_the_probe_fails_where_no_file_can_be_made(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(OSError):
+        probe(blocker / "spool")
+    probe(tmp_path / "made" / "spool")
+    assert list((tmp_path / "made" / "spool").iterdir()) == []

@@ -33,9 +33,15 @@ and replaying the spool when it is back. A publisher error is logged with the re
 prompt or a completion) and the call goes on. The hold is priced by the middleware's own rule
 (``worker.gateway.reservation.reserve``).
 
+Start-up: loading this module checks ``BILLING_SPOOL_DIR`` (``check_spool_dir``: a file made,
+written, synced and deleted there) and raises ``SpoolUnwritable`` when it cannot be written, which
+stops the proxy as it loads its config: a proxy without its spool bills nothing once Redis is
+away. (The tee itself only logs it and reports ``billing_gateway_spool_writable`` 0: it writes to
+Redis while it can, and makes its spool file only when it must spool.)
+
 Lifecycle: the tee is built at the first call a proxy process publishes (so each worker process of
-a forking server gets its own, with its own spool file) and stopped at interpreter exit through
-``atexit``: LiteLLM 1.108.7 gives a ``CustomLogger`` no shutdown hook (``proxy_shutdown_event``
+a forking server gets its own, and its own spool file if it must spool) and stopped at interpreter
+exit through ``atexit``: LiteLLM 1.108.7 gives a ``CustomLogger`` no shutdown hook (``proxy_shutdown_event``
 flushes its own loggers only). ``stop`` flushes for up to five seconds; what did not reach Redis
 stays in the spool file, which the next start (or any tee sharing the directory) replays.
 ``atexit`` runs when the interpreter exits (Ctrl-C / SIGINT: the proxy exits 0), but not on
@@ -55,6 +61,7 @@ import threading
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -62,6 +69,7 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from worker.config import Settings
 from worker.gateway.reservation import reserve
+from worker.gateway.spool import probe
 from worker.gateway.tee import Tee
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
@@ -87,6 +95,24 @@ def make_publisher() -> Tee:
         spool_dir=settings.spool_dir,
         linger_seconds=settings.tee_linger_ms / 1000,
     )
+
+
+class SpoolUnwritable(RuntimeError):
+    """``BILLING_SPOOL_DIR`` cannot be written: the proxy must not start (``check_spool_dir``)."""
+
+
+def check_spool_dir() -> None:
+    """At start-up: raise ``SpoolUnwritable`` unless ``BILLING_SPOOL_DIR`` (made if missing) can
+    be written. The proxy loads this module from its config, so it stops there, loudly."""
+    spool_dir = Settings.from_env().spool_dir
+    try:
+        probe(Path(spool_dir))
+    except OSError as exc:
+        raise SpoolUnwritable(
+            f"BILLING_SPOOL_DIR={spool_dir!r} cannot be written ({exc}): the billing hook would"
+            " lose every call made while Redis is away. Make it writable, or set"
+            " BILLING_SPOOL_DIR to a directory that is."
+        ) from exc
 
 
 def now_rfc3339() -> str:
@@ -348,4 +374,5 @@ class BillingHook(CustomLogger):
         return None
 
 
+check_spool_dir()  # the proxy's start-up: it loads this module from its config
 billing_hook = BillingHook()

@@ -11,9 +11,10 @@ The differences:
   chunks sent to the client: the thread cuts them into their SSE events, so the gateway's event
   loop does no per-event work at all.
 * **Bounded memory, never dropped.** The queue holds at most ``max_queue_bytes``. When it is full,
-  or when a write fails because Redis is unreachable, the queue and every batch after it go to the
-  spool file (``worker.gateway.spool``) until the thread has replayed the file into Redis, in the
-  order it was written. So a call's writes reach Redis in the order the gateway made them.
+  or when a write fails because Redis is unreachable or refuses writes for a while (below), the
+  queue and every batch after it go to the spool file (``worker.gateway.spool``; opened at the
+  first such spill, not before) until the thread has replayed the file into Redis, in the order
+  it was written. So a call's writes reach Redis in the order the gateway made them.
 * **Replay is idempotent by construction.** A write that failed may have reached Redis (the
   connection dropped before the reply), and a batch sent while a full queue was spilled is in the
   file too, so replay must tolerate writing something twice. The entries of a call's own stream
@@ -47,14 +48,45 @@ id of its own. The pieces are made once, when the event is queued (``frames``, `
 the same ids live and in the spool: a replay after a write that stopped between two pieces writes
 only the pieces missing. ``coalesce`` never merges a piece.
 
-Redis errors other than a lost connection (a wrong type, a refused id that is not a duplicate) are
-counted, logged with the key (never a body), and not retried. A batch that can be neither queued
-nor spooled (the disk is full) is counted in ``billing_gateway_lost_total`` and logged: the one
-loss, and never silent.
+**What Redis refuses.** Each batch is one ``MULTI``/``EXEC`` on the thread's one connection, so
+Redis takes all of it or none of it (the tee writes to one Redis server; it does not speak Redis
+Cluster). What a refusal does depends on its error code:
+
+* A state Redis leaves by itself or by an operator's hand (``RETRY_CODES``): out of memory
+  (``OOM``: ``maxmemory`` under ``noeviction``), a read-only replica (``READONLY``, after a
+  failover), ``LOADING``, ``BUSY``, ``MASTERDOWN``, ``TRYAGAIN``, ``CLUSTERDOWN``,
+  ``NOREPLICAS``, ``MISCONF``, and access refused (``NOAUTH``, ``WRONGPASS``, ``NOPERM``).
+  Nothing of the batch was written: it is spooled and retried every ``retry_seconds`` until
+  Redis takes it, as when Redis is unreachable (``NotWritable``, one of ``UNREACHABLE``),
+  counted in ``billing_gateway_refused_total{error}`` and logged when the state changes. A batch
+  is all or nothing for this: a call's ``close`` taken while its frames were refused would be
+  settled without them.
+* An entry id at or below the stream's last one: a duplicate (above), counted, nothing to do.
+* Anything else (``WRONGTYPE``, a syntax error): refused for good; retrying cannot help, and must
+  not hold back the calls after it. The rest of the batch is written; the refused commands go to
+  this tee's quarantine file beside the spool (``tee-<host>-<pid>-<token>.quarantine``, in the
+  spool's format, never replayed by itself), counted in ``billing_gateway_quarantined_total``,
+  and logged with the key and the error's code, never a body. docs/gateway.md (*Quarantine*) says
+  how an operator replays it.
+
+A batch that can be neither queued nor spooled, or a refused command that cannot be quarantined
+(the disk refuses it), is counted in ``billing_gateway_lost_total`` and logged: the one loss, never
+silent. The spool directory is checked when the tee starts (a file created, written, synced and
+deleted): one that cannot be written is logged as an error and makes ``ready`` false and
+``billing_gateway_spool_writable`` 0, while calls still go to Redis; it costs batches only once
+the tee must spool.
+
+**Orphans.** A spool file whose tee is gone (stopped before Redis took everything, or its process
+killed) is adopted by any tee sharing the directory: looked for at start and every
+``adopt_seconds`` (30 s), held locked while it is replayed, in slices of at most
+``adopt_slice_seconds`` between the live batches (so under load too, without starving the calls
+being made), and deleted once replayed. ``flush`` waits for the orphans found too.
+``billing_gateway_spool_age_seconds`` is the age of the oldest spooled write not yet replayed: of
+the tee's own file exactly, of an adopted file its last write's (the file holds no times).
 
 Threads: one call's methods must be called from one thread at a time (a request's task); different
 calls may come from any threads. ``stop`` flushes what it can in ``timeout`` and leaves the rest in
-the spool for the next start (or another process) to replay.
+the spool, for any tee sharing the directory to adopt.
 """
 
 from __future__ import annotations
@@ -66,7 +98,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -78,7 +110,7 @@ from hiredis import pack_command
 from worker.config import TEE_LINGER_MS
 from worker.gateway import metrics
 from worker.gateway.events import EventSplitter, events_of
-from worker.gateway.spool import Spool, orphans
+from worker.gateway.spool import QUARANTINE_SUFFIX, Spool, orphans, probe
 from worker.pipeline.entries import MAX_ENTRY_BYTES
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import (
@@ -103,8 +135,61 @@ DEFAULT_SPOOL_DIR = "var/spool"
 DEFAULT_LINGER_SECONDS = TEE_LINGER_MS / 1000
 # What Redis answers to an XADD whose explicit id is not above the stream's last one.
 _ALREADY_WRITTEN = "equal or smaller than the target stream top item"
-# Errors after which a write may or may not have happened: spool it and replay it later.
-UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError)
+# The codes of what Redis answers while it does not take writes, for a state it leaves by itself
+# or by an operator's hand: the batch is spooled and retried (see the module's docstring).
+RETRY_CODES = frozenset(
+    {
+        "OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN", "CLUSTERDOWN",
+        "NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS", "NOPERM",
+    }
+)  # fmt: skip
+
+
+class NotWritable(redis.RedisError):
+    """Redis refused a batch, all of it, for a state it leaves (``RETRY_CODES``)."""
+
+
+# Errors after which a write may or may not have happened, or was refused for a while: spool it
+# and replay it later.
+UNREACHABLE = (
+    redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError, NotWritable,
+)  # fmt: skip
+_MULTI = pack_command(("MULTI",))
+_EXEC = pack_command(("EXEC",))
+# redis-py's classes for the codes it strips from the message (older versions keep no code).
+_CLASS_CODES = [
+    (getattr(redis.exceptions, name), code)
+    for name, code in (
+        ("OutOfMemoryError", "OOM"), ("ReadOnlyError", "READONLY"),
+        ("BusyLoadingError", "LOADING"), ("MasterDownError", "MASTERDOWN"),
+        ("ClusterDownError", "CLUSTERDOWN"), ("TryAgainError", "TRYAGAIN"),
+        ("NoPermissionError", "NOPERM"), ("AuthenticationError", "NOAUTH"),
+        ("ExecAbortError", "EXECABORT"),
+    )
+    if hasattr(redis.exceptions, name)
+]  # fmt: skip
+
+
+def _code(error: BaseException) -> str:
+    """A Redis error reply's code (its first word: ``OOM``, ``WRONGTYPE``, ``ERR``...)."""
+    code = getattr(error, "status_code", None)
+    if isinstance(code, str) and code:
+        return code
+    for kind, name in _CLASS_CODES:
+        if isinstance(error, kind):
+            return name
+    word = str(error).split(" ", 1)[0]
+    return word if word.isalpha() and word.isupper() else "ERR"
+
+
+def _reply(connection: Any) -> Any:
+    """The connection's next reply; an error reply is returned as its exception, not raised."""
+    try:
+        return connection.read_response()
+    except redis.ResponseError as exc:
+        return exc
+
+
 _PER_COMMAND_BYTES = 64  # a command's keys, ids and Redis overhead, roughly
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -351,6 +436,7 @@ class Tee:
         sync_seconds: float = 1.0,
         retry_seconds: float = 0.5,
         adopt_seconds: float = 30.0,
+        adopt_slice_seconds: float = 0.05,
     ) -> None:
         self._client = client
         self.keys = keys or Keys()
@@ -361,8 +447,15 @@ class Tee:
         self.sync_seconds = sync_seconds
         self.retry_seconds = retry_seconds
         self.adopt_seconds = adopt_seconds
+        self.adopt_slice_seconds = adopt_slice_seconds
         self.spool_dir = Path(spool_dir)
-        self._spool = Spool.own(self.spool_dir)
+        # The spool file is made at the first spill (``_spill_locked``) and the quarantine file at
+        # the first refusal for good (``_quarantine``): a tee whose Redis takes every write never
+        # writes to the disk. The directory is checked now (``ready``).
+        self._spool: Spool | None = None
+        self._quarantined: Spool | None = None
+        self._spool_ok = True
+        self._probe_spool()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
@@ -373,10 +466,15 @@ class Tee:
         self._reported = 0
         self._generation = 0  # bumped when the queue is spilled into the spool
         # Spooling: every batch goes to the spool until it is replayed (then the queue is empty).
-        self._spooling = self._spool.size > 0
+        self._spooling = False
         self._replay_offset = 0
         self._spool_gauge = 0
-        self._account_spool_locked()
+        self._spooled_at: deque[tuple[int, float]] = deque()  # (end offset, time) of appends
+        # Orphaned spool files being replayed, held locked: [file, offset replayed to, its mtime].
+        self._adopted: list[list[Any]] = []
+        self._adopting = True  # a look for orphans is due, or one is held: ``flush`` waits
+        self._aged = False  # an age was reported to ``metrics.SPOOL_OLDEST``
+        self._refusing = ""  # the code of the refusal last logged; "" while Redis takes writes
         self._ids: dict[str, list[int]] = {}
         self._bodies: dict[str, _Body] = {}  # request id -> its body being cut (``chunk``)
         self._stopping = False
@@ -557,15 +655,26 @@ class Tee:
         if not batches:
             return
         try:
+            if self._spool is None:
+                self._spool = Spool.own(self.spool_dir)
             self._spool.append([_encode(commands) for commands in batches])
         except OSError as exc:
-            # The queue stays in memory (it is bounded); only the batch that found it full is lost.
-            log.error(
-                "tee: the spool %s cannot be written (%s): a batch is lost", self._spool.path, exc
-            )
-            if extra is not None:
-                metrics.LOST.inc()
+            # The queue stays in memory (it is bounded) while the tee runs: only the batch that
+            # found it full is lost; at the stop, all of it.
+            lost = len(batches) if self._stopping else int(extra is not None)
+            self._spool_failed(exc, f"{lost} batch(es) lost" if lost else "kept in memory")
+            metrics.LOST.inc(lost)
             return
+        if not self._spool_ok:
+            self._spool_ok = True
+            metrics.SPOOL_WRITABLE.set(1)
+        # When the oldest write not yet replayed was spooled (``_report_age``): one entry a
+        # second, (its last append's end, its first append's time), not one an append.
+        now, spooled_at = time.time(), self._spooled_at
+        if spooled_at and now - spooled_at[-1][1] < 1.0:
+            spooled_at[-1] = (self._spool.size, spooled_at[-1][1])
+        else:
+            spooled_at.append((self._spool.size, now))
         metrics.SPOOLED.inc(len(batches))
         self._queue.clear()
         self._queued_bytes = 0
@@ -583,7 +692,7 @@ class Tee:
         metrics.QUEUE_BYTES.set(self._queued_bytes)
 
     def _account_spool_locked(self) -> None:
-        pending = self._spool.size - self._replay_offset
+        pending = self._spool.size - self._replay_offset if self._spool is not None else 0
         metrics.SPOOL_BYTES.inc(pending - self._spool_gauge)
         self._spool_gauge = pending
 
@@ -600,7 +709,7 @@ class Tee:
                     self._idle.notify_all()
                     return
                 polled = False
-                if not self._queue and not self._spooling:
+                if not self._queue and not self._spooling and not self._adopting:
                     self._report_locked()
                     self._idle.notify_all()
                     if busy:
@@ -632,7 +741,6 @@ class Tee:
                     taken.append(batch)
                     budget -= batch.size
                 generation, spooling = self._generation, self._spooling
-                idle = not taken and not spooling
                 self._report_locked()
             busy = bool(taken)
             if taken:
@@ -645,21 +753,30 @@ class Tee:
             if now >= next_sync:
                 self._sync()
                 next_sync = now + self.sync_seconds
-            if ok and idle and now >= next_adopt:
-                self._adopt()
+            if now >= next_adopt:  # also while Redis is away: their age is reported
+                self._take_orphans()
                 next_adopt = now + self.adopt_seconds
+            if ok and self._adopted:
+                # Under load too: a slice between live batches, bounded so calls are not starved.
+                ok = self._adopt(time.monotonic() + self.adopt_slice_seconds)
+            self._report_age()
             if not ok:
                 self._stopped.wait(self.retry_seconds)
 
     def _sync(self) -> None:
-        try:
-            self._spool.sync()
-        except OSError as exc:
-            log.error("tee: fsync of %s failed: %s", self._spool.path, exc)
+        for spool in (self._spool, self._quarantined):
+            if spool is None:
+                continue
+            try:
+                spool.sync()
+            except OSError as exc:
+                log.error("tee: fsync of %s failed: %s", spool.path, exc)
 
     def _execute(self, commands: list[Command]) -> None:
-        """Write ``commands`` in one round trip; raises one of ``UNREACHABLE`` if Redis may not
-        have had them all.
+        """Write ``commands`` in one round trip, as one ``MULTI``/``EXEC``: Redis takes them all
+        or none. Raises one of ``UNREACHABLE`` if Redis may not have had them all, or refused
+        them all for a while (``NotWritable``); commands refused for good are quarantined and
+        the rest written (the module's docstring, *What Redis refuses*).
 
         The thread keeps one connection of the client's pool and writes the commands' wire form
         on it directly: redis-py's pipeline object, its per-command bookkeeping and the pool's
@@ -670,7 +787,6 @@ class Tee:
         if self._connection is None:
             self._connection = self._client.connection_pool.get_connection()
         connection = self._connection
-        results: list[Any] = []
         try:
             if connection._sock is None:  # dropped after an error: reconnect
                 connection.connect()
@@ -679,28 +795,102 @@ class Tee:
             # Packed by hiredis directly (redis-py's packer walks every argument in Python), and
             # one send: each blocking call lets the event loop's thread take the GIL, and this
             # thread then waits to get it back (a context switch each way).
-            packed = b"".join([pack_command(args) for args in map(wire, commands)])
+            packed = b"".join(
+                [_MULTI, *[pack_command(args) for args in map(wire, commands)], _EXEC]
+            )
             connection.send_packed_command([packed])
-            for _ in commands:
-                try:
-                    results.append(connection.read_response())
-                except redis.ResponseError as exc:
-                    results.append(exc)
+            began = _reply(connection)
+            queued = [_reply(connection) for _ in commands]  # QUEUED, or refused at once
+            done = _reply(connection)  # the commands' replies, or why nothing was done
         except BaseException:
             connection.disconnect()
             raise
+        if isinstance(began, Exception):
+            # No transaction (MULTI itself refused): the commands ran one by one, and ``queued``
+            # holds their replies.
+            connection.disconnect()
+            self._written(commands, queued)
+        elif isinstance(done, list) and len(done) == len(commands):
+            self._written(commands, done)
+        else:
+            # EXEC refused (EXECABORT after a refusal at queueing, OOM, READONLY...): nothing of
+            # the batch was written. A new connection for the next, in no transaction for sure.
+            connection.disconnect()
+            self._aborted(commands, queued, done)
+
+    def _written(self, commands: list[Command], results: list[Any]) -> None:
+        """Sort the replies of commands that ran: see the module's docstring."""
         written = 0
+        retry: BaseException | None = None
+        refused: list[tuple[Command, BaseException]] = []
         for command, result in zip(commands, results, strict=True):
             if not isinstance(result, Exception):
                 written += 1
-            elif isinstance(result, UNREACHABLE):
-                raise result
+            elif isinstance(result, UNREACHABLE) or _code(result) in RETRY_CODES:
+                retry = retry or result
             elif _ALREADY_WRITTEN in str(result):
                 metrics.DUPLICATES.inc()
             else:
-                metrics.REJECTED.inc()
-                log.error("tee: Redis refused a write to %s: %s", command.key, result)
+                refused.append((command, result))
         metrics.PUBLISHED.inc(written)
+        if retry is not None:  # all of it again later: what is quarantined then, is then
+            raise self._not_writable(retry)
+        if refused:
+            self._quarantine(refused)
+        if self._refusing:
+            log.warning("tee: Redis takes writes again (after %s)", self._refusing)
+            self._refusing = ""
+
+    def _aborted(self, commands: list[Command], queued: list[Any], done: Any) -> None:
+        """A transaction Redis refused: raise ``NotWritable`` for a state it leaves; else some
+        commands were refused for good as they were queued: quarantine them, write the rest."""
+        at_once = [(i, reply) for i, reply in enumerate(queued) if isinstance(reply, Exception)]
+        retry = [
+            error
+            for error in [reply for _i, reply in at_once] + [done]
+            if isinstance(error, UNREACHABLE) or _code(error) in RETRY_CODES
+        ]
+        if retry or not at_once:
+            raise self._not_writable(retry[0] if retry else done)
+        self._quarantine([(commands[i], reply) for i, reply in at_once])
+        refused = {i for i, _reply in at_once}
+        self._execute([command for i, command in enumerate(commands) if i not in refused])
+
+    def _not_writable(self, error: Any) -> NotWritable:
+        code = _code(error) if isinstance(error, BaseException) else "EXEC"
+        metrics.REFUSED.labels(code).inc()
+        if code != self._refusing:
+            log.warning(
+                "tee: Redis refuses writes (%s); spooling, retried every %g s",
+                code,
+                self.retry_seconds,
+            )
+            self._refusing = code
+        return NotWritable(code)
+
+    def _quarantine(self, refused: list[tuple[Command, BaseException]]) -> None:
+        """Keep commands Redis refused for good in the quarantine file, as one record (in
+        order). Logged with the key and the error's code only: the message of some errors
+        might quote an argument."""
+        commands = [command for command, _error in refused]
+        try:
+            if self._quarantined is None:
+                self._quarantined = Spool.own(self.spool_dir, QUARANTINE_SUFFIX)
+            self._quarantined.append([_encode(commands)])
+        except OSError as exc:
+            metrics.LOST.inc()
+            log.error("tee: a refused write cannot be quarantined in %s: %s", self.spool_dir, exc)
+            for command, error in refused:
+                log.error("tee: lost a write to %s, refused (%s)", command.key, _code(error))
+            return
+        metrics.QUARANTINED.inc(len(commands))
+        for command, error in refused:
+            log.error(
+                "tee: Redis refused a write to %s (%s); quarantined in %s",
+                command.key,
+                _code(error),
+                self._quarantined.path,
+            )
 
     def _send_queued(self, taken: list[_Queued], generation: int) -> bool:
         try:
@@ -738,32 +928,98 @@ class Tee:
         return after, True
 
     def _replay_own(self) -> bool:
-        after, ok = self._replay(self._spool, self._replay_offset)
+        spool = self._spool
+        if spool is None:  # spooling always has a file; never here
+            return True
+        after, ok = self._replay(spool, self._replay_offset)
         with self._lock:
             self._replay_offset = after
-            if self._replay_offset >= self._spool.size:
-                self._spool.reset()
+            while self._spooled_at and self._spooled_at[0][0] <= after:
+                self._spooled_at.popleft()
+            if self._replay_offset >= spool.size:
+                spool.reset()
                 self._replay_offset = 0
+                self._spooled_at.clear()
                 self._spooling = False
             self._account_spool_locked()
         return ok
 
-    def _adopt(self) -> None:
-        """Replay and delete the spool files of processes that are gone."""
-        for spool in orphans(self.spool_dir, self._spool.path):
-            offset, ok = 0, True
-            metrics.SPOOL_BYTES.inc(spool.size)
+    def _take_orphans(self) -> None:
+        """Lock the spool files of tees that are gone, to replay them (``_adopt``)."""
+        own = self._spool.path if self._spool is not None else None
+        try:
+            for spool in orphans(self.spool_dir, own):
+                metrics.SPOOL_BYTES.inc(spool.size)
+                self._adopted.append([spool, 0, spool.modified])
+        except OSError as exc:
+            log.error("tee: cannot look for orphaned spool files in %s: %s", self.spool_dir, exc)
+        self._adopted_now()
+
+    def _adopt(self, deadline: float) -> bool:
+        """Replay the orphans held, in turn, until ``deadline`` (at least one budget); each
+        replayed to its end is deleted. False when Redis did not take a budget."""
+        ok = True
+        while self._adopted:
+            held = self._adopted[0]
+            spool, offset = held[0], held[1]
             try:
-                while ok and offset < spool.size:
-                    before = offset
-                    offset, ok = self._replay(spool, offset)
-                    metrics.SPOOL_BYTES.dec(offset - before)
-            finally:
-                metrics.SPOOL_BYTES.dec(spool.size - offset)
-                spool.close(delete=ok)
-            if not ok:
-                return
-            log.info("tee: replayed the spool %s of a finished process", spool.path)
+                if offset < spool.size:
+                    if time.monotonic() >= deadline:
+                        break
+                    after, ok = self._replay(spool, offset)
+                    metrics.SPOOL_BYTES.dec(after - offset)
+                    held[1] = after
+                    if not ok:
+                        break
+                    continue
+                spool.close(delete=True)
+                log.info("tee: replayed the spool %s of a tee that is gone", spool.path)
+            except OSError as exc:  # let go, looked at again at the next look for orphans
+                log.error("tee: the orphaned spool %s: %s; let go for now", spool.path, exc)
+                metrics.SPOOL_BYTES.dec(spool.size - held[1])
+                with suppress(OSError):
+                    spool.close()
+            self._adopted.pop(0)
+        self._adopted_now()
+        return ok
+
+    def _adopted_now(self) -> None:
+        with self._lock:
+            adopting = bool(self._adopted)
+            if self._adopting and not adopting:
+                self._idle.notify_all()
+            self._adopting = adopting
+
+    def _report_age(self) -> None:
+        """``billing_gateway_spool_age_seconds``: when the oldest write not yet replayed was
+        spooled, of the own file (exactly) and of the orphans held (their last write)."""
+        spooled_at = self._spooled_at
+        if not spooled_at and not self._adopted and not self._aged:
+            return  # nothing waits, and the gauge says so (the common case: no lock)
+        with self._lock:
+            since = spooled_at[0][1] if spooled_at else None
+        for held in self._adopted:
+            if held[1] < held[0].size and (since is None or held[2] < since):
+                since = held[2]
+        if since is None and not self._aged:
+            return
+        self._aged = since is not None
+        metrics.SPOOL_OLDEST.report(id(self), since)
+
+    def _probe_spool(self) -> None:
+        try:
+            probe(self.spool_dir)
+        except OSError as exc:
+            self._spool_failed(exc, "calls go to Redis, and are lost if it must spool")
+            return
+        metrics.SPOOL_WRITABLE.set(1)
+
+    def _spool_failed(self, exc: OSError, consequence: str) -> None:
+        self._spool_ok = False
+        metrics.SPOOL_WRITABLE.set(0)
+        log.error(
+            "tee: the spool in %s cannot be written (%s): %s", self.spool_dir, exc, consequence
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -773,14 +1029,17 @@ class Tee:
             self._flushing += 1
             self._wake.notify()
             try:
-                return self._idle.wait_for(lambda: not self._queue and not self._spooling, timeout)
+                return self._idle.wait_for(
+                    lambda: not self._queue and not self._spooling and not self._adopting, timeout
+                )
             finally:
                 self._flushing -= 1
 
     def stop(self, timeout: float = 5.0) -> bool:
         """Flush for up to ``timeout`` seconds, then stop the thread; what is left stays in the
-        spool file. Returns whether everything reached Redis. Stopping a stopped tee does nothing
-        and returns what the first stop returned."""
+        spool file, and an orphan not replayed to its end is let go (the next tee to adopt it
+        replays it from its start). Returns whether everything reached Redis. Stopping a stopped
+        tee does nothing and returns what the first stop returned."""
         if self._stopped.is_set():
             return self._flushed_at_stop
         flushed = self.flush(timeout)
@@ -794,9 +1053,27 @@ class Tee:
             self._client.connection_pool.release(self._connection)
             self._connection = None
         self._sync()
-        self._spool.close(delete=self._spool.size == 0)
+        for held in self._adopted:
+            metrics.SPOOL_BYTES.dec(held[0].size - held[1])
+            held[0].close()
+        self._adopted.clear()
+        with self._lock:
+            metrics.SPOOL_BYTES.dec(self._spool_gauge)  # left for the tee that adopts it
+            self._spool_gauge = 0
+        for spool in (self._spool, self._quarantined):
+            if spool is not None:
+                spool.close(delete=spool.size == 0)
+        metrics.SPOOL_OLDEST.report(id(self), None)
         return flushed
 
     @property
     def spooling(self) -> bool:
+        """Whether every batch goes to the spool file now (until it is replayed)."""
         return self._spooling
+
+    @property
+    def ready(self) -> bool:
+        """Whether the spool directory could be written at the last try (at start, then at each
+        spill): for a gateway's readiness check. A tee that is not ready still writes to Redis;
+        it loses batches only if it must spool."""
+        return self._spool_ok

@@ -87,7 +87,9 @@ def test_the_default_publisher_is_a_tee_from_the_environment(
     hook = BillingHook()
     rid = plain_call(hook, request())
     assert isinstance(hook.publisher, Tee)
-    assert (tmp_path / "spool" / spool_name()).exists()  # the tee's own file, while it runs
+    # The spool is opened at the first spill (issue 35, leak 7): with Redis taking every write,
+    # there is none.
+    assert not list((tmp_path / "spool").glob("*.spool"))
     hook.stop()
     keys = Keys(prefix, 4)
     kinds = [fields[b"kind"] for fields in entries(redis_client, keys.request(rid))]

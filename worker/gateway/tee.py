@@ -27,6 +27,13 @@ The differences:
   they are (the hold stands, the stream is deleted again) and never as a second call under the same
   request id. Notifications themselves have ids Redis picks; a repeated one is a duplicate delivery,
   which the worker ignores by the same rule.
+* **A replay after the grace still bills the call.** A call whose ``open`` was written live and
+  whose later writes were spooled has its ``request`` entry and TTL spooled again before the first
+  of them (``_opens``, held from ``open`` until the call's ``close`` is written): replayed after
+  an outage longer than the worker's grace, when the worker had finalized the call from its
+  request entry alone and deleted its stream, it re-creates the stream under the same id, so the
+  frames (``NOMKSTREAM``) land and the close settles the call late (``charged_late``) instead of
+  finding nothing. Replayed within the grace, it is refused as a duplicate id, harmlessly.
 
 **Fewer entries when the thread is behind.** Frames of one call waiting together in the queue are
 one run (``_Queued``): the call's ``frames`` extend it until the thread takes it. A run is written
@@ -355,7 +362,10 @@ class _Queued:
     takes the run, or by a spill), when its finished events become its frame entries, kept as
     its ``commands``: sent and spooled alike."""
 
-    __slots__ = ("bodies", "body", "commands", "final", "ids", "key", "request_id", "size")
+    __slots__ = (
+        "bodies", "body", "closing", "commands", "final", "ids", "key", "opening", "request_id",
+        "size",
+    )  # fmt: skip
 
     def __init__(
         self, commands: list[Command] | None, size: int, request_id: str = "", key: str = ""
@@ -364,6 +374,8 @@ class _Queued:
         self.size = size
         self.request_id = request_id
         self.key = key
+        self.opening = False  # the call's ``open`` commands
+        self.closing = False  # the call's ``close`` commands
         self.bodies: list[bytes] = []
         self.ids: list[str] = []
         self.body: _Body | None = None
@@ -477,6 +489,12 @@ class Tee:
         self._refusing = ""  # the code of the refusal last logged; "" while Redis takes writes
         self._ids: dict[str, list[int]] = {}
         self._bodies: dict[str, _Body] = {}  # request id -> its body being cut (``chunk``)
+        # request id -> its ``request`` entry and TTL, sent live, until its ``close`` is written:
+        # spooled before any later write of the call (``_spill_locked``), so a replay after the
+        # worker deleted the stream (the grace ended during a long outage) writes the call again
+        # from its request entry instead of frames that NOMKSTREAM drops. Holds the metadata of
+        # the calls in flight (bounded by ``request_budget``'s size each).
+        self._opens: dict[str, list[Command]] = {}
         self._stopping = False
         self._flushing = 0  # callers waiting in ``flush``: no lingering then
         self._asleep = False  # the thread waits for an enqueue to wake it (else it polls)
@@ -516,7 +534,8 @@ class Tee:
     def open(self, meta: dict[str, Any] | bytes, request_id: str | None = None) -> None:
         """Queue the ``request`` entry, the key's TTL and the ``open`` notification."""
         body, rid = request_body(meta, request_id)
-        self._submit(rid, open_commands(self.keys, rid, body, self.ttl_seconds, self._next_id(rid)))
+        commands = open_commands(self.keys, rid, body, self.ttl_seconds, self._next_id(rid))
+        self._submit(rid, commands, opening=True)
 
     def frames(self, request_id: str, events: Iterable[bytes | str]) -> None:
         """Queue SSE events as sent to the client: they extend the call's run of frames waiting in
@@ -561,7 +580,7 @@ class Tee:
             key = self.keys.request(request_id)
             size += _PER_COMMAND_BYTES
             if self._spooling or self._queued_bytes + size > self.max_queue_bytes:
-                self._spill_locked(_frames(key, bodies, ids))
+                self._spill_locked(_frames(key, bodies, ids), request_id)
                 return
             run = self._runs[request_id] = _Queued(None, size, request_id, key)
             run.bodies, run.ids = bodies, ids
@@ -619,25 +638,45 @@ class Tee:
                     if rest:
                         frame = body.entries(rest, 1)
                         self._submit_locked(request_id, frame, _size(frame))
-                self._submit_locked(request_id, commands, _size(commands))
+                self._submit_locked(request_id, commands, _size(commands), closing=True)
             return
-        self._submit(request_id, commands)
+        self._submit(request_id, commands, closing=True)
 
     # ------------------------------------------------------------------ queue and spool
 
-    def _submit(self, request_id: str, commands: list[Command]) -> None:
+    def _submit(
+        self,
+        request_id: str,
+        commands: list[Command],
+        *,
+        opening: bool = False,
+        closing: bool = False,
+    ) -> None:
         """Queue ``commands`` after the call's run of frames, which no later frame may join."""
         size = _size(commands)
         with self._lock:
-            self._submit_locked(request_id, commands, size)
+            self._submit_locked(request_id, commands, size, opening=opening, closing=closing)
 
-    def _submit_locked(self, request_id: str, commands: list[Command], size: int) -> None:
+    def _submit_locked(
+        self,
+        request_id: str,
+        commands: list[Command],
+        size: int,
+        *,
+        opening: bool = False,
+        closing: bool = False,
+    ) -> None:
         self._submitted += 1
         self._runs.pop(request_id, None)
         if not self._spooling and self._queued_bytes + size <= self.max_queue_bytes:
-            self._enqueue_locked(_Queued(commands, size))
+            batch = _Queued(commands, size, request_id)
+            batch.opening, batch.closing = opening, closing
+            if opening:
+                self._opens[request_id] = commands[:2]  # the request entry and its TTL
+            self._enqueue_locked(batch)
             return
-        self._spill_locked(commands)
+        # An ``open`` spooled is in the spool itself: nothing to write again for it.
+        self._spill_locked(commands, request_id, resend=not opening)
 
     def _enqueue_locked(self, batch: _Queued) -> None:
         self._queue.append(batch)
@@ -645,12 +684,33 @@ class Tee:
         if self._asleep and len(self._queue) == 1:  # else the thread looks within a linger
             self._wake.notify()
 
-    def _spill_locked(self, extra: list[Command] | _Queued | None = None) -> None:
-        """Move the queue (and ``extra`` after it) into the spool; from now on everything is
-        spooled until the spool is replayed. The caller holds the lock."""
-        batches = [batch.spooled() for batch in self._queue]
+    def _resent_locked(self, request_id: str, opening: bool) -> list[list[Command]]:
+        """What to spool before a call's batch: its ``request`` entry and TTL, once, when its
+        ``open`` went to Redis live (``_opens``) and this batch is not that ``open`` itself."""
+        opens = self._opens.pop(request_id, None) if request_id else None
+        return [opens] if opens is not None and not opening else []
+
+    def _spill_locked(
+        self,
+        extra: list[Command] | _Queued | None = None,
+        request_id: str = "",
+        *,
+        resend: bool = True,
+    ) -> None:
+        """Move the queue (and ``extra``, of call ``request_id``, after it) into the spool; from
+        now on everything is spooled until the spool is replayed. Each call's first spooled
+        batch is preceded by its ``request`` entry when its ``open`` was written live
+        (``_resent_locked``). The caller holds the lock."""
+        batches: list[list[Command]] = []
+        for batch in self._queue:
+            batches += self._resent_locked(batch.request_id, batch.opening)
+            batches.append(batch.spooled())
         self._runs.clear()
         if extra is not None:
+            if isinstance(extra, _Queued):
+                request_id = extra.request_id
+            if resend:
+                batches += self._resent_locked(request_id, False)
             batches.append(extra.spooled() if isinstance(extra, _Queued) else extra)
         if not batches:
             return
@@ -905,6 +965,9 @@ class Tee:
             if self._generation == generation:  # else a full queue was spilled meanwhile
                 for _ in taken:
                     self._queued_bytes -= self._queue.popleft().size
+            for batch in taken:
+                if batch.closing:  # the call is written whole: nothing to write again
+                    self._opens.pop(batch.request_id, None)
         return True
 
     def _replay(self, spool: Spool, offset: int) -> tuple[int, bool]:

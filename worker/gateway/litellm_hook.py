@@ -9,7 +9,12 @@ It is a ``CustomLogger`` whose proxy hooks write docs/events.md's entries throug
 
 * ``async_pre_call_hook`` gives the call its request id (``metadata["billing_request_id"]``) and
   remembers who pays (``BILLING_LITELLM_ACCOUNT``: the key's team, else its user, else the key's
-  hash; ``end_user`` first to bill LiteLLM's customers, the request's ``user``).
+  hash; ``end_user`` first to bill LiteLLM's customers, the request's ``user``). The first source
+  the call has is checked by the worker's own identifier rule (``worker.request.check_identifier``):
+  an id the worker would refuse (a control character, more than 200 characters, a space at either
+  end) is billed to the fallback account instead (``fallback_account``, ``litellm-anonymous`` by
+  default, also the account of a call no source names), the request entry's ``account_fallback``
+  saying why (never the id: a client may send anything).
 * ``async_post_call_streaming_iterator_hook`` wraps the stream the proxy sends on: ``open`` with the
   first chunk (whose ``model`` is the deployment's model, the one priced), one ``frame`` per chunk,
   serialized as the proxy serializes it, then ``data: [DONE]`` and ``close done``. A client that
@@ -19,6 +24,12 @@ It is a ``CustomLogger`` whose proxy hooks write docs/events.md's entries throug
 * ``async_post_call_failure_hook``: a call that failed before any chunk or body is ``open``,
   ``response <status> {"error": …}``, ``close upstream_error`` (the worker voids it); one already
   closed by the stream wrapper is left alone.
+
+The ``request`` entry (``_meta``) is published through ``request_budget.entry_body``, as the ASGI
+middleware's is: image, audio and file parts as placeholders (their size, not their bytes), the
+whole within ``REQUEST_BUDGET_BYTES``, so a vision call with a large image is billed like any other;
+an optional field outside the contract (``n`` of 0, a negative ``max_tokens``…) is left out rather
+than make the worker refuse the call.
 
 What differs from the bytes the client receives, on purpose: LiteLLM asks the upstream for usage on
 every streamed call and strips that usage chunk when the client did not ask for it; the hook runs
@@ -68,16 +79,21 @@ import orjson
 from litellm.integrations.custom_logger import CustomLogger
 
 from worker.config import Settings
+from worker.errors import RequestMetaError
+from worker.gateway.metadata import usable_account
+from worker.gateway.request_budget import entry_body, slim_messages
 from worker.gateway.reservation import reserve
 from worker.gateway.spool import probe
 from worker.gateway.tee import Tee
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 from worker.prices import PriceBook, load_price_book
+from worker.request import check_identifier, request_from_dict
 
 log = logging.getLogger(__name__)
 
 REQUEST_ID_KEY = "billing_request_id"
+FALLBACK_KEY = "billing_account_fallback"  # why the call is billed to the fallback account
 DONE_EVENT = b"data: [DONE]\n\n"
 STOP_TIMEOUT_SECONDS = 5.0
 CHAT_CALL_TYPES = ("acompletion", "completion")
@@ -120,6 +136,12 @@ def now_rfc3339() -> str:
 
 
 ACCOUNT_SOURCES = ("end_user", "team", "user", "key")
+# Where each source's value comes from, as the reason for a fallback names it.
+SOURCE_FIELDS = {"end_user": "user", "team": "team_id", "user": "user_id", "key": "token"}
+# The account of a call whose payer no source names, or names with an id the worker would refuse.
+FALLBACK_ACCOUNT = "litellm-anonymous"
+# The entry's optional fields, left out when outside the contract (the worker would refuse them).
+OPTIONAL_FIELDS = ("n", "max_tokens", "temperature", "seed", "provider")
 
 
 def account_sources(raw: str | None) -> tuple[str, ...]:
@@ -134,8 +156,16 @@ def account_sources(raw: str | None) -> tuple[str, ...]:
     return names
 
 
-def account_of(user_api_key_dict: Any, data: dict[str, Any], sources: tuple[str, ...]) -> str:
-    """Who pays: the first of ``sources`` the call has (the key's hash in the end)."""
+def account_of(
+    user_api_key_dict: Any,
+    data: dict[str, Any],
+    sources: tuple[str, ...],
+    fallback: str = FALLBACK_ACCOUNT,
+) -> tuple[str, str | None]:
+    """Who pays, and why not the one named: the first of ``sources`` the call has (absent or
+    empty: the next), if the worker takes it as an account id; else ``fallback`` and the reason
+    (``metadata.usable_account``: the worker's rule). ``fallback`` and no reason when no source
+    names anyone."""
     values = {
         "end_user": data.get("user"),
         "team": getattr(user_api_key_dict, "team_id", None),
@@ -144,9 +174,25 @@ def account_of(user_api_key_dict: Any, data: dict[str, Any], sources: tuple[str,
     }
     for source in sources:
         value = values[source]
-        if isinstance(value, str) and value:
-            return value[:200]
-    return "litellm-anonymous"
+        if value is None or value == "":
+            continue
+        return usable_account(value, fallback, SOURCE_FIELDS[source])
+    return fallback, None
+
+
+def within_contract(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` without the optional fields the worker would refuse (``OPTIONAL_FIELDS``: the call
+    is billed without them rather than refused whole). Changes ``meta``."""
+    for _ in OPTIONAL_FIELDS:
+        try:
+            request_from_dict(meta)
+        except RequestMetaError as exc:
+            field = str(exc).split(":", 1)[0]
+            if field in OPTIONAL_FIELDS and field in meta:
+                del meta[field]
+                continue
+        break
+    return meta
 
 
 def _optional(body: dict[str, Any], key: str, kind: type) -> Any:
@@ -194,8 +240,10 @@ class BillingHook(CustomLogger):
         self,
         publisher_factory: Callable[[], Publisher | Tee] = make_publisher,
         book: PriceBook | None = None,
+        fallback_account: str = FALLBACK_ACCOUNT,
     ) -> None:
         super().__init__()
+        self.fallback_account = check_identifier(fallback_account, "fallback_account")
         self._publisher_factory = publisher_factory
         self._publisher: Publisher | Tee | None = None
         self._publisher_pid = 0
@@ -249,19 +297,22 @@ class BillingHook(CustomLogger):
         include_usage = True
         if stream:
             include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        metadata = data.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        messages = slim_messages(data.get("messages") or [])
+        # Priced for the deployment's model (the one the worker prices), not the alias asked, and
+        # from the messages as published (an image as its placeholder, not its bytes).
+        priced = {**data, "model": model, "messages": messages}
         meta: dict[str, Any] = {
             "request_id": rid,
-            "account_id": (data.get("metadata") or {}).get("billing_account_id")
-            or "litellm-anonymous",
+            "account_id": metadata.get("billing_account_id") or self.fallback_account,
+            "account_fallback": metadata.get(FALLBACK_KEY),
             "model": model,
             "stream": stream,
             "include_usage": include_usage,
-            # Priced for the deployment's model (the one the worker prices), not the alias asked.
-            "reserved_micros": int(
-                reserve(self.book, {**data, "model": model}, at, provider=provider)
-            ),
+            "reserved_micros": int(reserve(self.book, priced, at, provider=provider)),
             "created_at": now_rfc3339(),
-            "messages": data.get("messages") or [],
+            "messages": messages,
             "tools": data.get("tools") or data.get("functions") or [],
             "n": _optional(data, "n", int),
             "max_tokens": _optional(data, "max_completion_tokens", int)
@@ -270,13 +321,38 @@ class BillingHook(CustomLogger):
             "seed": _optional(data, "seed", int),
             "provider": provider,
         }
-        return {k: v for k, v in meta.items() if v is not None}
+        return within_contract({k: v for k, v in meta.items() if v is not None})
+
+    def _bare_meta(
+        self, data: dict[str, Any], rid: str, model: str, *, stream: bool
+    ) -> dict[str, Any]:
+        """The entry's money fields alone, for a request ``_meta`` could not read."""
+        metadata = data.get("metadata")
+        account = metadata.get("billing_account_id") if isinstance(metadata, dict) else None
+        return {
+            "request_id": rid,
+            "account_id": account if isinstance(account, str) else self.fallback_account,
+            "model": model,
+            "stream": stream,
+            "include_usage": True,
+            "reserved_micros": 0,
+            "created_at": now_rfc3339(),
+            "messages": [],
+            "omitted_messages": True,
+        }
 
     def _open(
         self, data: dict[str, Any], rid: str, model: str, *, stream: bool, provider: str | None
     ) -> None:
-        meta = self._meta(data, rid, model, stream=stream, provider=provider)
-        self._publish(rid, "open", lambda p: p.open(meta))
+        def open_call(publisher: Publisher | Tee) -> None:
+            try:
+                meta = self._meta(data, rid, model, stream=stream, provider=provider)
+            except Exception as exc:  # the call is published all the same: held at 0, no prompt
+                log.error("billing: the request of %s not read: %s", rid, type(exc).__name__)
+                meta = self._bare_meta(data, rid, model, stream=stream)
+            publisher.open(entry_body(meta), rid)
+
+        self._publish(rid, "open", open_call)
 
     def _close(self, rid: str, reason: str) -> None:
         if reason == "upstream_error":  # the proxy calls the failure hook next: it must not repeat
@@ -298,8 +374,16 @@ class BillingHook(CustomLogger):
             return data
         metadata = data.setdefault("metadata", {})
         if isinstance(metadata, dict):
-            metadata[REQUEST_ID_KEY] = f"req_litellm_{uuid.uuid4().hex}"
-            metadata["billing_account_id"] = account_of(user_api_key_dict, data, self._accounts)
+            rid = f"req_litellm_{uuid.uuid4().hex}"
+            metadata[REQUEST_ID_KEY] = rid
+            account, problem = account_of(
+                user_api_key_dict, data, self._accounts, self.fallback_account
+            )
+            metadata["billing_account_id"] = account
+            metadata.pop(FALLBACK_KEY, None)  # only the hook says so, never the client's metadata
+            if problem is not None:  # the reason only: the id may be anything a client sent
+                metadata[FALLBACK_KEY] = problem
+                log.warning("billing: %s billed to %s: %s", rid, account, problem)
         return data
 
     async def async_post_call_streaming_iterator_hook(

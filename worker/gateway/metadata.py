@@ -12,20 +12,33 @@ it is recorded as false and the worker bills the estimate), ``messages``, ``tool
 ``max_tokens`` (``max_completion_tokens`` first), ``temperature``, ``seed``, and the
 ``Idempotency-Key`` header. The entry is checked by the worker's own reader
 (``worker.request.request_from_dict``) before anything is published, so a value the worker would
-dead-letter is answered at once with an HTTP 400 instead.
+dead-letter is answered at once with an HTTP 400 instead. Its messages are published with their
+media replaced by placeholders and, past the budget, cut (``request_budget``).
+
+The body is read as the app will read it (``read_body``): orjson first, and where orjson refuses
+what Python's ``json`` takes (a lone surrogate escape, a UTF-8 byte order mark, UTF-16 or UTF-32,
+a number past 64 bits), Python's ``json`` on the bytes, its strings cleaned for the published
+metadata (a lone surrogate becomes U+FFFD). ``stream`` is read as the app reads it too
+(``asks_to_stream``: truthy, so ``"true"`` and ``1`` stream). The hook's account goes through the
+worker's own identifier rule (``usable_account``): an unusable one is billed to the fallback
+account, with its problem in the entry's ``account_fallback``.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from worker.errors import RequestMetaError
-from worker.request import request_from_dict
+from worker.gateway.request_budget import clean, slim_messages
+from worker.request import check_identifier, request_from_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +84,62 @@ def rfc3339(at: datetime) -> str:
     return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def read_body(raw: bytes) -> Any:
+    """The request body's JSON as the app reads it, or None when it is not JSON at all.
+
+    orjson first (the fast path). Where it refuses, Python's ``json`` on the bytes, as Starlette's
+    ``request.json()`` and most Python gateways parse: it takes what orjson does not (a lone
+    surrogate escape, a UTF-8 byte order mark, UTF-16 and UTF-32 by their first bytes, ``NaN``,
+    integers past 64 bits), so an app may serve such a request, and it must be billed. What it
+    gives is ``clean``-ed, so the published metadata is JSON the worker reads."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError
+        return None
+    return clean(body)
+
+
+def asks_to_stream(body: dict[str, Any]) -> bool:
+    """Whether the request asks for a stream, as the app reads ``stream``: truthy (``true``,
+    ``"true"``, ``"false"``, ``1``: any non-empty string, any non-zero number) streams. The
+    refusals and the request entry read it so; what is published as ``stream`` is in the end how
+    the response came (``middleware``)."""
+    return bool(body.get("stream"))
+
+
+def usage_asked(body: dict[str, Any]) -> bool:
+    """``stream_options.include_usage``, truthy as ``asks_to_stream`` reads ``stream``."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
 def include_usage(body: dict[str, Any]) -> bool:
     """Whether the client will receive a usage block: always for a non-streamed call, for a streamed
     one only when it asked (``stream_options.include_usage``)."""
-    if body.get("stream") is not True:
-        return True
-    options = body.get("stream_options")
-    return isinstance(options, dict) and options.get("include_usage") is True
+    return usage_asked(body) if asks_to_stream(body) else True
+
+
+# The account an unusable account id is billed to, unless the gateway names another.
+FALLBACK_ACCOUNT = "unattributed"
+
+
+def usable_account(
+    account: object, fallback: str, key: str = "account_id"
+) -> tuple[str, str | None]:
+    """``account`` if the worker takes it as an account id (``worker.request.check_identifier``:
+    1 to 200 characters, no control character, no whitespace at either end), else ``fallback``
+    with the reason, which the entry carries as ``account_fallback`` (never the id itself: it may
+    be anything a client sent). ``key`` names where the id came from in the reason."""
+    if not isinstance(account, str):
+        return fallback, f"{key}: not a string but {type(account).__name__}"
+    try:
+        return check_identifier(account, key), None
+    except RequestMetaError as exc:
+        return fallback, str(exc)
 
 
 def request_entry(
@@ -89,23 +151,27 @@ def request_entry(
     created_at: datetime,
     idempotency_key: str | None,
     streamed: bool,
+    fallback_account: str = FALLBACK_ACCOUNT,
 ) -> dict[str, Any]:
     """The ``request`` entry of the call, checked as the worker will read it. ``streamed`` is how the
     response came (an SSE body or not), which can differ from what was asked: a streamed request the
-    upstream refused with a plain JSON error was answered non-streamed. Raises ``RequestMetaError``
-    naming a field outside the contract's limits."""
+    upstream refused with a plain JSON error was answered non-streamed. ``messages`` are published
+    with their media parts replaced (``slim_messages``). Raises ``RequestMetaError`` naming a
+    field outside the contract's limits. An ``info.account_id`` the worker would refuse is billed
+    to ``fallback_account``, the entry's ``account_fallback`` saying why (``usable_account``)."""
+    account, problem = usable_account(info.account_id, fallback_account)
     max_tokens = body.get("max_completion_tokens")
     if max_tokens is None:
         max_tokens = body.get("max_tokens")
     entry: dict[str, Any] = {
         "request_id": request_id,
-        "account_id": info.account_id,
+        "account_id": account,
         "model": body.get("model"),
         "stream": streamed,
-        "include_usage": include_usage(body) if streamed else True,
+        "include_usage": usage_asked(body) if streamed else True,
         "reserved_micros": reserved_micros,
         "created_at": rfc3339(created_at),
-        "messages": body.get("messages") or [],
+        "messages": slim_messages(body.get("messages") or []),
         "tools": body.get("tools") or body.get("functions") or [],
         "n": body.get("n"),
         "max_tokens": max_tokens,
@@ -114,8 +180,20 @@ def request_entry(
         "idempotency_key": idempotency_key,
         "provider": info.provider,
     }
+    if problem is not None:
+        entry["account_fallback"] = problem
     request_from_dict(entry)
     return entry
 
 
-__all__ = ["CallInfo", "MetadataHook", "RequestMetaError", "new_request_id", "request_entry"]
+__all__ = [
+    "FALLBACK_ACCOUNT",
+    "CallInfo",
+    "MetadataHook",
+    "RequestMetaError",
+    "asks_to_stream",
+    "new_request_id",
+    "read_body",
+    "request_entry",
+    "usable_account",
+]

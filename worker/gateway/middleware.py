@@ -6,14 +6,20 @@
 For a ``POST …/chat/completions`` (``routes``) it reads the request body (and hands it on to the
 app unchanged), then, in this order:
 
-1. answers the contract's refusals with an HTTP 400 in OpenAI's error shape (``refusals``), before
-   the hook, the app or any write;
+1. reads the body as the app will (``metadata.read_body``: orjson, else Python's ``json``, which
+   also takes a lone surrogate escape, a byte order mark, UTF-16 and UTF-32) and answers the
+   contract's refusals with an HTTP 400 in OpenAI's error shape (``refusals``), before the hook,
+   the app or any write: a body that is not a JSON object at all, a stream (``stream`` read as
+   the app reads it: truthy) with an ``Idempotency-Key`` or for a non-streamable model;
 2. asks the gateway's ``hook`` whose call it is (``metadata``; None: not billed, passed through);
+   an account id the worker would refuse is billed to ``fallback_account`` instead, the entry's
+   ``account_fallback`` saying why;
 3. checks the ``request`` entry as the worker will (a field outside the contract: HTTP 400);
 4. calls the app, watching what it sends. Once the response's first body bytes went to the client
    (so not on the time to first byte) it prices the hold from the price book when the hook gave
    none (``reservation``; any price it gives is within the contract, so the check of step 3
-   stands) and publishes the ``request`` entry and ``open`` (``stream``
+   stands) and publishes the ``request`` entry (within its byte budget, media replaced by
+   placeholders: ``request_budget``) and ``open`` (``stream``
    is how the response came: an SSE body, or a plain one such as an upstream's JSON error, which
    is then recorded as the non-streamed response it was); each body chunk goes to the client
    first, then to the publisher: as it is to a publisher that cuts SSE events itself (the tee's
@@ -31,8 +37,9 @@ app unchanged), then, in this order:
 
 A request that never got a response (the app raised first, the client left first) is published at
 the end, as asked, with no frames: the worker keeps it unsettled ``incomplete``. A body that is not
-a JSON object passes through unbilled (no model ran on it). A publisher error is logged and never
-reaches the client: with the ``Tee`` there is none (it queues or spools).
+a JSON object is refused (step 1): the middleware could not bill what the app might serve from it.
+A publisher error is logged and never reaches the client: with the ``Tee`` there is none (it
+queues or spools).
 """
 
 from __future__ import annotations
@@ -44,20 +51,23 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-import orjson
-
 from worker.errors import RequestMetaError
 from worker.gateway.events import EventSplitter
 from worker.gateway.metadata import (
+    FALLBACK_ACCOUNT,
     MetadataHook,
-    include_usage,
+    asks_to_stream,
     new_request_id,
+    read_body,
     request_entry,
+    usage_asked,
 )
-from worker.gateway.refusals import Refusal, refusal
+from worker.gateway.refusals import NOT_JSON, Refusal, refusal
+from worker.gateway.request_budget import entry_body
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, reserve
 from worker.gateway.routes import is_chat_completion
 from worker.prices import PriceBook, load_price_book
+from worker.request import check_identifier
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +134,7 @@ class _Call:
         "started",
         "status",
         "streamed",
+        "usage_asked",
     )
 
     def __init__(
@@ -132,10 +143,14 @@ class _Call:
         request_id: str,
         entry: dict[str, Any],
         price: Callable[[], int] | None = None,
+        usage_asked: bool = True,
     ) -> None:
         self.publisher = publisher
         self.request_id = request_id
         self.entry = entry
+        # ``stream_options.include_usage``: the entry's ``include_usage`` when the response came
+        # streamed, whatever the request's ``stream`` said.
+        self.usage_asked = usage_asked
         self.price = price  # the hold's price, when the entry's ``reserved_micros`` awaits it
         self.started = False  # the app started its response (``status``, ``streamed``)
         self.opened = False  # ``open`` published
@@ -170,9 +185,10 @@ class _Call:
             except Exception:  # the call is published all the same, held at 0, and said
                 log.exception("billing: the hold of %s not priced; held at 0", self.request_id)
         if entry["stream"] != streamed:
-            entry = {**entry, "stream": streamed, "include_usage": True}
+            usage = self.usage_asked if streamed else True
+            entry = {**entry, "stream": streamed, "include_usage": usage}
         try:
-            self.publisher.open(orjson.dumps(entry), self.request_id)
+            self.publisher.open(entry_body(entry), self.request_id)
         except Exception:
             log.exception("billing: open of %s not published", self.request_id)
 
@@ -238,7 +254,9 @@ class BillingMiddleware:
     ``publisher``: a ``Tee`` (or anything with ``Publisher``'s methods). ``hook``: the gateway's
     ``MetadataHook``. ``prices``: the book holds are priced from (the bundled one by default).
     ``non_streamable``: model prefixes that must not stream (``BILLING_NON_STREAMABLE_MODELS``).
-    ``default_max_tokens``: the output limit a hold assumes when the request states none."""
+    ``default_max_tokens``: the output limit a hold assumes when the request states none.
+    ``fallback_account``: the account a call is billed to when the hook's account id is one the
+    worker would refuse (``metadata.usable_account``)."""
 
     def __init__(
         self,
@@ -249,7 +267,9 @@ class BillingMiddleware:
         prices: PriceBook | None = None,
         non_streamable: Iterable[str] = (),
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        fallback_account: str = FALLBACK_ACCOUNT,
     ) -> None:
+        self.fallback_account = check_identifier(fallback_account, "fallback_account")
         self.app = app
         self.publisher = publisher
         self.hook = hook
@@ -291,12 +311,9 @@ class BillingMiddleware:
         await self._run(scope, replay, send, call)
 
     def _prepare(self, scope: Scope, raw: bytes) -> _Call | Refusal | None:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return None
+        body = read_body(raw)
         if not isinstance(body, dict):
-            return None
+            return NOT_JSON
         key = _header(scope, b"idempotency-key")
         refused = refusal(body, key, self.non_streamable)
         if refused is not None:
@@ -306,34 +323,41 @@ class BillingMiddleware:
             return None
         created_at = datetime.now(UTC)
         request_id = info.request_id or new_request_id()
-        price: Callable[[], int] | None = None
         reserved = info.reserved_micros
-        if reserved is None:
-            # Priced after the first body bytes went out (``_Call.open``): ``reserve`` gives a
-            # hold within the contract's range, which 0 stands for in the check below.
-            price = partial(
-                reserve,
-                self.prices,
-                body,
-                created_at,
-                provider=info.provider,
-                default_max_tokens=self.default_max_tokens,
-            )
-            reserved = 0
         try:
             entry = request_entry(
                 body,
                 info,
                 request_id=request_id,
-                reserved_micros=int(reserved),
+                # 0 stands for a hold priced later: ``reserve`` gives one within the contract.
+                reserved_micros=0 if reserved is None else int(reserved),
                 created_at=created_at,
                 idempotency_key=key,
-                streamed=body.get("stream") is True,
+                streamed=asks_to_stream(body),
+                fallback_account=self.fallback_account,
             )
         except RequestMetaError as exc:
             return Refusal(400, f"Invalid request: {exc}", str(exc).split(":", 1)[0], "invalid")
-        entry["include_usage"] = include_usage(body)
-        return _Call(self.publisher, request_id, entry, price)
+        if "account_fallback" in entry:  # the reason only: the id may be anything a client sent
+            log.warning(
+                "billing: %s billed to %s: %s",
+                request_id,
+                self.fallback_account,
+                entry["account_fallback"],
+            )
+        price: Callable[[], int] | None = None
+        if reserved is None:
+            # Priced after the first body bytes went out (``_Call.open``), from the messages as
+            # published (an image as its placeholder, not its bytes).
+            price = partial(
+                reserve,
+                self.prices,
+                {**body, "messages": entry["messages"]},
+                created_at,
+                provider=info.provider,
+                default_max_tokens=self.default_max_tokens,
+            )
+        return _Call(self.publisher, request_id, entry, price, usage_asked(body))
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, call: _Call) -> None:
         async def watch(message: Message) -> None:

@@ -2,7 +2,10 @@
 
 docs/events.md and docs/alerts.md: a streamed request must not carry an ``Idempotency-Key`` (a
 stream cannot be replayed from a cache, so a retried key would bill twice or serve nothing), and a
-model listed in ``BILLING_NON_STREAMABLE_MODELS`` must not stream. The answer is an HTTP 400 with
+model listed in ``BILLING_NON_STREAMABLE_MODELS`` must not stream. "Streamed" is read as the app
+reads ``stream`` (``metadata.asks_to_stream``: truthy, so ``"true"`` and ``1`` are streams). A body
+that is not a JSON object even to Python's ``json`` (``NOT_JSON``) is refused too: the middleware
+cannot bill it, so the app must not serve it. The answer is an HTTP 400 with
 OpenAI's error object, ``{"error": {"message", "type", "param", "code"}}``, the shape the openai
 client raises ``BadRequestError`` from (https://platform.openai.com/docs/guides/error-codes).
 """
@@ -16,6 +19,7 @@ from typing import Any
 import orjson
 
 from worker.anomalies import is_non_streamable
+from worker.gateway.metadata import asks_to_stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +42,20 @@ class Refusal:
         )
 
 
+NOT_JSON = Refusal(
+    400,
+    "The request body is not a JSON object: send the chat completion as JSON "
+    "(Content-Type: application/json).",
+    None,
+    "invalid_json",
+)
+
+
 def refusal(
     body: dict[str, Any], idempotency_key: str | None, non_streamable: Iterable[str]
 ) -> Refusal | None:
     """Why this request is refused, or None. ``body`` is the parsed request JSON."""
-    if body.get("stream") is not True:
+    if not asks_to_stream(body):
         return None
     if idempotency_key:
         return Refusal(

@@ -511,3 +511,23 @@ def test_an_account_the_worker_would_refuse_goes_to_the_fallback(
 ) -> None:
     expected = ("acct_1" if reason is None else "fallback", reason)
     assert usable_account(account, "fallback") == expected
+
+
+def test_inflate_undoes_the_content_encodings_a_client_may_send() -> None:
+    import gzip
+    import zlib
+
+    from worker.gateway.metadata import MAX_INFLATED_BYTES, inflate
+
+    text = b'{"model": "gpt-4o", "messages": []}'
+    assert inflate(text, None) == inflate(text, "identity") == text
+    assert inflate(gzip.compress(text), "gzip") == text
+    assert inflate(zlib.compress(text), "deflate") == text
+    raw_deflate = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    assert inflate(raw_deflate.compress(text) + raw_deflate.flush(), "deflate") == text
+    assert inflate(gzip.compress(zlib.compress(text)), "deflate, gzip") == text
+    assert inflate(text, "br") is None  # not known here: refused, never served unbilled
+    assert inflate(b"not gzip", "gzip") is None
+    assert inflate(gzip.compress(text)[:-6], "gzip") is None  # cut short
+    bomb = gzip.compress(b"\0" * (MAX_INFLATED_BYTES + 1))
+    assert len(bomb) < 1 << 20 and inflate(bomb, "gzip") is None

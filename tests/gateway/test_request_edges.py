@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 import uuid
 from collections.abc import Iterator
@@ -251,6 +252,19 @@ def test_asgi_bodies_only_pythons_json_reads_are_billed(edges: Edges) -> None:
         assert (answer.status_code, served_calls) == (200, 1), answer.text
     calls = edges.decided([payer], len(raws))
     assert_settled_as_sent(calls, edges.last_sent(len(raws)))
+
+
+def test_asgi_a_compressed_body_is_billed_and_an_unknown_encoding_refused(edges: Edges) -> None:
+    """A gzip-compressed request (``Content-Encoding: gzip``) the app serves is billed: the
+    middleware reads it inflated. An encoding it cannot undo is refused before the app (it could
+    not be billed), never served unbilled."""
+    payer = account()
+    raw = gzip.compress(json.dumps(body(payer)).encode())
+    answer, served_calls = edges.post(edges.gateway, raw, payer, **{"Content-Encoding": "gzip"})
+    assert (answer.status_code, served_calls) == (200, 1), answer.text
+    assert_settled_as_sent(edges.decided([payer], 1), edges.last_sent(1))
+    answer, served_calls = edges.post(edges.gateway, raw, payer, **{"Content-Encoding": "br"})
+    assert (answer.status_code, served_calls) == (400, 0)
 
 
 def test_asgi_a_body_that_is_not_json_is_refused_before_the_app(edges: Edges) -> None:

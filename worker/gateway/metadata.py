@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -101,6 +102,44 @@ def read_body(raw: bytes) -> Any:
     except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError
         return None
     return clean(body)
+
+
+# The most a compressed request body may inflate to before it is refused (a decompression bomb
+# must not take the gateway's memory): far above any request the request budget publishes.
+MAX_INFLATED_BYTES = 64 << 20
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def inflate(raw: bytes, encoding: str | None) -> bytes | None:
+    """The request body as the app reads it once its ``Content-Encoding`` is undone: ``raw``
+    itself without one (or ``identity``); gzip and deflate (zlib-wrapped, or raw as some clients
+    send it) inflated up to ``MAX_INFLATED_BYTES``; None for an encoding not known here, a body
+    that does not inflate, or one past the bound (refused: the call could not be billed)."""
+    names = [name.strip().lower() for name in (encoding or "").split(",") if name.strip()]
+    body = raw
+    for name in reversed(names):  # the encodings are listed in the order they were applied
+        if name == "identity":
+            continue
+        wbits = _WBITS.get(name)
+        if wbits is None:
+            return None
+        body = _inflate(body, wbits) or (
+            _inflate(body, -zlib.MAX_WBITS) if name == "deflate" else None
+        )
+        if body is None:
+            return None
+    return body
+
+
+def _inflate(data: bytes, wbits: int) -> bytes | None:
+    inflater = zlib.decompressobj(wbits)
+    try:
+        out = inflater.decompress(data, MAX_INFLATED_BYTES + 1)
+    except zlib.error:
+        return None
+    if len(out) > MAX_INFLATED_BYTES or not inflater.eof:
+        return None
+    return out
 
 
 def asks_to_stream(body: dict[str, Any]) -> bool:

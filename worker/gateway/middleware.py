@@ -57,6 +57,7 @@ from worker.gateway.metadata import (
     FALLBACK_ACCOUNT,
     MetadataHook,
     asks_to_stream,
+    inflate,
     new_request_id,
     read_body,
     request_entry,
@@ -311,7 +312,8 @@ class BillingMiddleware:
         await self._run(scope, replay, send, call)
 
     def _prepare(self, scope: Scope, raw: bytes) -> _Call | Refusal | None:
-        body = read_body(raw)
+        inflated = inflate(raw, _header(scope, b"content-encoding"))
+        body = None if inflated is None else read_body(inflated)
         if not isinstance(body, dict):
             return NOT_JSON
         key = _header(scope, b"idempotency-key")

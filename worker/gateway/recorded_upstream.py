@@ -40,6 +40,7 @@ Prompts are not kept: ``sent`` records what the upstream replied, never what it 
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import threading
 import time
@@ -262,6 +263,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
+        if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
+            raw = gzip.decompress(raw)  # a client compressing its request, as a server may take
         path = self.path.split("?", 1)[0]
         scenario = "clean"
         if path.startswith("/scenario/"):

@@ -34,6 +34,8 @@ class AnomalyKind(StrEnum):
     CHARGED_LATE = "charged_late"
     # why the worker could not read the call (its failure is ``unreadable``), for ``billing show``
     UNREADABLE = "unreadable"
+    # the gateway billed the call to its fallback account: the payer's id was unusable
+    ACCOUNT_FALLBACK = "account_fallback"
 
 
 ANOMALY_KINDS = tuple(str(kind) for kind in AnomalyKind)

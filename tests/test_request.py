@@ -138,3 +138,18 @@ def test_arbitrary_metadata_parses_into_column_values_or_is_a_named_refusal(data
     except RequestMetaError:
         return
     assert_fits_every_column(meta)
+
+
+def test_account_fallback_is_a_note_made_harmless() -> None:
+    from worker.errors import RequestMetaError
+    from worker.request import MAX_NOTE_CHARS, request_from_dict
+
+    base = {"request_id": "r", "account_id": "a", "model": "m", "stream": False,
+            "reserved_micros": 0, "created_at": "2026-11-30T00:00:00Z"}  # fmt: skip
+    assert request_from_dict(base).account_fallback is None
+    meta = request_from_dict({**base, "account_fallback": "bad\x00id\ud800" + "x" * 900})
+    assert meta.account_fallback is not None
+    assert meta.account_fallback.startswith("bad\ufffdid\ufffd")
+    assert len(meta.account_fallback) == MAX_NOTE_CHARS
+    with pytest.raises(RequestMetaError, match="account_fallback"):
+        request_from_dict({**base, "account_fallback": 7})

@@ -64,6 +64,9 @@ class RequestMeta:
     # Which upstream credential served the call, as a label (``key_abc123``, ``team-a``), never the
     # secret itself: the upstream reconciliation matches it to the exports' ``api_key_id``.
     upstream_key: str | None = None
+    # Why the gateway billed the call to its fallback account (the payer's own id was unusable):
+    # recorded as the anomaly ``account_fallback``; never the id itself.
+    account_fallback: str | None = None
     # Which request entry this metadata came from (``request_digest``); None when it did not come
     # from a call's stream (a replay file, a test). Stored on the reservation, never the prompt.
     digest: str | None = None
@@ -183,6 +186,22 @@ def check_identifier(value: str, key: str) -> str:
     return _identifier({key: value}, key)
 
 
+# The longest free-text note the metadata may carry (an anomaly's detail).
+MAX_NOTE_CHARS = 500
+
+
+def _note(data: dict[str, Any], key: str) -> str | None:
+    """An optional free-text note (``account_fallback``): a string, control characters and
+    unpaired surrogates replaced by U+FFFD (it is shown, never parsed), cut to
+    ``MAX_NOTE_CHARS``; anything else is refused."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RequestMetaError(f"{key}: expected a string")
+    return _NOT_IN_IDS.sub("\ufffd", value)[:MAX_NOTE_CHARS] or None
+
+
 def _created_at(data: dict[str, Any]) -> datetime:
     created_at = parse_rfc3339(data.get("created_at"))
     if not EARLIEST_CREATED_AT <= created_at < LATEST_CREATED_AT:
@@ -267,6 +286,7 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
         idempotency_key=key,
         provider=provider,
         upstream_key=upstream_key,
+        account_fallback=_note(data, "account_fallback"),
         digest=None
         if entry_id is None
         else _digest(entry_id, request_id, account_id, model, stream, reserved, created_at),

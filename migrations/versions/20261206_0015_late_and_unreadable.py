@@ -5,7 +5,8 @@ still recorded from what could be read of it (request id, account, model, hold) 
 failure whose exposure is its hold, never only a dead letter. ``anomalies.kind`` admits
 ``charged_late`` (a complete result came after the call's failure had been resolved: its own
 flagged charge transaction) and ``unreadable`` (why the worker could not read the call, for
-``billing show``). Downgrade refuses nothing: rows with the new reason or kinds must be gone first
+``billing show``), and ``account_fallback`` (the gateway billed the call to its fallback account:
+the payer's own id was one no call can have; the detail is why, never the id). Downgrade refuses nothing: rows with the new reason or kinds must be gone first
 (the old constraints would fail on them, and say so).
 
 Revision ID: 0015
@@ -49,7 +50,7 @@ OLD_KINDS = (
     "implausible_usage",
     "inconsistent_usage",
 )
-NEW_KINDS = (*OLD_KINDS, "charged_late", "unreadable")
+NEW_KINDS = (*OLD_KINDS, "charged_late", "unreadable", "account_fallback")
 
 
 def _within(column: str, values: Sequence[str]) -> str:

@@ -136,3 +136,24 @@ def test_a_held_call_whose_close_was_refused_is_unreadable_at_its_hold(
         "unsettled", "unreadable", 40_000,
     )  # fmt: skip
     assert len(found["anomalies"]) == 1
+
+
+def test_a_call_billed_to_the_fallback_account_says_why(
+    consumer, publisher, sessions, account
+) -> None:
+    """The gateway billed a call whose payer id was unusable to its fallback account, and said
+    why in ``account_fallback``: the call settles there and carries the anomaly with the reason
+    (control characters in the note are made harmless, never stored)."""
+    from .test_consumer import play, status
+
+    m = {**meta(account), "account_fallback": "user: holds a control character\x1b[2J"}
+    play(publisher, m, frames())
+    drain(consumer)
+    assert status(sessions, m["request_id"]) == "settled"
+    with sessions() as s:
+        [detail] = s.scalars(
+            select(Anomaly.detail)
+            .join(Reservation, Reservation.id == Anomaly.reservation_id)
+            .where(Reservation.request_id == m["request_id"], Anomaly.kind == "account_fallback")
+        ).all()
+    assert "control character" in detail and "\x1b" not in detail

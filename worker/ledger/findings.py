@@ -290,3 +290,22 @@ def record_true_ups(session: Session, since: datetime) -> int:
         )
     )
     return max(result.rowcount or 0, 0)
+
+
+FALLBACK_RESERVATIONS = select(Reservation.id, Reservation.request_id).where(
+    Reservation.request_id.in_(bindparam("b_ids", expanding=True))
+)
+
+
+def record_account_fallbacks(session: Session, metas: Iterable[RequestMeta], now: datetime) -> None:
+    """The anomaly ``account_fallback`` of each call the gateway billed to its fallback account
+    (``RequestMeta.account_fallback``: why), once per reservation; one statement when there is
+    none, two when there are."""
+    why = {meta.request_id: meta.account_fallback for meta in metas if meta.account_fallback}
+    if not why:
+        return
+    for reservation_id, request_id in session.execute(
+        FALLBACK_RESERVATIONS, {"b_ids": sorted(why)}
+    ):
+        detail = f"billed to the fallback account {why[request_id]}"
+        record_anomalies(session, reservation_id, {AnomalyKind.ACCOUNT_FALLBACK: detail}, now)

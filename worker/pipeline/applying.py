@@ -35,6 +35,7 @@ from worker.ledger.batch import apply_common
 from worker.ledger.effects import NO_CHANGE, SETTLED_EFFECTS, Effect
 from worker.ledger.findings import (
     columns_of,
+    record_account_fallbacks,
     record_anomalies,
     record_findings,
     record_findings_many,
@@ -131,17 +132,17 @@ class Applier:
                         raise _Retry from exc
                     # Left a dead letter only, as before this step existed; said loudly.
                     log.exception("refused call %s could not be recorded", call.request_id)
-            # Where each call went upstream (``worker.upstream.routes``), with its hold.
-            record_routes(
-                session,
-                [
-                    call.meta
-                    for call in batch.calls
-                    if call.meta is not None
-                    and call.dead_reason is None
-                    and call.effect not in (None, Effect.DEFERRED)
-                ],
-            )
+            # Where each call went upstream (``worker.upstream.routes``), with its hold, and
+            # which the gateway billed to its fallback account.
+            applied = [
+                call.meta
+                for call in batch.calls
+                if call.meta is not None
+                and call.dead_reason is None
+                and call.effect not in (None, Effect.DEFERRED)
+            ]
+            record_routes(session, applied)
+            record_account_fallbacks(session, applied, now)
 
     def _apply_common(self, session: Session, calls: list[CallState], now: datetime) -> None:
         """The batch's fresh holds, plain settlements and failures in a few statements."""

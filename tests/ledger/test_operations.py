@@ -207,7 +207,11 @@ def test_a_result_after_resolution_is_charged_late(
     late = [flagged for kind, flagged in kinds(session, "req-1") if kind == "charge"]
     assert late == ([True] if delta else [])  # a zero difference posts nothing
     assert failure(session, "req-1").action == action
-    usage = session.scalars(select(UsageRecord.charge_micros)).all()
+    usage = session.scalars(
+        select(UsageRecord.charge_micros)
+        .join(Reservation, Reservation.id == UsageRecord.reservation_id)
+        .where(Reservation.request_id == "req-1")
+    ).all()
     assert usage == [charge]
     assert apply_result(session, result, now=later, grace=GRACE, closed=True) == "duplicate"
     assert balance(session, "acct-1").charged == charge

@@ -249,3 +249,39 @@ def test_output_counted_as_zero_completion_tokens_is_never_settled(
     assert (result.outcome, result.reason) == (Outcome.UNSETTLED, Reason.IMPLAUSIBLE_USAGE)
     assert result.charge_micros is None
     assert result.exposure_micros is not None
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        pytest.param(lambda text: b"\xef\xbb\xbf" + text.encode(), id="utf-8 byte order mark"),
+        pytest.param(lambda text: text.encode("utf-16"), id="utf-16"),
+        pytest.param(lambda text: text.encode("utf-32-le"), id="utf-32"),
+        pytest.param(lambda text: text.replace("there", "\\ud800").encode(), id="lone surrogate"),
+    ],
+)
+def test_a_response_body_only_pythons_json_reads_is_billed(encode) -> None:
+    """Issue 35, leak 5: the gateway served this body to a client that reads it (Python's json);
+    orjson refuses it, and the call was a dead letter. It settles at its reported usage."""
+    import json
+    from datetime import UTC, datetime
+
+    from worker.money import Micros
+    from worker.prices import load_price_book
+    from worker.reconcile import reconcile_response
+    from worker.request import RequestMeta
+    from worker.result import Outcome
+
+    book = load_price_book()
+    meta = RequestMeta("r", "a", "gpt-4o", False, True, Micros(1000),
+                       datetime(2026, 11, 30, tzinfo=UTC))  # fmt: skip
+    text = json.dumps({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there"},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    })  # fmt: skip
+    plain = reconcile_response(meta, 200, text.encode(), book)
+    odd = reconcile_response(meta, 200, encode(text), book)
+    assert (odd.outcome, odd.charge_micros) == (Outcome.SETTLED, plain.charge_micros)
+    assert odd.usage == plain.usage

@@ -171,3 +171,18 @@ def test_other_event_names_are_kept_on_the_chunk() -> None:
 def test_iter_frames_matches_decode_frames_of_parse_events() -> None:
     body = b'data: {"a":1}\r\n\r\n: c\r\ndata: [DONE]\r\n\r\ndata: x\r\n\r\nevent: error\r\n\r\n'
     assert list(iter_frames(body)) == list(decode_frames(parse_events(body)))
+
+
+def test_a_frame_only_pythons_json_reads_is_a_chunk_with_the_replacement_character() -> None:
+    """Issue 35, leak 5: a lone surrogate escape is refused by orjson and read by Python's json,
+    as a Python client reads it; the worker reads it so too, the surrogate made U+FFFD (what the
+    client shows; tiktoken and the databases refuse a lone one). Invalid UTF-8 stays a bad frame."""
+    from worker.sse import Chunk, decode_event
+
+    [frame] = decode_event(0, None, '{"choices":[{"index":0,"delta":{"content":"a \\ud800 b"}}]}')
+    assert isinstance(frame, Chunk)
+    assert frame.obj["choices"][0]["delta"]["content"] == "a \ufffd b"
+    [frame] = decode_event(0, None, '{"\\udfff": 1}')
+    assert isinstance(frame, Chunk) and frame.obj == {"\ufffd": 1}
+    [bad] = decode_event(0, None, b'{"a": "\xff"}'.decode("utf-8", "surrogateescape"))
+    assert not isinstance(bad, Chunk)

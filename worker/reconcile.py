@@ -26,6 +26,7 @@ from worker.outcome import (
 from worker.prices import PriceBook
 from worker.request import RequestMeta
 from worker.result import Choice, Outcome, Reason, Result, Usage, UsageSource
+from worker.sse import lenient_loads
 from worker.usage import Reading, against_output, bound_for, cost_drifted, read_usage
 
 # No single call is charged more than this (one million USD): a larger charge comes from counts no
@@ -195,9 +196,12 @@ def reconcile_response(
         try:
             data = orjson.loads(body) if body else None
         except orjson.JSONDecodeError as exc:
-            data = None
-            if status < 400:
-                raise InputError(f"response body is not JSON: {exc}") from None
+            try:  # what a Python client reads: a BOM, UTF-16, a lone surrogate escape
+                data = lenient_loads(body)
+            except ValueError:
+                data = None
+                if status < 400:
+                    raise InputError(f"response body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         if status < 400:
             raise InputError("response body is not a JSON object")

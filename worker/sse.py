@@ -14,6 +14,8 @@ several ``data:`` lines each hold a whole JSON object is read as one frame per l
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -163,6 +165,30 @@ _JSON_KINDS = {
 }
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lenient_loads(data: str | bytes) -> Any:
+    """JSON that orjson refuses and Python's ``json`` reads, as a Python client reads it: a lone
+    surrogate escape (``"\\ud800"``), and for bytes a UTF-8 byte order mark, UTF-16 or UTF-32.
+    Every lone surrogate in its strings becomes U+FFFD (what the client shows; tiktoken and the
+    databases refuse a lone one). Raises ``ValueError`` when Python's ``json`` refuses it too."""
+    try:
+        return _without_surrogates(json.loads(data))
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+
+
+def _without_surrogates(value: Any) -> Any:
+    if type(value) is str:
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if type(value) is dict:
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_without_surrogates(item) for item in value]
+    return value
+
+
 def _utf8_error_at(data: str) -> int | None:
     """The byte offset, within the data, of the first byte that was not UTF-8 (or None)."""
     try:
@@ -205,6 +231,13 @@ def decode_event(index: int, event: str | None, data: str | None) -> list[Frame]
         obj = _loads(data)
     except _JSONDecodeError as exc:
         bad_at = _utf8_error_at(data)
+        if bad_at is None:
+            try:
+                obj = lenient_loads(data)
+            except ValueError:
+                obj = None
+            if type(obj) is dict:
+                return [Chunk(index, obj, event)]
         if event == "error":
             text = data.encode("utf-8", "replace").decode("utf-8") if bad_at is not None else data
             return [Chunk(index, {"message": text}, event)]

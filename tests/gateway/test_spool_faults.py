@@ -28,6 +28,8 @@ from worker.localservers.redis_server import PrivateRedis
 from worker.pipeline.keys import Keys
 from worker.pipeline.publisher import Publisher
 
+from .test_tee import notes, shape
+
 pytestmark = pytest.mark.redis
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,21 +58,6 @@ def publish(target: Publisher | Tee, rid: str, frames: int = 3) -> None:
         target.frames(rid, [f'data: {{"i":{i},"text":"{SECRET}"}}\n\n'.encode()])
     target.frames(rid, [b"data: [DONE]\n\n"])
     target.close(rid, "done")
-
-
-def shape(client: redis.Redis, keys: Keys, rid: str) -> list[dict[bytes, bytes]]:
-    """A call's stream with its frames joined (the tee may merge frames into fewer entries)."""
-    out: list[dict[bytes, bytes]] = []
-    for _id, fields in client.xrange(keys.request(rid)):
-        if out and fields[b"kind"] == b"frame" == out[-1][b"kind"]:
-            out[-1] = {b"kind": b"frame", b"body": out[-1][b"body"] + fields[b"body"]}
-        else:
-            out.append(fields)
-    return out
-
-
-def notes(client: redis.Redis, keys: Keys) -> list[tuple[bytes, bytes]]:
-    return [(f[b"kind"], f[b"request_id"]) for _id, f in client.xrange(keys.events())]
 
 
 def assert_all_arrived(client: redis.Redis, keys: Keys, rids: list[str], frames: int = 3) -> None:

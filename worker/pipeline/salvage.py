@@ -15,7 +15,7 @@ why (``summary``), without a byte of the prompt.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import orjson
@@ -126,23 +126,10 @@ def salvage(entries: list[Entry], request_id: str, fallback_time: datetime) -> S
         reserved_micros=Micros(_reserved(data, problems)),
         created_at=_created_at(data, fallback_time, problems),
     )
-    meta = _with_digest(meta, entry_id)
+    # The digest of the entry it was salvaged from: a second call published under the same id is
+    # still told apart (docs/events.md §5).
+    meta = replace(meta, digest=request_digest(entry_id, meta))
     return Salvaged(meta, tuple(problems))
-
-
-def _with_digest(meta: RequestMeta, entry_id: bytes) -> RequestMeta:
-    """``meta`` with the digest of the entry it was salvaged from (so a second call published
-    under the same id is still told apart: docs/events.md §5)."""
-    return RequestMeta(
-        request_id=meta.request_id,
-        account_id=meta.account_id,
-        model=meta.model,
-        stream=meta.stream,
-        include_usage=meta.include_usage,
-        reserved_micros=meta.reserved_micros,
-        created_at=meta.created_at,
-        digest=request_digest(entry_id, meta),
-    )
 
 
 def summary(reason: str, problems: tuple[str, ...] = (), entries: int | None = None) -> str:

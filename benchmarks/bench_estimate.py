@@ -4,16 +4,26 @@ Both sides count the same completion texts (a few tokens to a few thousand: chat
 arguments, non-English prose; fixed seed) with the same o200k_base encoding in the same process, so
 the ratio measures only what the estimate adds around the encoder. Target: ratio >= 0.5.
 
+``run_spaceless`` (row 5's second line) measures the estimate on the worst texts we could
+construct, text without spaces, which the pre-tokenizer makes one huge piece of (or, for a run of
+a million spaces, overflows on): runs of letters, of one letter, of digits, of CJK, of emoji, of
+punctuation, of spaces, base64, and random bytes decoded. Target: at least 1 MB/s (UTF-8 bytes)
+on every one; the row's ratio is the slowest kind's MB/s over that. Each kind is also counted at a
+quarter of the size (MB/s at full size over MB/s at a quarter: 1 when the time is linear), and
+the process's peak RSS above its start while counting (``/proc/self/clear_refs``) is noted.
+
     .venv/bin/python -m benchmarks.bench_estimate [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from worker.estimate import DEFAULT_TABLE, estimate_completion
 from worker.result import Choice, ToolCall
@@ -22,6 +32,7 @@ from worker.vocab import load_encoding
 MODEL = "gpt-4o"
 TARGET_RATIO = 0.5
 SEED = 20240806
+SPACELESS_TARGET_MB_S = 1.0
 
 _VOCABULARY = (
     "the invoice total usage token model request account billing reconcile stream response "
@@ -143,6 +154,79 @@ def run(smoke: bool = False) -> dict[str, float | int | bool]:
     }
 
 
+def spaceless_texts(chars: int, seed: int = SEED) -> dict[str, str]:
+    """Texts of ``chars`` characters without a space between two words (fixed seed)."""
+    rng = random.Random(seed)
+
+    def pick(alphabet: str) -> str:
+        return "".join(rng.choices(alphabet, k=chars))
+
+    return {
+        "letters": pick("abcdefghijklmnopqrstuvwxyz"),
+        "one letter": "a" * chars,
+        "digits": pick("0123456789"),
+        "CJK": "".join(chr(code) for code in rng.choices(range(0x4E00, 0xA000), k=chars)),
+        "emoji": "".join(chr(code) for code in rng.choices(range(0x1F300, 0x1F650), k=chars)),
+        "punctuation": pick('!"#$%&()*+,-./:;<=>?@[\\]^_`{|}~'),
+        "spaces": " " * chars,
+        "base64": base64.b64encode(rng.randbytes(chars)).decode()[:chars],
+        "random bytes": rng.randbytes(chars).decode("utf-8", "replace")[:chars],
+    }
+
+
+def _peak_rss_above_start(work: Callable[[], object]) -> float | None:
+    """MB the process's peak RSS rose above its RSS at the start of ``work`` (Linux: the peak is
+    reset by writing 5 to ``/proc/self/clear_refs``); None where that cannot be done."""
+    status = Path("/proc/self/status")
+
+    def field(name: str) -> int:
+        for line in status.read_text().splitlines():
+            if line.startswith(name):
+                return int(line.split()[1]) * 1024
+        raise KeyError(name)
+
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        start = field("VmRSS:")
+    except (OSError, KeyError):
+        return None
+    work()
+    return (field("VmHWM:") - start) / 1e6
+
+
+def run_spaceless(smoke: bool = False) -> dict[str, object]:
+    """Row 5's second line: MB/s of ``estimate_completion`` on each text of ``spaceless_texts``."""
+    chars, rounds = (200_000, 1) if smoke else (2_000_000, 3)
+    estimate_completion(MODEL, [Choice(index=0, content="warm")])
+    kinds: dict[str, dict[str, float | None]] = {}
+    for kind, text in spaceless_texts(chars).items():
+        quarter = text[: chars // 4]
+        mb = len(text.encode("utf-8")) / 1e6
+        quarter_mb = len(quarter.encode("utf-8")) / 1e6
+        choices = [Choice(index=0, content=text)]
+        quarter_choices = [Choice(index=0, content=quarter)]
+        seconds, _ = _best_time(lambda c=choices: estimate_completion(MODEL, c), rounds)
+        quarter_s, _ = _best_time(lambda c=quarter_choices: estimate_completion(MODEL, c), rounds)
+        peak = _peak_rss_above_start(lambda c=choices: estimate_completion(MODEL, c))
+        kinds[kind] = {
+            "mb": mb,
+            "mb_per_s": mb / seconds,
+            "linearity": (mb / seconds) / (quarter_mb / quarter_s),
+            "peak_rss_mb": peak,
+        }
+    worst = min(kinds, key=lambda kind: kinds[kind]["mb_per_s"] or 0.0)
+    worst_rate = kinds[worst]["mb_per_s"] or 0.0
+    return {
+        "chars": chars,
+        "kinds": kinds,
+        "worst": worst,
+        "worst_mb_per_s": worst_rate,
+        "target_mb_per_s": SPACELESS_TARGET_MB_S,
+        "ratio": worst_rate / SPACELESS_TARGET_MB_S,
+        "meets_target": worst_rate >= SPACELESS_TARGET_MB_S,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a quick run with fewer texts")
@@ -156,6 +240,15 @@ def main() -> None:
     )
     print(f"short texts (<200 chars, {figures['short_texts']}): ratio {figures['short_ratio']:.2f}")
     print(f"tool-call arguments: {figures['tool_call_tokens_per_s']:,.0f} tokens/s")
+    spaceless = run_spaceless(smoke=parser.parse_args().smoke)
+    for kind, row in spaceless["kinds"].items():  # type: ignore[attr-defined]
+        peak = row["peak_rss_mb"]
+        print(
+            f"{kind:>12}: {row['mb']:5.1f} MB at {row['mb_per_s']:6.2f} MB/s "
+            f"(full / quarter size {row['linearity']:.2f}), peak RSS "
+            + ("?" if peak is None else f"+{peak:.1f} MB")
+        )
+    print(f"slowest: {spaceless['worst']}, ratio {spaceless['ratio']:.2f} (target >= 1 MB/s)")
 
 
 if __name__ == "__main__":

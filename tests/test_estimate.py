@@ -232,7 +232,7 @@ def test_message_and_name_overheads() -> None:
     assert estimate_prompt("gpt-4o", [named]) == base + _tokens("gpt-4o", "alice") + 1
 
 
-def test_content_parts_count_text_only() -> None:
+def test_content_parts_count_text_and_images() -> None:
     as_string = [{"role": "user", "content": "Describe this picture. Be brief."}]
     as_parts = [
         {
@@ -244,16 +244,119 @@ def test_content_parts_count_text_only() -> None:
             ],
         }
     ]
-    expected = (
+    text_only = (
         estimate_prompt("gpt-4o", as_string)
         - _tokens("gpt-4o", "Describe this picture. Be brief.")
         + _tokens("gpt-4o", "Describe this picture.")
         + _tokens("gpt-4o", " Be brief.")
     )
-    assert estimate_prompt("gpt-4o", as_parts) == expected
-    # The image went uncounted, so the whole estimate is approximate even for a known model.
+    # The image's size is unknown: a 1024 x 1024 image at detail auto (high) is assumed, which the
+    # guide prices at 765 tokens on gpt-4o (4 tiles x 170 + 85), and the estimate is approximate.
+    assert estimate_prompt("gpt-4o", as_parts) == text_only + 765
     assert estimate("gpt-4o", as_parts, (), []).approximate is True
     assert estimate("gpt-4o", as_string, (), []).approximate is False
+
+
+def _image_message(
+    image: dict[str, Any], model_text: str = "What is this?"
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": model_text}, {"type": "image_url", **image}],
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("model", "image", "image_tokens"),
+    [
+        # The gateway's placeholder: detail and size, the URL dropped. Figures from OpenAI's guide
+        # "Images and vision", "Calculating costs" (tests/test_image_tokens.py cites it).
+        ("gpt-4o", {"image_url": {"detail": "high", "width": 1024, "height": 1024}}, 765),
+        ("gpt-4o", {"image_url": {"detail": "high", "width": 2048, "height": 4096}}, 1105),
+        ("gpt-4o", {"image_url": {"detail": "low", "width": 4096, "height": 8192}}, 85),
+        (
+            "gpt-4o-2024-08-06",
+            {"image_url": {"detail": "auto", "width": 2048, "height": 4096}},
+            1105,
+        ),
+        ("gpt-4o-mini", {"image_url": {"detail": "low", "width": 10, "height": 10}}, 2833),
+        ("gpt-4.1-mini", {"image_url": {"detail": "high", "width": 1024, "height": 1024}}, 1659),
+        ("openai/o3", {"image_url": {"detail": "low"}}, 75),  # low: the size does not matter
+    ],
+)
+def test_image_parts_are_priced_by_the_guide(
+    model: str, image: dict[str, Any], image_tokens: int
+) -> None:
+    text_only = estimate_prompt(model, [{"role": "user", "content": "What is this?"}])
+    got = estimate(model, _image_message(image), (), [])
+    assert got.prompt_tokens == text_only + image_tokens
+    assert got.approximate is False
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        {"image_url": {"detail": "high"}},  # the gateway could not read the size
+        {"image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "high"}},
+        {"image_url": {"detail": "high", "width": 0, "height": 1024}},
+        {"image_url": {"detail": "high", "width": "1024", "height": 1024}},
+        {"image_url": {"detail": "high", "width": True, "height": 1024}},
+    ],
+)
+def test_an_image_of_unknown_size_is_assumed_square_and_flagged(image: dict[str, Any]) -> None:
+    text_only = estimate_prompt("gpt-4o", [{"role": "user", "content": "What is this?"}])
+    got = estimate("gpt-4o", _image_message(image), (), [])
+    assert got.prompt_tokens == text_only + 765  # 1024 x 1024 at high
+    assert got.approximate is True
+
+
+def test_a_text_cut_by_the_gateway_is_scaled_from_its_prefix() -> None:
+    prefix = "The quick brown fox jumps over the lazy dog. " * 20  # 900 characters
+    whole = [{"role": "user", "content": [{"type": "text", "text": prefix}]}]
+    cut = [{"role": "user", "content": [{"type": "text", "text": prefix, "omitted_chars": 2700}]}]
+    prefix_tokens = _tokens("gpt-4o", prefix)
+    base = estimate_prompt("gpt-4o", whole) - prefix_tokens
+    got = estimate("gpt-4o", cut, (), [])
+    # (900 + 2,700) / 900 = 4 times the prefix's tokens.
+    assert got.prompt_tokens == base + 4 * prefix_tokens
+    assert got.approximate is True
+    # Rounded up: 1 character omitted after 900 is 1/900 more of the prefix's tokens.
+    one_more = [{"role": "user", "content": [{"type": "text", "text": prefix, "omitted_chars": 1}]}]
+    assert estimate_prompt("gpt-4o", one_more) == base + prefix_tokens + 1
+    # Nothing omitted is the plain count.
+    none = [{"role": "user", "content": [{"type": "text", "text": prefix, "omitted_chars": 0}]}]
+    assert estimate("gpt-4o", none, (), []) == estimate("gpt-4o", whole, (), [])
+
+
+@pytest.mark.parametrize("omitted", [-5, "12", 1.5, True, 2**60, None])
+def test_a_cut_text_without_a_usable_count_is_its_prefix(omitted: object) -> None:
+    part = {"type": "text", "text": "hello there", "omitted_chars": omitted}
+    got = estimate("gpt-4o", [{"role": "user", "content": [part]}], (), [])
+    plain = estimate("gpt-4o", [{"role": "user", "content": "hello there"}], (), [])
+    assert got.prompt_tokens == plain.prompt_tokens
+    assert got.approximate is (omitted is not None)
+
+
+def test_an_empty_prefix_with_omitted_text_is_flagged() -> None:
+    part = {"type": "text", "text": "", "omitted_chars": 5000}
+    assert estimate("gpt-4o", [{"role": "user", "content": [part]}], (), []).approximate is True
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "input_audio", "input_audio": {"format": "wav", "omitted_bytes": 48000}},
+        {"type": "file", "file": {"filename": "a.pdf", "omitted_bytes": 120000}},
+    ],
+)
+def test_audio_and_file_placeholders_stay_uncounted(part: dict[str, Any]) -> None:
+    text = {"type": "text", "text": "Transcribe this."}
+    got = estimate("gpt-4o", [{"role": "user", "content": [text, part]}], (), [])
+    plain = estimate("gpt-4o", [{"role": "user", "content": [text]}], (), [])
+    assert got.prompt_tokens == plain.prompt_tokens
+    assert got.approximate is True
 
 
 def test_assistant_tool_calls_and_tool_results_are_counted() -> None:
@@ -407,7 +510,9 @@ _scalars = st.one_of(
     st.floats(allow_nan=True),
     st.text(max_size=40),
     st.binary(max_size=10),
-    st.sampled_from(["text", "image_url", "refusal", "function", "name", "content", "."]),
+    st.sampled_from(
+        ["text", "image_url", "input_image", "refusal", "function", "name", "content", ".", "low"]
+    ),
 )
 _json = st.recursive(
     _scalars,
@@ -432,6 +537,12 @@ _json = st.recursive(
                         "properties",
                         "enum",
                         "refusal",
+                        "image_url",
+                        "url",
+                        "detail",
+                        "width",
+                        "height",
+                        "omitted_chars",
                     ]
                 ),
                 st.text(max_size=8),

@@ -21,6 +21,7 @@ from typing import Any
 
 import tiktoken
 
+from worker.image_tokens import image_part_tokens
 from worker.result import Choice, Estimate
 from worker.vocab import VOCABULARIES, load_encoding
 
@@ -213,8 +214,35 @@ def _count(encoding: tiktoken.Encoding, text: object) -> int:
 # ---------------------------------------------------------------- prompt
 
 
-def _content_tokens(encoding: tiktoken.Encoding, content: object) -> tuple[int, bool]:
-    """Text of a content value; the flag is set when a part (image, audio, file) went uncounted."""
+# A text part's ``omitted_chars`` beyond this is not a count the gateway could have made.
+MAX_OMITTED_CHARS = 1 << 40
+
+
+def _text_part_tokens(encoding: tiktoken.Encoding, part: Mapping[Any, Any]) -> tuple[int, bool]:
+    """A text part; one the gateway cut to a prefix (``"omitted_chars": N``) is counted as its
+    prefix's tokens scaled to the whole's length, ``(len(prefix) + N) / len(prefix)``, rounded up,
+    and flagged (the rest is assumed to read like the prefix). An empty prefix, or an ``N`` that is
+    not a count, leaves the rest uncounted (flagged)."""
+    text = part.get("text")
+    tokens = _count(encoding, text)
+    omitted = part.get("omitted_chars")
+    if omitted is None or omitted == 0:
+        return tokens, False
+    if (
+        not isinstance(omitted, int)
+        or isinstance(omitted, bool)
+        or not 0 < omitted <= MAX_OMITTED_CHARS
+        or not isinstance(text, str)
+        or not text
+    ):
+        return tokens, True
+    return -(-tokens * (len(text) + omitted) // len(text)), True
+
+
+def _content_tokens(encoding: tiktoken.Encoding, content: object, model: str) -> tuple[int, bool]:
+    """Tokens of a content value; the flag is set when a part was not counted exactly: an image
+    whose size or rule was assumed (``worker.image_tokens``), a text cut by the gateway, an audio or
+    file part (not counted)."""
     if isinstance(content, str):
         return _count(encoding, content), False
     parts: Iterable[object]
@@ -232,9 +260,15 @@ def _content_tokens(encoding: tiktoken.Encoding, content: object) -> tuple[int, 
         elif isinstance(part, Mapping):
             kind = part.get("type")
             if kind == "text":
-                total += _count(encoding, part.get("text"))
+                tokens, inexact = _text_part_tokens(encoding, part)
+                total += tokens
+                uncounted = uncounted or inexact
             elif kind == "refusal":
                 total += _count(encoding, part.get("refusal"))
+            elif kind in ("image_url", "input_image"):
+                image = image_part_tokens(model, part)
+                total += image.tokens
+                uncounted = uncounted or image.assumed
             else:
                 uncounted = True
     return total, uncounted
@@ -246,7 +280,9 @@ def _call_tokens(encoding: tiktoken.Encoding, function: object) -> int:
     return _count(encoding, function.get("name")) + _count(encoding, function.get("arguments"))
 
 
-def _message_tokens(encoding: tiktoken.Encoding, message: Mapping[Any, Any]) -> tuple[int, bool]:
+def _message_tokens(
+    encoding: tiktoken.Encoding, message: Mapping[Any, Any], model: str
+) -> tuple[int, bool]:
     total = TOKENS_PER_MESSAGE
     uncounted = False
     for key, value in message.items():
@@ -255,7 +291,7 @@ def _message_tokens(encoding: tiktoken.Encoding, message: Mapping[Any, Any]) -> 
             if key == "name":
                 total += TOKENS_PER_NAME
         elif key == "content":
-            tokens, skipped = _content_tokens(encoding, value)
+            tokens, skipped = _content_tokens(encoding, value, model)
             total += tokens
             uncounted = uncounted or skipped
         elif key == "tool_calls" and isinstance(value, list | tuple):
@@ -326,12 +362,13 @@ def _prompt_tokens(
     model: str, messages: object, tools: object, table: EncodingTable
 ) -> tuple[int, bool]:
     encoding, tokenizer = _encoder(model, table)
+    name = base_model_name(model) if isinstance(model, str) else ""
     total = 0
     uncounted = False
     if isinstance(messages, Sequence) and not isinstance(messages, str | bytes):
         for message in messages:
             if isinstance(message, Mapping):
-                tokens, skipped = _message_tokens(encoding, message)
+                tokens, skipped = _message_tokens(encoding, message, name)
                 total += tokens
                 uncounted = uncounted or skipped
     total += REPLY_PRIMER
@@ -351,9 +388,11 @@ def estimate_prompt(
     """Prompt tokens of a chat completion request, by the cookbook's rules.
 
     Messages that are not mappings are skipped; of a message, string values are counted (plus one
-    per ``name``), text and refusal parts of a list ``content``, and the name and arguments of
-    assistant tool calls. Image, audio and file parts are not counted (``estimate`` then reports
-    the result as approximate).
+    per ``name``), text and refusal parts of a list ``content``, image parts by OpenAI's formula for
+    the model (``worker.image_tokens``), and the name and arguments of assistant tool calls. A text
+    part the gateway cut (``omitted_chars``) is scaled up from its prefix. Audio and file parts are
+    not counted. ``estimate`` reports the result as approximate when a part was not counted, or
+    counted on an assumption (an image's unknown size, a cut text's rest).
     """
     return _prompt_tokens(model, messages, tools, table)[0]
 

@@ -243,7 +243,7 @@ def _call(
     if late is not None:
         ops_list.append(late)
     if variant == fate.REQUEST_NOT_JSON:
-        expected = fate.dead_only(variant, reserved)
+        expected = fate.unreadable(variant)
     else:
         expected = fate.expected(
             outcome,

@@ -25,8 +25,9 @@ DEAD_LETTERS = (REQUEST_NOT_JSON, UNKNOWN_KIND, ORPHAN_CLOSE)
 class Expected:
     """The final state a call should reach in the ledger.
 
-    ``outcome`` is None when the call is never reconciled (its request entry is not JSON, or only a
-    close for it exists); ``dead_letter`` then says why. An ``unknown_kind`` call has both: its extra
+    ``outcome`` is None when the call is never reconciled (only a close for it exists);
+    ``dead_letter`` then says why. A call whose request entry is not JSON has both: its dead
+    letters, and its record as unsettled ``unreadable`` (``unreadable``). An ``unknown_kind`` call has both: its extra
     notification is dead-lettered, the call itself reconciles normally.
 
     ``usage`` is the final usage block the gateway reported, when there is one, even if the call is
@@ -120,5 +121,15 @@ def expected(
 
 
 def dead_only(reason: str, reserved: int = 0) -> Expected:
-    """A call that never reconciles: only a dead letter records it."""
+    """A call that never reconciles: only a dead letter records it (a close with no stream: no
+    request entry says a call was made)."""
     return Expected(None, None, None, None, None, Micros(reserved), dead_letter=reason)
+
+
+def unreadable(reason: str) -> Expected:
+    """A call whose request entry is not JSON: a dead letter says why, and the ledger records it
+    from what can be read of it, which is nothing but its request id: unsettled ``unreadable``
+    under the account ``unattributed`` with a hold of 0 (docs/events.md §4)."""
+    return Expected(
+        Outcome.UNSETTLED, Reason.UNREADABLE, None, None, None, Micros(0), dead_letter=reason
+    )

@@ -31,7 +31,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import Failure, Reservation, UsageRecord
-from worker.result import Outcome, UsageSource
+from worker.result import Outcome, Reason, UsageSource
 from worker.simulation.calls import SimCall, iter_calls
 from worker.simulation.conversation import MODELS
 from worker.simulation.faults import NO_FAULTS
@@ -157,7 +157,7 @@ def injected(published: Iterable[SimCall], forgotten: Iterable[SimCall]) -> dict
     call carries a key label, so a leak is expected under its key where the ledger holds a call of
     that day and model, and under ``*`` (every key summed) where it holds none."""
     published = list(published)
-    held = {_cell(c)[:2] for c in routed(published) if c.expected.outcome is not None}
+    held = {_cell(c)[:2] for c in routed(published) if _as_itself(c)}
     cells: dict[Cell, Counted] = defaultdict(Counted)
 
     def add(call: SimCall, counted: Counted) -> None:
@@ -167,9 +167,16 @@ def injected(published: Iterable[SimCall], forgotten: Iterable[SimCall]) -> dict
     for call in routed(forgotten):
         add(call, _reported(call) or Counted(1))
     for call in routed(published):
-        if call.expected.outcome is None:
+        if not _as_itself(call):
             add(call, Counted(1))
     return dict(cells)
+
+
+def _as_itself(call: SimCall) -> bool:
+    """Whether the ledger holds ``call`` under its own model and key: not when it was never
+    reconciled, nor when its request entry was unreadable (recorded ``unreadable`` under the
+    account ``unattributed`` and the model ``unknown``: docs/events.md §4)."""
+    return call.expected.outcome is not None and call.expected.reason is not Reason.UNREADABLE
 
 
 def usage_page(cells: Mapping[tuple[str, str, str], Counted]) -> dict[str, Any]:

@@ -129,3 +129,35 @@ def test_which_reads_the_override_file_the_worker_reads(
     book.write_text('[[price]]\nmodel = "x"\ninput = "oops"\noutput = "1"\n')
     broken = runner.invoke(main, ["prices", "which", "gpt-4o"])
     assert broken.exit_code == 2 and "not a decimal" in broken.stderr
+
+
+def test_which_shows_every_dimension_it_applied(runner: CliRunner) -> None:
+    # the fine-tune row ft:gpt-4o-mini-2024-07-18 of the bundled LiteLLM 1.110.2 list (retrieved
+    # 2026-12-02): input 3e-07, cache read 1.5e-07, output 1.2e-06 USD per token
+    tuned = _which(runner, "ft:gpt-4o-mini-2024-07-18:acme::AbC123", "--at", "2026-12-01T00:00:00Z")
+    assert tuned["priced"] and tuned["row"]["model"] == "ft:gpt-4o-mini-2024-07-18"
+    assert (tuned["row"]["input"], tuned["row"]["output"]) == ("0.3", "1.2")
+    path = {step["dimension"]: step["decided"] for step in tuned["path"]}
+    assert list(path) == ["name", "layer", "provider", "tier", "time", "kinds"]
+    assert "fine-tuned id of gpt-4o-mini-2024-07-18, priced by its fine-tune rows" in path["name"]
+    assert path["tier"] == "no service tier reported: the default tier"
+    assert tuned["kinds"] == {
+        "priced": {"input": "0.3", "cached_input": "0.15", "output": "1.2"},
+        "reasoning_at_output_price": True,
+        "unpriced": ["cache_write", "audio_input", "audio_output"],
+        "prompt_limit": None,
+    }
+    assert tuned["context_window"] == 128_000 + 16_384
+    # no fine-tune row for the base: unpriced, and why (gpt-4o-mini's own price is never used)
+    bare = _which(runner, "ft:gpt-4o-mini:acme::AbC123")
+    assert not bare["priced"] and "no fine-tune row prices it" in bare["why"]
+    # o3's launch row dates the default tier; flex has no row of its own then
+    flex = _which(runner, "o3", "--tier", "flex", "--at", "2025-05-01T00:00:00Z")
+    assert not flex["priced"] and "default-tier row from 2025-04-16" in flex["why"]
+    text = runner.invoke(
+        main, ["prices", "which", "o3", "--tier", "flex", "--at", "2025-07-01T00:00:00Z"]
+    ).output
+    for line in ("  name: ", "  layer: list rows of o3", "  provider: ", "  tier: ", "  time: "):
+        assert line in text, line
+    assert "reasoning tokens at the output price (4)" in text
+    assert "not priced (a call with these tokens is unpriced): cache_write" in text

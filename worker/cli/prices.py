@@ -165,35 +165,58 @@ def list_command(with_files: bool, model: str | None, as_json: bool) -> None:
 def which_command(
     model: str, tier: str | None, provider: str | None, at: str | None, as_json: bool
 ) -> None:
-    """Which row prices MODEL, and why (or why it is unpriced), in the effective book."""
+    """Which row prices MODEL, and why (or why it is unpriced), in the effective book: each
+    dimension the rule applied (name: exact, alias, snapshot or fine-tune base; layer; provider;
+    tier; time), and the kinds of token the row prices and those it leaves unpriced."""
     when = _time(at, "--at") or datetime.now(UTC)
     with ledger_session("prices which", readonly=True) as session:
         book = effective_book(session, settings("prices which").price_book)
     found = book.resolve(model, when, tier=tier, provider=provider)
+    price = found.price
     document = {
         "model": model,
         "tier": tier,
         "provider": provider,
         "at": when.isoformat(),
-        "priced": found.price is not None,
+        "priced": price is not None,
         "why": found.why,
-        "row": None if found.price is None else _row(found.price),
+        "path": [{"dimension": dimension, "decided": text} for dimension, text in found.path],
+        "row": None if price is None else _row(price),
+        "kinds": None
+        if price is None
+        else {
+            "priced": {
+                kind: str(getattr(price, kind))
+                for kind in KINDS
+                if getattr(price, kind) is not None
+            },
+            "reasoning_at_output_price": price.reasoning is None,
+            "unpriced": list(price.unpriced_kinds),
+            "prompt_limit": price.prompt_limit,
+        },
         "context_window": book.context_window(model, when),
         "list_snapshot": snapshot_info().get("version"),
     }
     if as_json:
         echo_json(document)
         return
-    click.echo(f"{model}: {'priced' if found.price else 'UNPRICED'}")
+    click.echo(f"{model}: {'priced' if price else 'UNPRICED'}")
     click.echo(f"  why: {found.why}")
-    if found.price is not None:
+    for dimension, text in found.path:
+        if dimension != "kinds":
+            click.echo(f"  {dimension}: {text}")
+    if price is not None:
         row = document["row"]
         kinds = "  ".join(f"{k} {row[k]}" for k in KINDS if row[k] is not None)
         click.echo(f"  USD per 1M tokens: {kinds}")
-        missing = [k for k in ("cache_write", "audio_input", "audio_output") if row[k] is None]
-        if missing:
-            click.echo(f"  not priced (a call with these tokens is unpriced): {', '.join(missing)}")
-        if found.price.prompt_limit:
-            click.echo(f"  prompts over {found.price.prompt_limit} tokens are unpriced")
+        if price.reasoning is None:
+            click.echo(f"  reasoning tokens at the output price ({price.output})")
+        if price.unpriced_kinds:
+            click.echo(
+                "  not priced (a call with these tokens is unpriced): "
+                + ", ".join(price.unpriced_kinds)
+            )
+        if price.prompt_limit:
+            click.echo(f"  prompts over {price.prompt_limit} tokens are unpriced")
     if document["context_window"]:
         click.echo(f"  context window: {document['context_window']} tokens")

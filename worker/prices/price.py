@@ -53,6 +53,8 @@ KINDS = (
     "audio_input",
     "audio_output",
 )
+OPTIONAL_KINDS = ("cache_write", "audio_input", "audio_output")
+"""The kinds with no default price: a row that does not state one leaves them unpriced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +168,28 @@ class Price:
         if self.max_input_tokens is None or self.max_output_tokens is None:
             return None
         return self.max_input_tokens + self.max_output_tokens
+
+    @property
+    def unpriced_kinds(self) -> tuple[str, ...]:
+        """The kinds of token the row has no price for: a call with any of them is unpriced."""
+        return tuple(kind for kind in OPTIONAL_KINDS if getattr(self, kind) is None)
+
+    def kinds_text(self) -> str:
+        """What the row charges each kind of token (USD per 1M) and what it leaves unpriced."""
+        priced = [
+            f"{kind} {getattr(self, kind)}" for kind in KINDS if getattr(self, kind) is not None
+        ]
+        if self.reasoning is None:
+            priced.append(f"reasoning at the output price {self.output}")
+        text = "prices " + ", ".join(priced)
+        if self.unpriced_kinds:
+            text += (
+                f"; leaves unpriced {', '.join(self.unpriced_kinds)} (a call with such tokens is "
+                "unpriced)"
+            )
+        if self.prompt_limit is not None:
+            text += f"; a prompt over {self.prompt_limit} tokens is unpriced"
+        return text
 
     def unpriced_because(self, usage: Usage) -> str | None:
         """Why this row cannot price ``usage`` (None when it can)."""

@@ -2,7 +2,8 @@
 
 Every row of a TOML book is an ``override`` row. Keys (USD per 1M tokens as decimal strings):
 
-    model = "gpt-4o"                 # exact name (required)
+    model = "gpt-4o"                 # exact name (required); a fine-tuned id in full
+                                     # (ft:BASE:ORG:SUFFIX:ID) overrides its ft:BASE row
     aliases = ["gpt-4o-latest"]      # other exact names priced the same
     snapshots = false                # true: NAME-YYYY-MM-DD / NAME-MMDD cost the same as NAME
     provider = "azure"               # only calls routed there (default: any provider)

@@ -41,6 +41,7 @@ from gateway.edges import (
 )
 from gateway.harness import MASTER_KEY, ledger, oracle_charge, wait_decided
 from gateway.upstream import SCENARIO_HEADER
+from pipeline.waiting import wait_for
 from sqlalchemy.orm import Session
 
 from worker.ledger.balances import balance, ledger_is_balanced
@@ -162,7 +163,9 @@ def while_redis_refuses_the_gateway(edges: Edges, expected: Expected, calls: int
     try:
         for _ in range(calls):
             asgi_plain(edges, expected)
-        assert edges.tee.spooling
+        # The tee writes after a linger, on its own thread: the fault is exercised once it found
+        # its writes refused and spooled them (or the test waits out that it never does).
+        wait_for(lambda: edges.tee.spooling, 30, "the tee to spool", edges.worker.log_tail)
     finally:
         edges.gateway_writes(True)
 

@@ -28,6 +28,9 @@ class AnomalyKind(StrEnum):
     PROVIDER_COST_DRIFT = "provider_cost_drift"  # our charge and the provider's cost differ > 1 %
     IMPLAUSIBLE_USAGE = "implausible_usage"  # the usage block's problem, for ``billing show``
     INCONSISTENT_USAGE = "inconsistent_usage"  # the usage block's disagreement, likewise
+    # usage fields the book has no price for, with their values (the call is unsettled
+    # ``unpriced_component``, its exposure priced without them: a lower bound)
+    UNPRICED_COMPONENT = "unpriced_component"
     # a second call was published under the request id of this one; it was dead-lettered, unbilled
     REQUEST_ID_REUSED = "request_id_reused"
     # a complete result came after the call's failure was resolved: charged late, flagged

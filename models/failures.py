@@ -25,7 +25,7 @@ class Failure(Base):
     __table_args__ = (
         CheckConstraint(
             "reason IN ('error_finish', 'incomplete', 'missing_usage', 'unpriced',"
-            " 'inconsistent_usage', 'implausible_usage', 'unreadable')",
+            " 'inconsistent_usage', 'implausible_usage', 'unreadable', 'unpriced_component')",
             name="reason",
         ),
         CheckConstraint(

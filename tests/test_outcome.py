@@ -152,3 +152,21 @@ def test_non_streamed_paths() -> None:
     assert _response(500, {}).outcome is Outcome.VOID
     assert _response(200, {"error": {"message": "bad"}}).outcome is Outcome.VOID
     assert _response(500, OK_BODY).reason is Reason.ERROR_FINISH
+
+
+def test_a_usage_field_without_a_price_is_unsettled_streamed_and_not() -> None:
+    """Perplexity's search queries (tests/fixtures/providers/perplexity): a count the book has no
+    price for. The call is never settled without it, nor at the estimate; an error still wins."""
+    block = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6, "num_search_queries": 1}
+    frames = (ROLE, TEXT, STOP, chunk(choices=[], usage=block), DONE)
+    for include_usage in (True, False):
+        d = decide(*frames, include_usage=include_usage)
+        assert (d.outcome, d.reason, d.usage_source) == (
+            Outcome.UNSETTLED,
+            Reason.UNPRICED_COMPONENT,
+            None,
+        )
+    assert _response(200, {**OK_BODY, "usage": block}).reason is Reason.UNPRICED_COMPONENT
+    errored = decide(ROLE, TEXT, delta(finish="error"), chunk(choices=[], usage=block), DONE)
+    assert errored.reason is Reason.ERROR_FINISH
+    assert _response(500, {**OK_BODY, "usage": block}).reason is Reason.ERROR_FINISH

@@ -285,3 +285,42 @@ def test_a_response_body_only_pythons_json_reads_is_billed(encode) -> None:
     odd = reconcile_response(meta, 200, encode(text), book)
     assert (odd.outcome, odd.charge_micros) == (Outcome.SETTLED, plain.charge_micros)
     assert odd.usage == plain.usage
+
+
+def test_an_unpriced_component_is_exposed_at_the_priced_parts_else_the_estimate() -> None:
+    """The test book of tests/providers (gpt-4o: input 2.50, output 10.00 per 1M, no audio
+    price), so the exposure is the arithmetic below."""
+    from providers.shapes import AT
+    from providers.shapes import BOOK as PROVIDER_BOOK
+
+    meta = request_from_dict(
+        {
+            "request_id": "unpriced-part",
+            "account_id": "a",
+            "model": "gpt-4o",
+            "stream": False,
+            "reserved_micros": 0,
+            "created_at": AT.isoformat(),
+            "messages": [{"role": "user", "content": "Hello"}],
+        }
+    )
+    usage = {"prompt_tokens": 100, "completion_tokens": 10, "num_search_queries": 2}
+    body = {
+        "id": "chatcmpl-u",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}
+        ],
+        "usage": usage,
+    }
+    result = reconcile_response(meta, 200, body, PROVIDER_BOOK)
+    assert (result.outcome, result.reason) == (Outcome.UNSETTLED, Reason.UNPRICED_COMPONENT)
+    # 100 * 2.50 + 10 * 10.00 = 350: the searches left out, a lower bound
+    assert (result.charge_micros, result.exposure_micros) == (None, 350)
+    # audio in, which the book cannot price either: the estimate's price stands
+    usage["prompt_tokens_details"] = {"audio_tokens": 20}
+    result = reconcile_response(meta, 200, body, PROVIDER_BOOK)
+    assert result.reason is Reason.UNPRICED_COMPONENT
+    estimate = result.estimate.as_usage()
+    assert result.exposure_micros == PROVIDER_BOOK.charge("gpt-4o", estimate, AT)
+    assert result.exposure_micros is not None and result.exposure_micros > 0

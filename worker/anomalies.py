@@ -78,6 +78,8 @@ def classify(
         found[AnomalyKind.IMPLAUSIBLE_USAGE] = result.usage_problem or "implausible usage"
     if result.reason is Reason.INCONSISTENT_USAGE:
         found[AnomalyKind.INCONSISTENT_USAGE] = result.usage_problem or "inconsistent usage"
+    if result.reason is Reason.UNPRICED_COMPONENT:
+        found[AnomalyKind.UNPRICED_COMPONENT] = result.usage_problem or "unpriced usage component"
     if charged_above_hold:
         charge = 0 if result.charge_micros is None else int(result.charge_micros)
         found[AnomalyKind.CHARGE_ABOVE_HOLD] = (

@@ -10,7 +10,8 @@ These rules are normative (seeds 000 and 001):
 * Its usage is *reported* when a billable usage block came (``worker.usage``), *estimated* when the
   client did not ask for one (``include_usage: false``) or a body has none, and missing otherwise
   (``missing_usage``). A block that came is never thrown away for the estimate: if it cannot be
-  billed the call is ``implausible_usage`` or ``inconsistent_usage``.
+  billed the call is ``implausible_usage`` or ``inconsistent_usage``, and if a field of it holds a
+  count the book has no price for, ``unpriced_component`` (never settled without that part).
 * An error finish or an error object makes the call ``error_finish`` even when a usage block also
   came: "a usage block on a broken stream would read as a completed request".
 * A choice without a finish reason means the stream stopped mid-flight: ``incomplete``. A missing
@@ -42,6 +43,7 @@ INCOMPLETE = Decision(Outcome.UNSETTLED, Reason.INCOMPLETE)
 MISSING_USAGE = Decision(Outcome.UNSETTLED, Reason.MISSING_USAGE)
 IMPLAUSIBLE_USAGE = Decision(Outcome.UNSETTLED, Reason.IMPLAUSIBLE_USAGE)
 INCONSISTENT_USAGE = Decision(Outcome.UNSETTLED, Reason.INCONSISTENT_USAGE)
+UNPRICED_COMPONENT = Decision(Outcome.UNSETTLED, Reason.UNPRICED_COMPONENT)
 VOID = Decision(Outcome.VOID)
 
 
@@ -72,6 +74,8 @@ def _by_usage(reading: Reading) -> Decision | None:
         return IMPLAUSIBLE_USAGE
     if reading.verdict is Verdict.INCONSISTENT:
         return INCONSISTENT_USAGE
+    if reading.verdict is Verdict.UNPRICED_COMPONENT:
+        return UNPRICED_COMPONENT
     return None
 
 

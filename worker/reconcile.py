@@ -102,7 +102,9 @@ def build_result(
 
     The charge is the reported usage's price (or the estimate's), at the response's service tier
     and for the call's provider; the exposure is the estimate's price, or for
-    ``inconsistent_usage`` the price of the larger reading; an exposure is capped at
+    ``inconsistent_usage`` the price of the larger reading, or for ``unpriced_component`` the
+    price of the parts that were read (a lower bound: the unpriced fields are left out; the
+    estimate's price when those parts have no price either); an exposure is capped at
     ``MAX_CALL_MICROS`` so that no failure row can hold an amount no call can cost.
     """
     if reading is None:
@@ -120,6 +122,9 @@ def build_result(
         anomalies.append("unpriced")
     elif decision.reason is Reason.INCONSISTENT_USAGE and reading.larger is not None:
         exposure = price(reading.larger)
+    elif decision.reason is Reason.UNPRICED_COMPONENT and reading.usage is not None:
+        known = price(reading.usage)
+        exposure = exposure if known is None else known
     charge: Micros | None = None
     if decision.outcome is Outcome.SETTLED:
         reported = decision.usage_source is UsageSource.REPORTED

@@ -33,6 +33,9 @@ class Reason(StrEnum):
     # the worker refused the call's metadata or stream: recorded from what could be read of it,
     # its exposure the hold (``worker.pipeline.salvage``)
     UNREADABLE = "unreadable"
+    # a usage field the book cannot price holds a count (``worker.usage``: its field list); the
+    # exposure is the price of the parts that were read, a lower bound
+    UNPRICED_COMPONENT = "unpriced_component"
 
 
 # Finish reasons that mean the generation broke off: DeepSeek's ``insufficient_system_resource``
@@ -144,10 +147,11 @@ class Result:
 
     ``charge_micros`` is set for settled results with a price; ``exposure_micros`` is the estimate's
     price for every priced result (null when the model is unpriced), or the larger reading's price for
-    ``inconsistent_usage``. ``usage`` is the reported block read into canonical counts (``usage_shape``
-    names the shape it came in), ``billed_usage`` the counts the charge was computed from (reported,
-    or the estimate). ``usage_problem`` says why a block could not be billed (implausible or
-    inconsistent); ``provider_cost_micros`` is the provider's own charge when it sent one.
+    ``inconsistent_usage``, or the price of the parts that were read for ``unpriced_component``.
+    ``usage`` is the reported block read into canonical counts (``usage_shape`` names the shape it
+    came in), ``billed_usage`` the counts the charge was computed from (reported, or the estimate).
+    ``usage_problem`` says why a block could not be billed (implausible, inconsistent, or which
+    fields have no price); ``provider_cost_micros`` is the provider's own charge when it sent one.
     """
 
     request_id: str

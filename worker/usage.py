@@ -14,6 +14,11 @@ blocks). It decides which rule applies from the block's shape and the provider, 
   top-level ``usage`` (both present: they must agree).
 * **anthropic** — ``input_tokens`` (the uncached part only), ``cache_creation_input_tokens``,
   ``cache_read_input_tokens``, ``output_tokens``, as gateways pass Anthropic's block through.
+* **openai_responses** — OpenAI's Responses API block inside a chat completion: ``input_tokens``
+  (cache reads included: ``input_tokens_details.cached_tokens`` is a part of it),
+  ``output_tokens`` (``output_tokens_details.reasoning_tokens`` is a part of it), ``total_tokens``
+  = input + output. Told from Anthropic's block by its fields: a ``*_details`` object, or a
+  ``total_tokens`` equal to input + output; Anthropic's has ``cache_*_input_tokens`` and no total.
 * **reasoning_apart** — the openai fields from a provider that counts reasoning *outside*
   ``completion_tokens`` (Gemini's and xAI's OpenAI-compatible endpoints): ``total_tokens`` =
   prompt + completion + reasoning, the reasoning stated in ``reasoning_tokens`` (xAI) or only in
@@ -26,10 +31,19 @@ output (``against_output``): LiteLLM answers a usage-less non-streamed upstream 
 block, which would settle a real completion at the prompt's price alone. A zero completion with no
 output (a ``length`` finish at ``max_tokens: 0``, an empty ``stop``) stays billable. It is *inconsistent* when ``total_tokens`` disagrees with its parts and no rule above
 explains it; the larger reading is kept so the exposure can be priced at it.
+
+**Every field is accounted for.** A field of a usage block (and of its ``*_details`` and other nested
+objects) is either *read* into ``Usage`` and priced (``_*_READ``, per shape), *free* (``FREE_FIELDS``:
+the one list of fields that cost nothing of their own, each with its reason), or *unknown*. An
+unknown field holding a non-zero number (itself, or anywhere inside it) is a component the book
+cannot price: the reading is ``UNPRICED_COMPONENT``, naming each such field and its value; the call
+is unsettled ``unpriced_component`` and its exposure priced at the parts that were read, a lower
+bound. An unknown field that is null, zero, a string or a boolean is not a count, and is ignored.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -58,6 +72,72 @@ _FAMILIES = {
 # Without a provider, the vendor's own bare model names say where reasoning is counted.
 _MODEL_PREFIXES = (("gemini-", "gemini"), ("grok-", "xai"))
 
+# The fields each reader reads into ``Usage`` (dotted paths inside the block). A field read as a
+# count is priced: the price book has a price for every kind ``Usage`` holds, or the call is
+# unpriced. The openai reader's set covers its variants (deepseek, groq, reasoning_apart).
+_OPENAI_READ = frozenset({
+    "prompt_tokens", "completion_tokens",
+    "prompt_tokens_details.cached_tokens", "cache_read_input_tokens",  # the cache read (LiteLLM: both)
+    "prompt_tokens_details.cache_write_tokens", "prompt_tokens_details.cache_creation_tokens",
+    "cache_creation_input_tokens",  # the cache write, by each name it comes under (LiteLLM: all)
+    "prompt_tokens_details.audio_tokens", "completion_tokens_details.reasoning_tokens",
+    "completion_tokens_details.audio_tokens",
+    "prompt_cache_hit_tokens", "prompt_cache_miss_tokens",  # deepseek: the read and the rest
+})  # fmt: skip
+_ANTHROPIC_READ = frozenset(
+    {"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"}
+)
+_RESPONSES_READ = frozenset({
+    "input_tokens", "output_tokens",
+    "input_tokens_details.cached_tokens", "output_tokens_details.reasoning_tokens",
+})  # fmt: skip
+
+# The one list of usage fields that are neither read into ``Usage`` nor a price the book lacks: each
+# costs nothing of its own, for the reason given. A field in no list and not read is unknown, and a
+# count in it makes the call unsettled ``unpriced_component`` (see the module's docstring).
+FREE_FIELDS: dict[str, str] = {
+    "total_tokens": "the sum of the counts read; checked against them where the shape defines it",
+    "cost": "the provider's own charge (OpenRouter: USD, read apart for the cross-check), a cost "
+    "and not a count",
+    "cost_details": "OpenRouter's breakdown of its own charge (upstream_inference_cost with a "
+    "bring-your-own key, read apart): costs, not counts",
+    "is_byok": "OpenRouter: whether the caller's own key paid the upstream (a flag)",
+    "cost_in_usd_ticks": "xAI's own charge, read apart for the cross-check",
+    "queue_time": "Groq: seconds the request queued, not billed",
+    "prompt_time": "Groq: seconds spent on the prompt, not billed",
+    "completion_time": "Groq: seconds spent on the completion, not billed",
+    "total_time": "Groq: the sum of the timings, not billed",
+    "prompt_tokens_details.text_tokens": "the text part of prompt_tokens (xAI, LiteLLM), priced "
+    "with the rest of the prompt",
+    "completion_tokens_details.text_tokens": "the text part of completion_tokens (LiteLLM), "
+    "priced with the rest of the completion",
+    "completion_tokens_details.accepted_prediction_tokens": "predicted-output tokens that appear "
+    "in the completion: a part of completion_tokens, billed as completion (OpenAI)",
+    "completion_tokens_details.rejected_prediction_tokens": "predicted-output tokens left out of "
+    "the completion, still counted in completion_tokens and billed as completion (OpenAI)",
+    "cache_creation.ephemeral_5m_input_tokens": "Anthropic's 5-minute cache writes: a part of "
+    "cache_creation_input_tokens, at the cache write price (1-hour writes are dearer: unknown)",
+    "prompt_tokens_details.cache_creation_token_details.ephemeral_5m_input_tokens": "LiteLLM's "
+    "copy of Anthropic's 5-minute cache writes, a part of the cache write read",
+}
+# Show at most this many unknown fields in a reading's problem (the rest are counted).
+MAX_FIELDS_SHOWN = 8
+MAX_NAME = 120  # a field's dotted name is cut here
+UNPRICED_LEAD = "usage fields without a price: "
+UNPRICED_TAIL = "; exposure priced without them (a lower bound)"
+_FIELD_NAME = re.compile(r"[^A-Za-z0-9_-]")
+# The lists above as key paths: a key holding a dot is one key, never two levels.
+_PATHS = {
+    name: frozenset(tuple(path.split(".")) for path in paths)
+    for name, paths in (
+        ("openai", _OPENAI_READ),
+        ("anthropic", _ANTHROPIC_READ),
+        ("responses", _RESPONSES_READ),
+        ("free", FREE_FIELDS),
+    )
+}
+_DEEPEST = max(len(path) for paths in _PATHS.values() for path in paths)
+
 
 class Shape(StrEnum):
     OPENAI = "openai"
@@ -65,6 +145,7 @@ class Shape(StrEnum):
     GROQ = "groq"
     ANTHROPIC = "anthropic"
     REASONING_APART = "reasoning_apart"
+    OPENAI_RESPONSES = "openai_responses"
 
 
 class Verdict(StrEnum):
@@ -72,12 +153,16 @@ class Verdict(StrEnum):
     BILLABLE = "billable"
     IMPLAUSIBLE = "implausible"
     INCONSISTENT = "inconsistent"
+    # read and within bounds, but a field the book cannot price holds a count (``unpriced``)
+    UNPRICED_COMPONENT = "unpriced_component"
 
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """What a call's usage blocks say. ``usage`` is set when billable; ``larger`` is the larger of
-    two disagreeing readings (inconsistent only); ``problem`` says why a block cannot be billed."""
+    """What a call's usage blocks say. ``usage`` is set when billable, and for an unpriced
+    component the priced parts (a lower bound); ``larger`` is the larger of two disagreeing
+    readings (inconsistent only); ``problem`` says why a block cannot be billed; ``unpriced``
+    names the unknown fields holding a count, with their values as shown."""
 
     verdict: Verdict
     usage: Usage | None = None
@@ -85,6 +170,7 @@ class Reading:
     problem: str | None = None
     larger: Usage | None = None
     provider_cost_micros: Micros | None = None
+    unpriced: tuple[tuple[str, str], ...] = ()
 
     @property
     def came(self) -> bool:
@@ -138,6 +224,9 @@ def read_usage(
     if block is None and groq_block is None:
         return NO_USAGE
     family = usage_family(provider, model)
+    blocks = [
+        (b, prefix) for b, prefix in ((block, ""), (groq_block, "x_groq.usage.")) if b is not None
+    ]
     try:
         if block is None:
             usage, shape = _read_block(groq_block, family, "x_groq.usage")
@@ -165,26 +254,57 @@ def read_usage(
             _check_bound(disagreement.larger, bound)
         except _Problem as problem:
             return Reading(Verdict.IMPLAUSIBLE, problem=str(problem))
+        unpriced = _unaccounted(blocks)
+        also = f"; also {describe_unpriced(unpriced)}" if unpriced else ""
         return Reading(
             Verdict.INCONSISTENT,
-            problem=str(disagreement),
+            problem=str(disagreement) + also,
             larger=disagreement.larger,
             provider_cost_micros=_provider_cost(block),
+            unpriced=unpriced,
         )
-    return Reading(
-        Verdict.BILLABLE,
-        usage=usage,
-        shape=shape,
-        provider_cost_micros=_provider_cost(block if block is not None else groq_block),
-    )
+    cost = _provider_cost(block if block is not None else groq_block)
+    unpriced = _unaccounted(blocks)
+    if unpriced:
+        return Reading(
+            Verdict.UNPRICED_COMPONENT,
+            usage=usage,
+            shape=shape,
+            problem=describe_unpriced(unpriced),
+            provider_cost_micros=cost,
+            unpriced=unpriced,
+        )
+    return Reading(Verdict.BILLABLE, usage=usage, shape=shape, provider_cost_micros=cost)
+
+
+def describe_unpriced(fields: tuple[tuple[str, str], ...]) -> str:
+    """The sentence naming unknown fields and their values (an anomaly's detail):
+    ``usage fields without a price: a.b=3, c=1; exposure priced without them (a lower bound)``.
+    Names hold only letters, digits, ``_``, ``-``, ``.`` and ``[]``, so ``unpriced_field_names``
+    reads them back."""
+    shown = ", ".join(f"{name}={value}" for name, value in fields[:MAX_FIELDS_SHOWN])
+    rest = len(fields) - MAX_FIELDS_SHOWN
+    more = f" and {rest} more" if rest > 0 else ""
+    return f"{UNPRICED_LEAD}{shown}{more}{UNPRICED_TAIL}"
+
+
+def unpriced_field_names(detail: str | None) -> tuple[str, ...]:
+    """The field names ``describe_unpriced`` wrote into ``detail``, in order; () for any other
+    text (the fields past ``MAX_FIELDS_SHOWN`` are not named, so not read back)."""
+    if not detail or not detail.startswith(UNPRICED_LEAD):
+        return ()
+    listed = detail[len(UNPRICED_LEAD) :].split(";", 1)[0].split(" and ", 1)[0]
+    return tuple(item.split("=", 1)[0] for item in listed.split(", ") if "=" in item)
 
 
 def against_output(reading: Reading, produced_output: bool) -> Reading:
-    """``reading`` checked against what the call produced: a billable block of 0 completion tokens
-    (after normalisation, so reasoning counted apart is included) for a call whose choices hold
-    output is implausible, never settled at 0; any other reading is returned as it is."""
+    """``reading`` checked against what the call produced: a billable block (or one with an
+    unpriced component) of 0 completion tokens (after normalisation, so reasoning counted apart is
+    included) for a call whose choices hold output is implausible, never settled at 0; any other
+    reading is returned as it is."""
     usage = reading.usage
-    if reading.verdict is not Verdict.BILLABLE or usage is None or not produced_output:
+    priced = reading.verdict in (Verdict.BILLABLE, Verdict.UNPRICED_COMPONENT)
+    if not priced or usage is None or not produced_output:
         return reading
     if usage.completion_tokens > 0:
         return reading
@@ -236,10 +356,23 @@ def _part(value: int, whole: int, name: str, whole_name: str) -> int:
     return value
 
 
+def _agreed(copies: tuple[tuple[dict[str, Any], str, str], ...], name: str) -> int:
+    """One count sent under several names (LiteLLM writes the cache read and write under each of
+    the names it knows): the non-zero value they agree on, or 0; two different non-zero values are
+    not one count."""
+    values = {_count(details, key, where) for details, key, where in copies} - {0}
+    if len(values) > 1:
+        names = ", ".join(f"{where}.{key}" for _, key, where in copies)
+        raise _Problem(f"{name} differ between {names} ({', '.join(map(str, sorted(values)))})")
+    return values.pop() if values else 0
+
+
 def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, Shape]:
     if type(block) is not dict:
         raise _Problem(f"{where} is not an object")
     if "prompt_tokens" not in block and ("input_tokens" in block or "output_tokens" in block):
+        if _responses_shaped(block, where):
+            return _read_responses(block, where), Shape.OPENAI_RESPONSES
         return _read_anthropic(block, where), Shape.ANTHROPIC
     prompt = _count(block, "prompt_tokens", where, required=True)
     completion = _count(block, "completion_tokens", where, required=True)
@@ -248,11 +381,19 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
     prompt_details = _details(block, "prompt_tokens_details", where)
     completion_details = _details(block, "completion_tokens_details", where)
     pwhere, cwhere = where + ".prompt_tokens_details", where + ".completion_tokens_details"
-    cached = _count(prompt_details, "cached_tokens", pwhere)
-    cache_write = _count(prompt_details, "cache_write_tokens", pwhere)
-    if not cache_write:
-        # Gateways that pass Anthropic's cache write beside OpenAI's fields (LiteLLM).
-        cache_write = _count(block, "cache_creation_input_tokens", where)
+    cached = _agreed(
+        ((prompt_details, "cached_tokens", pwhere), (block, "cache_read_input_tokens", where)),
+        "cache reads",
+    )
+    # OpenRouter's and LiteLLM's names, and Anthropic's beside OpenAI's fields (LiteLLM).
+    cache_write = _agreed(
+        (
+            (prompt_details, "cache_write_tokens", pwhere),
+            (prompt_details, "cache_creation_tokens", pwhere),
+            (block, "cache_creation_input_tokens", where),
+        ),
+        "cache writes",
+    )
     audio_in = _part(_count(prompt_details, "audio_tokens", pwhere), prompt, "audio", "prompt")
     shape = Shape.OPENAI
     if "prompt_cache_hit_tokens" in block or "prompt_cache_miss_tokens" in block:
@@ -325,6 +466,130 @@ def _read_anthropic(block: dict[str, Any], where: str) -> Usage:
     return Usage(uncached + write + read, output, cached_tokens=read, cache_write_tokens=write)
 
 
+def _responses_shaped(block: dict[str, Any], where: str) -> bool:
+    """Whether an ``input_tokens`` / ``output_tokens`` block is OpenAI's Responses API usage rather
+    than Anthropic's: a ``*_details`` object, or a ``total_tokens`` equal to input + output, says
+    Responses; ``cache_*_input_tokens`` (or ``cache_creation``) says Anthropic; both at once is
+    neither. Without either, the two read alike but for the total, and Anthropic's rule applies."""
+    responses = "input_tokens_details" in block or "output_tokens_details" in block
+    anthropic = any(
+        key in block
+        for key in ("cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")
+    )
+    if responses and anthropic:
+        raise _Problem(
+            f"{where} mixes the Responses API's *_tokens_details with Anthropic's cache fields"
+        )
+    if responses or anthropic:
+        return responses
+    if block.get("total_tokens") is None:
+        return False
+    total = _count(block, "total_tokens", where)
+    input_tokens = _count(block, "input_tokens", where, required=True)
+    return total == input_tokens + _count(block, "output_tokens", where, required=True)
+
+
+def _read_responses(block: dict[str, Any], where: str) -> Usage:
+    """OpenAI's Responses API usage: cache reads are a part of ``input_tokens``, reasoning a part
+    of ``output_tokens``, and ``total_tokens`` their sum."""
+    input_tokens = _count(block, "input_tokens", where, required=True)
+    output = _count(block, "output_tokens", where, required=True)
+    iwhere, owhere = where + ".input_tokens_details", where + ".output_tokens_details"
+    cached = _count(_details(block, "input_tokens_details", where), "cached_tokens", iwhere)
+    reasoning = _count(_details(block, "output_tokens_details", where), "reasoning_tokens", owhere)
+    _part(cached, input_tokens, "cached_tokens", "input_tokens")
+    _part(reasoning, output, "reasoning_tokens", "output_tokens")
+    usage = Usage(input_tokens, output, cached_tokens=cached, reasoning_tokens=reasoning)
+    total = block.get("total_tokens")
+    if total is not None:
+        total = _count(block, "total_tokens", where)
+        if total != input_tokens + output:
+            raise _Disagreement(
+                f"total_tokens {total} != input {input_tokens} + output {output}",
+                usage,
+                _widened(usage, total),
+            )
+    return usage
+
+
+def _read_set(block: dict[str, Any]) -> frozenset[tuple[str, ...]]:
+    """The key paths ``_read_block`` reads from ``block``, told by the same fields it decides by (a
+    Responses block without a ``*_details`` object reads as Anthropic's without cache fields: the
+    same two counts)."""
+    if "prompt_tokens" in block or ("input_tokens" not in block and "output_tokens" not in block):
+        return _PATHS["openai"]
+    if "input_tokens_details" in block or "output_tokens_details" in block:
+        return _PATHS["responses"]
+    return _PATHS["anthropic"]
+
+
+def _field_name(key: object) -> str:
+    """A key as an anomaly names it: only ``[A-Za-z0-9_-]`` (any other character is ``_``), at
+    most 48 characters; the names come from outside and are read back from the detail."""
+    return _FIELD_NAME.sub("_", str(key)[:48]) or "_"
+
+
+def _below(parent: str, child: str, joint: str = ".") -> str:
+    """``parent.child`` (``parent[]`` for a list's items), a name no longer than about
+    ``MAX_NAME``: past it the name stops growing (a block nested deeper than any real one names its
+    first levels, then ``...``)."""
+    if len(parent) >= MAX_NAME:
+        return parent if parent.endswith("...") else parent + "..."
+    return f"{parent}{joint}{child}"
+
+
+def _deeper(path: tuple[object, ...] | None, key: object) -> tuple[object, ...] | None:
+    """A child's key path (a list item's key is None, which no listed path holds); None once it
+    is deeper than every listed path, so no path grows with the block's depth."""
+    if path is None or len(path) >= _DEEPEST:
+        return None
+    return (*path, key)
+
+
+def _shown(value: int | float) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for text
+        return "huge"
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+def _unaccounted(blocks: list[tuple[object, str]]) -> tuple[tuple[str, str], ...]:
+    """Every unknown field of the blocks (neither read for its shape nor in ``FREE_FIELDS``) that
+    holds a non-zero number, itself or anywhere inside it: (its dotted name, its value as shown).
+    Walked without recursion (a block is as deep as its JSON); never raises on a dict."""
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    free = _PATHS["free"]
+    for block, prefix in blocks:
+        if type(block) is not dict:
+            continue
+        read = _read_set(block)
+        # (its key path, None past any listed path's depth; its name as shown; its value)
+        pending: list[tuple[tuple[object, ...] | None, str, object]] = [
+            ((key,), _field_name(key), value) for key, value in reversed(block.items())
+        ]
+        while pending:
+            path, name, value = pending.pop()
+            if value is None or path in read or path in free:
+                continue
+            if type(value) is dict:
+                pending.extend(
+                    (_deeper(path, key), _below(name, _field_name(key)), item)
+                    for key, item in reversed(value.items())
+                )
+            elif type(value) is list:
+                pending.extend(
+                    (_deeper(path, None), _below(name, "[]", ""), item) for item in reversed(value)
+                )
+            elif type(value) in (int, float) and value != 0:
+                shown = prefix + name
+                if shown not in seen:
+                    seen.add(shown)
+                    found.append((shown, _shown(value)))  # type: ignore[arg-type]
+    return tuple(found)
+
+
 def _size(usage: Usage) -> tuple[int, int]:
     return (usage.total_tokens, usage.completion_tokens)
 
@@ -379,5 +644,6 @@ def cost_drifted(charge: int, provider_cost: int) -> bool:
 
 def usage_from_block(block: object) -> Usage | None:
     """One usage block's canonical counts, read by the rules that need no provider; None when it
-    is not a billable block."""
-    return read_usage(block).usage
+    is not a billable block (an unpriced component included)."""
+    reading = read_usage(block)
+    return reading.usage if reading.verdict is Verdict.BILLABLE else None

@@ -1,13 +1,17 @@
-"""Calls charged after their resolution, and calls the worker could not read.
+"""Calls charged after their resolution, calls the worker could not read, and unpriced components.
 
 ``failures.reason`` admits ``unreadable``: a call whose metadata or stream the worker refused is
 still recorded from what could be read of it (request id, account, model, hold) as an unsettled
-failure whose exposure is its hold, never only a dead letter. ``anomalies.kind`` admits
+failure whose exposure is its hold, never only a dead letter; and ``unpriced_component``: a call
+whose usage block holds a count in a field the price book cannot price (``worker.usage``), kept
+unsettled with the price of the parts that were read as its exposure. ``anomalies.kind`` admits
 ``charged_late`` (a complete result came after the call's failure had been resolved: its own
 flagged charge transaction) and ``unreadable`` (why the worker could not read the call, for
 ``billing show``), and ``account_fallback`` (the gateway billed the call to its fallback account:
-the payer's own id was one no call can have; the detail is why, never the id). Downgrade refuses nothing: rows with the new reason or kinds must be gone first
-(the old constraints would fail on them, and say so).
+the payer's own id was one no call can have; the detail is why, never the id), and
+``unpriced_component`` (which usage fields have no price, with their values). Downgrade refuses
+nothing: rows with the new reasons or kinds must be gone first (the old constraints would fail on
+them, and say so).
 
 Revision ID: 0015
 Revises: 0014
@@ -34,7 +38,7 @@ OLD_REASONS = (
     "inconsistent_usage",
     "implausible_usage",
 )
-NEW_REASONS = (*OLD_REASONS, "unreadable")
+NEW_REASONS = (*OLD_REASONS, "unreadable", "unpriced_component")
 OLD_KINDS = (
     "idempotency_key_on_stream",
     "non_streamable_stream",
@@ -50,7 +54,7 @@ OLD_KINDS = (
     "implausible_usage",
     "inconsistent_usage",
 )
-NEW_KINDS = (*OLD_KINDS, "charged_late", "unreadable", "account_fallback")
+NEW_KINDS = (*OLD_KINDS, "charged_late", "unreadable", "account_fallback", "unpriced_component")
 
 
 def _within(column: str, values: Sequence[str]) -> str:

@@ -117,6 +117,20 @@ output = "2.50"
 model = "llama3.1:8b-instruct-q8_0"
 input = "0.10"
 output = "0.10"
+[[price]]
+model = "gpt-4.1-2025-04-14"
+input = "2.00"
+cached_input = "0.50"
+output = "8.00"
+[[price]]
+model = "o4-mini"
+input = "1.10"
+cached_input = "0.275"
+output = "4.40"
+[[price]]
+model = "sonar"
+input = "1.00"
+output = "1.00"
 """
 BOOK = PriceBook(prices_from_toml(BOOK_TOML, "provider test book"))
 

@@ -62,7 +62,12 @@ BLOCK = st.dictionaries(
     ).map(lambda details: {**block, **details})
 )
 PROVIDER = st.sampled_from([None, "xai", "gemini", "deepseek", "openrouter"])
-UNSETTLED_BY_USAGE = {Reason.IMPLAUSIBLE_USAGE, Reason.INCONSISTENT_USAGE, Reason.UNPRICED}
+UNSETTLED_BY_USAGE = {
+    Reason.IMPLAUSIBLE_USAGE,
+    Reason.INCONSISTENT_USAGE,
+    Reason.UNPRICED,
+    Reason.UNPRICED_COMPONENT,
+}
 
 
 def _frames(block: dict[str, Any]) -> bytes:

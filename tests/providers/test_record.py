@@ -7,7 +7,7 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models import Anomaly, Reservation, UsageRecord
+from models import Anomaly, Failure, Reservation, UsageRecord
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, hold
 
@@ -56,3 +56,34 @@ def test_anthropic_and_tier_columns(session: Session) -> None:
         1800,
     )
     assert _apply(session, "openai/chat_object_details.json").service_tier == "default"
+
+
+def test_an_unpriced_component_is_kept_unsettled_with_its_fields(session: Session) -> None:
+    """Anthropic's web search: the failures table admits the reason, the anomalies table the
+    kind; no usage record, so nothing is charged without the search."""
+    name = "anthropic/web_search_server_tool_use.json"
+    result = reconcile(name)
+    meta = meta_of(load(name), name)
+    hold(session, meta, now=AT)
+    effect = apply_result(session, result, now=AT, grace=timedelta(hours=1))
+    record_findings(session, result, effect, salt="s", now=AT, meta=meta)
+    assert effect == "unsettled"
+    reservation = session.scalar(
+        select(Reservation).where(Reservation.request_id == meta.request_id)
+    )
+    assert reservation is not None
+    failure = session.scalar(select(Failure).where(Failure.reservation_id == reservation.id))
+    assert failure is not None
+    # 6039 * 3.00 + 931 * 15.00 = 32082: the tokens, the search left out (a lower bound)
+    assert (failure.reason, failure.exposure_micros) == ("unpriced_component", 32082)
+    detail = session.scalar(
+        select(Anomaly.detail).where(
+            Anomaly.reservation_id == reservation.id, Anomaly.kind == "unpriced_component"
+        )
+    )
+    assert detail == (
+        "usage fields without a price: server_tool_use.web_search_requests=1;"
+        " exposure priced without them (a lower bound)"
+    )
+    usage = session.scalar(select(UsageRecord).where(UsageRecord.reservation_id == reservation.id))
+    assert usage is None

@@ -3,17 +3,22 @@ provider reported, from real provider shapes settled through the ledger (both en
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
+from worker.ledger.findings import record_findings
+from worker.ledger.operations import apply_result, hold
 from worker.reports.query import build_report
 from worker.reports.render_csv import render_csv
+from worker.reports.render_html import render_html
 from worker.reports.render_json import report_dict
 from worker.reports.render_table import render_table
 from worker.reports.spec import ReportSpec
 
-from .shapes import AT
+from .shapes import AT, load, meta_of, reconcile
 from .test_record import _apply
 
 
@@ -45,3 +50,58 @@ def test_the_report_shows_each_provider_by_shape_with_the_cost_cross_check(
         line.startswith("provider,") and ",openrouter,openai," in line
         for line in render_csv(report).splitlines()
     )
+
+
+def test_the_report_counts_unpriced_components_by_model_and_field(session: Session) -> None:
+    """Which price to add: the calls unsettled ``unpriced_component`` per model and per usage
+    field their anomaly names (tests/providers/test_shapes.py for each fixture's fields)."""
+    for name in (
+        "anthropic/web_search_server_tool_use.json",
+        "anthropic/cache_write_1h.json",
+        "litellm/anthropic_cache_lifetimes_body.json",
+        "perplexity/citations_and_searches_stream.json",
+        "xai/reasoning_apart_with_cost.json",  # settled: not counted
+    ):
+        _unsettled_or_settled(session, name)
+    spec = ReportSpec(AT, AT + timedelta(minutes=1), ())
+    report = build_report(session.connection(), spec)
+    rows = {
+        (u.model, u.usage_field): u.calls
+        for u in report.unpriced_components
+        if u.model in ("claude-sonnet-4-5", "sonar")
+    }
+    assert rows == {
+        ("claude-sonnet-4-5", "cache_creation.ephemeral_1h_input_tokens"): 1,
+        (
+            "claude-sonnet-4-5",
+            "prompt_tokens_details.cache_creation_token_details.ephemeral_1h_input_tokens",
+        ): 1,
+        ("claude-sonnet-4-5", "server_tool_use.web_search_requests"): 2,
+        ("sonar", "citation_tokens"): 1,
+        ("sonar", "num_search_queries"): 1,
+    }
+    assert report.unsettled_by_reason["unpriced_component"] >= 4
+    table = render_table(report)
+    assert "server_tool_use.web_search_requests" in table and "num_search_queries" in table
+    assert {"model": "sonar", "usage_field": "citation_tokens", "calls": 1} in report_dict(report)[
+        "unpriced_components"
+    ]
+    unpriced = [
+        (row["model"], row["usage_field"], row["count"])
+        for row in csv.DictReader(io.StringIO(render_csv(report)))
+        if row["section"] == "unpriced_component"
+    ]
+    assert ("sonar", "num_search_queries", "1") in unpriced
+    page = render_html(report)
+    assert (
+        'data-unpriced-model="claude-sonnet-4-5"'
+        ' data-unpriced-field="server_tool_use.web_search_requests">2<'
+    ) in page
+
+
+def _unsettled_or_settled(session: Session, name: str) -> None:
+    result = reconcile(name)
+    meta = meta_of(load(name), name)
+    hold(session, meta, now=AT)
+    effect = apply_result(session, result, now=AT, grace=timedelta(hours=1))
+    record_findings(session, result, effect, salt="s", now=AT, meta=meta)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from models.anomalies import AnomalyKind
+from worker.anomalies import classify
 from worker.result import Outcome, Reason, UsageSource
 
 from .shapes import fixture_names, load, reconcile
@@ -102,6 +104,81 @@ EXPECTED = {
     ),
     # the only usage block came after [DONE]: not part of the call
     "openai/usage_after_done.json": (Outcome.UNSETTLED, Reason.MISSING_USAGE, None, None, None),
+    # Responses-API usage in a chat completion: the cached tokens are a part of input_tokens.
+    # (12033 - 11904) * 2.00 + 11904 * 0.50 + 44 * 8.00 = 258 + 5952 + 352 = 6562
+    # (read as Anthropic's, input_tokens the uncached part: 12033 * 2.00 + 352 = 24418, +272 %)
+    "openai/responses_usage_cached_body.json": (
+        *SETTLED,
+        6562,
+        "openai_responses",
+        (12033, 11904, 44, 0),
+    ),
+    # reasoning is a part of output_tokens (75 + 1186 = 1261): 75 * 1.10 + 1186 * 4.40
+    # = 82.5 + 5218.4 = 5300.9 → 5301, 1024 of the 1186 reasoning
+    "openai/responses_usage_reasoning_stream.json": (
+        *SETTLED,
+        5301,
+        "openai_responses",
+        (75, 0, 1186, 1024),
+    ),
+    # a web search the book has no price for: unsettled, never charged without it
+    "anthropic/web_search_server_tool_use.json": (
+        Outcome.UNSETTLED,
+        Reason.UNPRICED_COMPONENT,
+        None,
+        "anthropic",
+        (6039, 0, 931, 0),
+    ),
+    # 100 of the 556 cache writes are 1-hour ones, dearer than the cache write price: 50 + 556 = 606
+    "anthropic/cache_write_1h.json": (
+        Outcome.UNSETTLED,
+        Reason.UNPRICED_COMPONENT,
+        None,
+        "anthropic",
+        (606, 0, 20, 0),
+    ),
+    # the same through LiteLLM's Usage, with a web search too; its copies of the cache read (1000)
+    # and write (556) agree
+    "litellm/anthropic_cache_lifetimes_body.json": (
+        Outcome.UNSETTLED,
+        Reason.UNPRICED_COMPONENT,
+        None,
+        "openai",
+        (2006, 1000, 300, 0),
+    ),
+    # Perplexity's citation tokens and search queries: no price in the book
+    "perplexity/citations_and_searches_stream.json": (
+        Outcome.UNSETTLED,
+        Reason.UNPRICED_COMPONENT,
+        None,
+        "openai",
+        (10, 0, 5, 0),
+    ),
+}
+
+# fixture: (the unpriced fields and values the anomaly names, the exposure: the price of the parts
+# that were read, a lower bound)
+UNPRICED = {
+    # 6039 * 3.00 + 931 * 15.00 = 18117 + 13965 = 32082 (the search itself left out)
+    "anthropic/web_search_server_tool_use.json": (
+        "server_tool_use.web_search_requests=1",
+        32082,
+    ),
+    # 50 * 3.00 + 556 * 3.75 + 20 * 15.00 = 150 + 2085 + 300 = 2535 (every write at the 5-minute
+    # price; the 100 1-hour writes are billed above it)
+    "anthropic/cache_write_1h.json": ("cache_creation.ephemeral_1h_input_tokens=100", 2535),
+    # (2006 - 1000 - 556) * 3.00 + 1000 * 0.30 + 556 * 3.75 + 300 * 15.00
+    # = 1350 + 300 + 2085 + 4500 = 8235
+    "litellm/anthropic_cache_lifetimes_body.json": (
+        "prompt_tokens_details.cache_creation_token_details.ephemeral_1h_input_tokens=100,"
+        " server_tool_use.web_search_requests=1",
+        8235,
+    ),
+    # 10 * 1.00 + 5 * 1.00 = 15
+    "perplexity/citations_and_searches_stream.json": (
+        "citation_tokens=2, num_search_queries=1",
+        15,
+    ),
 }
 
 
@@ -129,6 +206,21 @@ def test_provider_shape(name: str) -> None:
         assert (*got, usage.reasoning_tokens) == counts
     if outcome is Outcome.SETTLED:
         assert result.usage_source is UsageSource.REPORTED
+
+
+@pytest.mark.parametrize("name", sorted(UNPRICED))
+def test_an_unpriced_component_is_named_and_exposed_at_the_priced_parts(name: str) -> None:
+    fields, exposure = UNPRICED[name]
+    result = reconcile(name)
+    assert (result.outcome, result.reason, result.charge_micros) == (
+        Outcome.UNSETTLED,
+        Reason.UNPRICED_COMPONENT,
+        None,
+    )
+    assert result.exposure_micros == exposure
+    detail = f"usage fields without a price: {fields}; exposure priced without them (a lower bound)"
+    assert result.usage_problem == detail
+    assert classify(result)[AnomalyKind.UNPRICED_COMPONENT] == detail
 
 
 def test_cache_writes_and_audio_are_kept_as_parts() -> None:

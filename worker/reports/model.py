@@ -145,6 +145,17 @@ class ProviderUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class UnpricedComponent:
+    """Calls of ``model`` unsettled ``unpriced_component`` whose usage named ``usage_field``, a
+    count the price book has no price for (``worker.usage``): the price an operator has to add. A
+    call naming two fields is counted under each."""
+
+    model: str
+    usage_field: str
+    calls: int
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     since: datetime
     until: datetime
@@ -160,6 +171,7 @@ class Report:
     providers: tuple[ProviderUsage, ...] = ()
     # ``--upstream``: the providers' exports against the ledger (``worker.upstream.matching``).
     upstream: Reconciliation | None = None
+    unpriced_components: tuple[UnpricedComponent, ...] = ()
 
     @property
     def ties_out(self) -> bool:

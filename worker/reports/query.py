@@ -27,7 +27,9 @@ Shape (each one statement, portable between PostgreSQL and SQLite unless said):
    (``worker.reports.providers``).
 4. parity and 5. anomalies. Anomalies are all anomalies minus those
    of the calls outside the window when those are the fewer (``ix_reservations_created_at``), else
-   joined to the window's calls; both exact.
+   joined to the window's calls; both exact. With them, the unpriced components: the window's
+   failures of reason ``unpriced_component`` ⋈ their reservations ⟕ their ``unpriced_component``
+   anomaly, counted per model and the usage fields the anomaly's detail names.
 
 Queries 1 and 2 group by the report's keys plus ``day`` (the grain); group rows, the per-day chart
 series and the total are sums of those aggregate rows, so they agree by construction and the table is
@@ -41,6 +43,7 @@ whenever they moved. "Still held" and "exposure" are as of the snapshot.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -88,9 +91,12 @@ from worker.reports.model import (
     ProviderUsage,
     Report,
     Tally,
+    UnpricedComponent,
 )
 from worker.reports.spec import ReportError, ReportSpec
+from worker.result import Reason
 from worker.upstream import query as upstream_query
+from worker.usage import unpriced_field_names
 
 reservations = Reservation.__table__
 usage_records = UsageRecord.__table__
@@ -609,6 +615,40 @@ def anomaly_counts(conn: Connection, spec: ReportSpec, inside: int | None = None
     return {str(kind): int(n) for kind, n in conn.execute(statement).all()}
 
 
+# The field a call unsettled ``unpriced_component`` is counted under when its anomaly names none.
+UNNAMED_FIELD = "(not named)"
+
+
+def unpriced_statement(spec: ReportSpec) -> Any:
+    """The window's failures of reason ``unpriced_component`` per model and the detail of their
+    ``unpriced_component`` anomaly (the fields and values ``worker.usage`` named): a few rows, these
+    calls being few (``failures`` ⋈ ``reservations`` by primary key, as ``failures_statement``)."""
+    f, r, a = failures, reservations, anomalies
+    reason = str(Reason.UNPRICED_COMPONENT)
+    joined = f.join(r, r.c.id == f.c.reservation_id).outerjoin(
+        a, (a.c.reservation_id == f.c.reservation_id) & (a.c.kind == reason)
+    )
+    return (
+        select(r.c.model, a.c.detail, func.count().label("n"))
+        .select_from(joined)
+        .where(window_clause(spec), f.c.reason == reason)
+        .group_by(r.c.model, a.c.detail)
+    )
+
+
+def unpriced_components(conn: Connection, spec: ReportSpec) -> tuple[UnpricedComponent, ...]:
+    """Calls unsettled ``unpriced_component`` per model and usage field, ordered by both: which
+    price to add. A call is counted under each field its anomaly names (``UNNAMED_FIELD`` when it
+    names none), so the rows of a model may add up to more than its calls."""
+    counted: Counter[tuple[str, str]] = Counter()
+    for model, detail, n in conn.execute(unpriced_statement(spec)).all():
+        for field in unpriced_field_names(detail) or (UNNAMED_FIELD,):
+            counted[(str(model), field)] += int(n)
+    return tuple(
+        UnpricedComponent(model, field, calls) for (model, field), calls in sorted(counted.items())
+    )
+
+
 DRIFT_RANGES = 3  # the report's process and PostgreSQL's default two parallel workers
 
 
@@ -697,6 +737,7 @@ def build_report(
         inside = sum(counts["calls"] for counts in calls.values())
         with step("anomalies"):
             found_anomalies = anomaly_counts(conn, spec, inside)
+            found_unpriced = unpriced_components(conn, spec)
         drift, found_providers = beside_on(conn) if pending is None else pending.result()
     found_upstream = None
     if upstream_book is not None:
@@ -721,4 +762,5 @@ def build_report(
         anomalies=found_anomalies,
         providers=found_providers,
         upstream=found_upstream,
+        unpriced_components=found_unpriced,
     )

@@ -1,6 +1,6 @@
 """The report as one CSV table with a ``section`` column: ``group`` rows, one ``total`` row, then
-``drift``, ``parity``, ``anomaly`` and ``provider`` rows (their own columns filled, the others
-empty).
+``drift``, ``parity``, ``anomaly``, ``unpriced_component`` (model, ``usage_field``, ``count``: calls)
+and ``provider`` rows (their own columns filled, the others empty).
 
 Money appears twice, ``*_micros`` and ``*_usd``. A text cell that a spreadsheet would run as a
 formula (starting with ``=``, ``+``, ``-``, ``@``, tab or CR) is prefixed with ``'``.
@@ -30,13 +30,20 @@ PROVIDER_COLUMNS = (
     "provider", "usage_shape", "provider_calls", "charged_costed_micros", "costed_calls",
     "provider_cost_micros", "cost_drift",
 )  # fmt: skip
-_TAKEN = {*KEYS, *TALLY_COLUMNS, *EXTRA_COLUMNS, *PROVIDER_COLUMNS, "charged_micros", "charged_usd"}
+UNPRICED_COLUMNS = ("usage_field",)
+_TAKEN = {
+    *KEYS, *TALLY_COLUMNS, *EXTRA_COLUMNS, *PROVIDER_COLUMNS, *UNPRICED_COLUMNS,
+    "charged_micros", "charged_usd",
+}  # fmt: skip
 UPSTREAM_COLUMNS = tuple(
     name
     for name in ("upstream_key", *upstream_section.FLAT_NAMES, *upstream_section.MARGIN_FLAT_NAMES)
     if name not in _TAKEN
 )
-COLUMNS = ("section", *KEYS, *TALLY_COLUMNS, *EXTRA_COLUMNS, *PROVIDER_COLUMNS, *UPSTREAM_COLUMNS)
+COLUMNS = (
+    "section", *KEYS, *TALLY_COLUMNS, *EXTRA_COLUMNS, *PROVIDER_COLUMNS, *UNPRICED_COLUMNS,
+    *UPSTREAM_COLUMNS,
+)  # fmt: skip
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -74,6 +81,11 @@ def render_csv(report: Report) -> str:
             writer.writerow({"section": "parity", "kind": kind, "count": count})
     for kind, count in (report.anomalies or {}).items():
         writer.writerow({"section": "anomaly", "kind": safe_text(kind), "count": count})
+    for u in report.unpriced_components:
+        writer.writerow({
+            "section": "unpriced_component", "model": safe_text(u.model),
+            "usage_field": safe_text(u.usage_field), "count": u.calls,
+        })  # fmt: skip
     for p in report.providers:
         writer.writerow({
             "section": "provider", "provider": safe_text(p.provider),

@@ -135,7 +135,25 @@ def _parity_and_anomalies(report: Report) -> str:
             "<h2>Contract anomalies</h2>"
             + (f'<table id="anomalies"><tbody>{rows}</tbody></table>' if rows else "<p>none</p>")
         )
+    parts.append(_unpriced(report))
     return "".join(parts)
+
+
+def _unpriced(report: Report) -> str:
+    """Calls unsettled ``unpriced_component`` per model and usage field (each count carries
+    ``data-unpriced-model`` and ``data-unpriced-field``): the prices to add."""
+    rows = "".join(
+        f"<tr><td>{escape(u.model)}</td><td>{escape(u.usage_field)}</td>"
+        f'<td class="n" data-unpriced-model="{escape(u.model)}"'
+        f' data-unpriced-field="{escape(u.usage_field)}">{u.calls}</td></tr>'
+        for u in report.unpriced_components
+    )
+    return "<h2>Unpriced components: calls unsettled by a usage field without a price</h2>" + (
+        '<table id="unpriced"><thead><tr><th>model</th><th>usage field</th>'
+        f"<th>calls unsettled</th></tr></thead><tbody>{rows}</tbody></table>"
+        if rows
+        else "<p>none</p>"
+    )
 
 
 def _providers(report: Report) -> str:

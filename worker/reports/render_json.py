@@ -7,7 +7,14 @@ from typing import Any
 import orjson
 
 from worker.reports import upstream as upstream_section
-from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, ProviderUsage, Report, Tally
+from worker.reports.model import (
+    COUNT_FIELDS,
+    MONEY_FIELDS,
+    ProviderUsage,
+    Report,
+    Tally,
+    UnpricedComponent,
+)
 
 
 def _iso(value: Any) -> str:
@@ -54,6 +61,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             "mismatched_fields": dict(report.parity.mismatched_fields),
         },
         "anomalies": None if report.anomalies is None else dict(report.anomalies),
+        "unpriced_components": [unpriced_dict(u) for u in report.unpriced_components],
         "providers": [provider_dict(p) for p in report.providers],
         "upstream": None
         if report.upstream is None
@@ -72,6 +80,10 @@ def provider_dict(p: ProviderUsage) -> dict[str, Any]:
         "provider_cost_micros": int(p.provider_cost),
         "cost_drift": p.cost_drift,
     }
+
+
+def unpriced_dict(u: UnpricedComponent) -> dict[str, Any]:
+    return {"model": u.model, "usage_field": u.usage_field, "calls": u.calls}
 
 
 def render_json(report: Report) -> str:

@@ -1,7 +1,7 @@
 """The report as text tables for a terminal (rich, ASCII borders so it also pipes and greps).
 
 Three tables per group row plus a ``total`` row: calls, unsettled and resolved, money (USD, six
-decimals); then the tie-out line, drift per model, parity and anomalies.
+decimals); then the tie-out line, drift per model, parity, anomalies and the unpriced components.
 """
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ def render_table(report: Report, width: int = 1000) -> str:
     if report.anomalies is not None:
         listed = ", ".join(f"{k} {v}" for k, v in report.anomalies.items()) or "none"
         console.print(f"anomalies: {_cell(listed)}")
+    _unpriced(console, report)
     console.print(
         "providers: calls with a usage record by usage shape; ours vs the provider's own cost"
     )
@@ -122,6 +123,23 @@ def render_table(report: Report, width: int = 1000) -> str:
     if report.upstream is not None:
         _upstream(console, report.upstream)
     return out.getvalue()
+
+
+def _unpriced(console: Console, report: Report) -> None:
+    """Calls unsettled ``unpriced_component`` per model and usage field: the prices to add."""
+    if not report.unpriced_components:
+        console.print("unpriced components: none")
+        return
+    console.print(
+        "unpriced components: calls unsettled unpriced_component by model and the usage field the"
+        " book has no price for (a call naming two fields counts under each)"
+    )
+    table = Table(box=box.ASCII)
+    for header in ("model", "usage field", "calls unsettled"):
+        table.add_column(header, justify="right" if header.startswith("calls") else "left")
+    for row in report.unpriced_components:
+        table.add_row(_cell(row.model), _cell(row.usage_field), str(row.calls))
+    console.print(table)
 
 
 # The columns ``make demo`` shows: what leaked and what was over-counted, beside both sides' counts.

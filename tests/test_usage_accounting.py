@@ -34,8 +34,8 @@ TAIL = "; exposure priced without them (a lower bound)"
         # xAI Live Search sources, billed per source
         ({"num_sources_used": 3}, "num_sources_used=3"),
         # a modality inside a details object
-        ({"prompt_tokens_details": {"cached_tokens": 0, "image_tokens": 7}},
-         "prompt_tokens_details.image_tokens=7"),
+        ({"prompt_tokens_details": {"cached_tokens": 0, "video_tokens": 7}},
+         "prompt_tokens_details.video_tokens=7"),
         # Mistral's audio seconds: a number, not a token count, still a count the book lacks
         ({"prompt_audio_seconds": 2.5}, "prompt_audio_seconds=2.5"),
         # a nested object: each non-zero leaf, the zero ones left out
@@ -255,3 +255,15 @@ def test_any_extra_field_is_accounted_and_reading_never_raises(extra: dict[str, 
     assert 1 <= len(reading.unpriced) <= counts  # leaves sharing a name are named once
     names = tuple(name for name, _ in reading.unpriced)
     assert unpriced_field_names(reading.problem) == names[:MAX_FIELDS_SHOWN]
+
+
+def test_an_image_part_of_the_prompt_is_billed_with_the_prompt() -> None:
+    """xAI (and LiteLLM's Usage) state the image part of ``prompt_tokens``: billed at the prompt
+    token price with the rest (docs.x.ai/developers/rate-limits), so a vision call settles
+    instead of being held as an unpriced component."""
+    from worker.usage import Verdict, read_usage
+
+    block = {**OPENAI, "prompt_tokens_details": {"text_tokens": 40, "image_tokens": 60}}
+    reading = read_usage(block, provider="xai", model="grok-4")
+    assert reading.verdict is Verdict.BILLABLE
+    assert reading.usage is not None and reading.usage.prompt_tokens == 100

@@ -119,6 +119,10 @@ FREE_FIELDS: dict[str, str] = {
     "cache_creation_input_tokens, at the cache write price (1-hour writes are dearer: unknown)",
     "prompt_tokens_details.cache_creation_token_details.ephemeral_5m_input_tokens": "LiteLLM's "
     "copy of Anthropic's 5-minute cache writes, a part of the cache write read",
+    "prompt_tokens_details.image_tokens": "the image part of prompt_tokens, billed at the prompt "
+    "token price with the rest of it (xAI: 'Prompt text, audio and image tokens - Charged at "
+    "prompt token price', docs.x.ai/developers/rate-limits; LiteLLM's Usage for Gemini, whose "
+    "text, image and video input is one price)",
 }
 # Show at most this many unknown fields in a reading's problem (the rest are counted).
 MAX_FIELDS_SHOWN = 8

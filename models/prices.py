@@ -3,6 +3,8 @@
 A row's key is (layer, model, provider, tier, effective_from); ``provider`` is '' for a row that
 prices every provider. Prices are USD per 1M tokens as exact decimal text; a NULL kind is one the row
 does not price (``worker.prices.price``). ``aliases`` holds the row's other exact names, one a line.
+``bands`` the row's long-context bands as JSON text (``worker.prices.price.bands_to_json``: rates
+as decimal strings), '' for none.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class PriceRow(Base):
     max_input_tokens: Mapped[int | None] = mapped_column(BigInteger)
     max_output_tokens: Mapped[int | None] = mapped_column(BigInteger)
     prompt_limit: Mapped[int | None] = mapped_column(BigInteger)
+    bands: Mapped[str] = mapped_column(Text, server_default="")
     source: Mapped[str] = mapped_column(Text, server_default="")
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

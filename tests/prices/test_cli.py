@@ -146,6 +146,8 @@ def test_which_shows_every_dimension_it_applied(runner: CliRunner) -> None:
         "reasoning_at_output_price": True,
         "unpriced": ["cache_write", "audio_input", "audio_output"],
         "prompt_limit": None,
+        "bands": [],
+        "unpriced_prompts": None,
     }
     assert tuned["context_window"] == 128_000 + 16_384
     # no fine-tune row for the base: unpriced, and why (gpt-4o-mini's own price is never used)

@@ -118,12 +118,20 @@ def test_cache_writes_audio_and_providers(parsed, book: PriceBook) -> None:
     assert book.charge("openai/gpt-oss-120b", Usage(1000, 1000), AT, provider="groq") == 750
 
 
-def test_long_context_prices_make_a_prompt_limit(book: PriceBook) -> None:
+def test_long_context_prices_make_a_prompt_limit_and_a_band(book: PriceBook) -> None:
     row = book.price_for("gemini-2.5-pro", AT, provider="gemini")
     assert row is not None and row.prompt_limit == 200_000
-    # 200000 x 1.25 = 250000; one more token would cost the long-context rate the book lacks
+    # input_cost_per_token_above_200k_tokens 2.5e-06: 2.5 per 1M from 200,001 prompt tokens on
+    (band,) = row.bands
+    assert (band.above, band.input, band.cached_input, band.output) == (
+        200_000,
+        Decimal("2.5"),
+        Decimal("0.25"),
+        Decimal("15"),
+    )
+    # 200000 x 1.25 = 250000; 200001 x 2.5 = 500002.5, half up
     assert book.charge("gemini-2.5-pro", Usage(200_000, 0), AT, provider="gemini") == 250_000
-    assert book.charge("gemini-2.5-pro", Usage(200_001, 0), AT, provider="gemini") is None
+    assert book.charge("gemini-2.5-pro", Usage(200_001, 0), AT, provider="gemini") == 500_003
 
 
 def test_what_is_not_a_chat_price_is_skipped(parsed, book: PriceBook) -> None:

@@ -38,7 +38,7 @@ def test_old_rows_survive_upgrade_and_downgrade(url: str) -> None:
     try:
         with engine.begin() as conn:
             conn.execute(text(OLD_ROWS))
-        upgrade(url, "0009")
+        upgrade(url)  # through 0009, to the head the model (stored_prices) reads
         with session_factory(engine)() as session:
             rows = {p.model: p for p in stored_prices(session)}
         assert set(rows) == {"negotiated-model"}  # the prefix row is retired: it prices nothing

@@ -124,6 +124,7 @@ def _row(price: Price) -> dict[str, Any]:
         max_input_tokens=price.max_input_tokens,
         max_output_tokens=price.max_output_tokens,
         prompt_limit=price.prompt_limit,
+        bands=[{"above": band.above, **band.stated()} for band in price.bands],
         source=price.source,
         reason=price.reason,
     )
@@ -167,7 +168,8 @@ def which_command(
 ) -> None:
     """Which row prices MODEL, and why (or why it is unpriced), in the effective book: each
     dimension the rule applied (name: exact, alias, snapshot or fine-tune base; layer; provider;
-    tier; time), and the kinds of token the row prices and those it leaves unpriced."""
+    tier; time), and the kinds of token the row prices and those it leaves unpriced, and its
+    long-context bands: the rates a prompt over each threshold prices the whole call at."""
     when = _time(at, "--at") or datetime.now(UTC)
     with ledger_session("prices which", readonly=True) as session:
         book = effective_book(session, settings("prices which").price_book)
@@ -193,6 +195,10 @@ def which_command(
             "reasoning_at_output_price": price.reasoning is None,
             "unpriced": list(price.unpriced_kinds),
             "prompt_limit": price.prompt_limit,
+            "bands": [price.band_view(band) for band in price.bands],
+            "unpriced_prompts": None
+            if (gap := price.unpriced_prompts()) is None
+            else {"over": gap[0], "up_to": gap[1]},
         },
         "context_window": book.context_window(model, when),
         "list_snapshot": snapshot_info().get("version"),
@@ -216,7 +222,25 @@ def which_command(
                 "  not priced (a call with these tokens is unpriced): "
                 + ", ".join(price.unpriced_kinds)
             )
-        if price.prompt_limit:
-            click.echo(f"  prompts over {price.prompt_limit} tokens are unpriced")
+        for band in document["kinds"]["bands"]:  # type: ignore[index]
+            rates = "  ".join(f"{k} {v}" for k, v in band["priced"].items())
+            click.echo(f"  prompts over {band['above']} tokens, the whole call: {rates}")
+            if band["cached_input_at_input_price"]:
+                click.echo("    cached input at the band's input price (the row has no discount)")
+            if band["reasoning_at_output_price"]:
+                click.echo("    reasoning tokens at the band's output price")
+            if band["unpriced"]:
+                click.echo(
+                    "    not priced over this threshold (a call with these tokens is unpriced): "
+                    + ", ".join(band["unpriced"])
+                )
+        gap = price.unpriced_prompts()
+        if gap is not None:
+            over, upto = gap
+            click.echo(
+                f"  prompts over {over} tokens"
+                + ("" if upto is None else f" up to {upto}")
+                + " are unpriced (no long-context rates)"
+            )
     if document["context_window"]:
         click.echo(f"  context window: {document['context_window']} tokens")

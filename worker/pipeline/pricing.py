@@ -22,6 +22,7 @@ from models import PriceRow
 from worker.prices import Layer, Price, PriceBook
 from worker.prices.bundled import file_prices
 from worker.prices.merge import ImportPlan, effective_rows, plan_import
+from worker.prices.price import bands_from_json, bands_to_json
 
 prices_table = PriceRow.__table__
 
@@ -46,6 +47,7 @@ def _price(row: PriceRow) -> Price:
         max_input_tokens=row.max_input_tokens,
         max_output_tokens=row.max_output_tokens,
         prompt_limit=row.prompt_limit,
+        bands=bands_from_json(row.bands, f"stored price {row.id} of {row.model}: bands"),
         source=row.source,
         reason=row.reason,
     )
@@ -110,6 +112,7 @@ def import_prices(
                     "max_input_tokens": p.max_input_tokens,
                     "max_output_tokens": p.max_output_tokens,
                     "prompt_limit": p.prompt_limit,
+                    "bands": bands_to_json(p.bands),
                     "source": p.source,
                     "reason": p.reason,
                     "created_at": now,

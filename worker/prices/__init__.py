@@ -8,11 +8,12 @@
 
 from worker.prices.book import PriceBook, Resolution, normalize_provider, normalize_tier
 from worker.prices.bundled import load_price_book
-from worker.prices.price import MAX_PRICE, Layer, Price
+from worker.prices.price import MAX_PRICE, Band, Layer, Price
 from worker.prices.toml_book import prices_from_toml
 
 __all__ = [
     "MAX_PRICE",
+    "Band",
     "Layer",
     "Price",
     "PriceBook",

@@ -30,8 +30,10 @@ tier in force at ``created_at`` prices the call; a group without one hands the c
 that group says what the model cost at that time, so the call is priced by that group's own row of its
 tier or is unpriced; never by a later group's row, such as a list row "from 1970" (today's price).
 
-A call that has tokens of a kind its row does not price (audio, cache writes) or a prompt longer than
-the row's ``prompt_limit`` is unpriced as well (``Price.unpriced_because``).
+A row prices the whole call at the rates of the long-context band its prompt falls in, if any
+(``Price.rates_for``). A call that has tokens of a kind its rates do not price (audio, cache writes;
+in a band, any kind the band does not price) or a prompt longer than the row's ``prompt_limit`` with
+no band there is unpriced as well (``Price.unpriced_because``).
 """
 
 from __future__ import annotations

@@ -24,6 +24,19 @@ batch when the entry states that tier's input and output prices):
 | ``output_cost_per_audio_token``                 | audio_output |
 | ``max_input_tokens`` / ``max_output_tokens``    | context limits |
 | any ``*_above_NNNk_tokens`` key, ``tiered_pricing`` | prompt_limit: the lowest threshold |
+| ``KEY_above_NNNk_tokens`` (KEY a per-token key above but the cache hit) | the band above NNN,000 tokens |
+
+**Long-context bands.** A tier's keys ``KEY_above_NNNk_tokens`` + the tier's suffix (so
+``input_cost_per_token_above_200k_tokens_batches`` for the batch row, as ``_batches`` names the
+batch row's own prices) give that row's band above NNN,000 prompt tokens, one kind per key: a
+prompt past it prices the whole call at those rates (``Price.rates_for``). A kind the band has no
+key for is unpriced in the band (``Band`` has the two defaults that follow the row's: cache reads at
+the band's input rate when the row has no cache discount, reasoning at the band's output rate when
+the row has no reasoning price). A threshold the tier has no band key for (in LiteLLM 1.110.2,
+``gpt-5.4``'s priority row, ``gemini-pro-latest``'s flex and batch rows) stays a ``prompt_limit``:
+a longer prompt of that tier is unpriced. Thresholds of other units
+(``*_per_character_above_128k_tokens``, images, seconds) and of cache-write lifetimes
+(``cache_creation_input_token_cost_above_1hr_above_100k_tokens``) make a prompt_limit only.
 
 Prices LiteLLM keeps that the canonical usage cannot tell apart (1-hour cache writes, cached audio,
 image tokens) are not read: such calls are charged at the rates above.
@@ -40,12 +53,25 @@ from typing import Any
 
 from worker.errors import PriceBookError
 from worker.prices.book import normalize_provider
-from worker.prices.price import Layer, Price, check_price, plain
+from worker.prices.price import Band, Layer, Price, check_price, plain
 
 MODES = frozenset({"chat", "responses"})
 TIERS = {"": "default", "_flex": "flex", "_priority": "priority", "_batches": "batch"}
 NOT_MODELS = frozenset({"sample_spec", "_snapshot"})
 _THRESHOLD = re.compile(r"_above_(\d+)k_tokens")
+BAND_KEYS = {
+    "input_cost_per_token": "input",
+    "cache_read_input_token_cost": "cached_input",
+    "cache_creation_input_token_cost": "cache_write",
+    "output_cost_per_token": "output",
+    "output_cost_per_reasoning_token": "reasoning",
+    "input_cost_per_audio_token": "audio_input",
+    "output_cost_per_audio_token": "audio_output",
+}
+"""The per-token keys whose ``_above_NNNk_tokens`` variants are band rates, and the kind each gives."""
+_BAND_KEY = re.compile(
+    "(?P<key>" + "|".join(BAND_KEYS) + r")_above_(?P<k>\d+)k_tokens(?P<suffix>_[a-z]+)?"
+)
 _MILLION = 6
 
 
@@ -105,6 +131,23 @@ def _prompt_limit(entry: dict[str, Any]) -> int | None:
     return min(limits) if limits else None
 
 
+def _bands(entry: dict[str, Any], suffix: str, where: str) -> tuple[Band, ...]:
+    """The bands of the tier of ``suffix`` ('' for the default tier): one per threshold its
+    ``KEY_above_NNNk_tokens`` + ``suffix`` keys name, each kind from its own key."""
+    rates: dict[int, dict[str, Decimal]] = {}
+    for key in entry:
+        match = _BAND_KEY.fullmatch(key)
+        if match is None or (match["suffix"] or "") != suffix:
+            continue
+        value = _per_million(entry, key, where)
+        if value is not None:
+            rates.setdefault(int(match["k"]) * 1000, {})[BAND_KEYS[match["key"]]] = value
+    try:
+        return tuple(Band(above=above, **kinds) for above, kinds in sorted(rates.items()))  # type: ignore[arg-type]
+    except PriceBookError as exc:
+        raise PriceBookError(f"{where}: {exc}") from None
+
+
 def model_and_provider(key: str, provider: str) -> tuple[str, str | None]:
     """``azure/gpt-4o`` (provider azure) → (``gpt-4o``, ``azure``); ``gpt-4o`` → (``gpt-4o``, None)."""
     head, _, rest = key.partition("/")
@@ -151,6 +194,7 @@ def entry_prices(
                 reasoning=_per_million(entry, f"output_cost_per_reasoning_token{suffix}", where),
                 audio_input=_per_million(entry, f"input_cost_per_audio_token{suffix}", where),
                 audio_output=_per_million(entry, f"output_cost_per_audio_token{suffix}", where),
+                bands=_bands(entry, suffix, where),
                 tier=tier,
                 **common,  # type: ignore[arg-type]
             )

@@ -19,7 +19,19 @@ Every row of a TOML book is an ``override`` row. Keys (USD per 1M tokens as deci
     audio_output = "80.00"           # default: none
     max_input_tokens = 128000        # context limits, when known
     max_output_tokens = 16384
-    prompt_limit = 200000            # longest prompt these prices hold for
+    prompt_limit = 200000            # longest prompt these prices hold for (without a band)
+
+    [[price.band]]                   # long-context rates: a prompt over `above` tokens prices
+    above = 200000                   # the whole call at them (any number of bands, one each)
+    input = "6.00"                   # the band's rates, the same keys as the row's; a kind the
+    cached_input = "0.60"            # band leaves out is unpriced in the band (a call in the band
+    cache_write = "7.50"             # with such tokens is unpriced), except cached_input (the
+    output = "22.50"                 # band's input when the row has no cache discount) and
+                                     # reasoning (the band's output when the row has no reasoning)
+
+With bands and no ``prompt_limit``, a prompt up to the lowest ``above`` costs the row's rates and a
+longer one the rates of the highest band it is over. ``prompt_limit`` with bands marks prompts no
+rates price: over it and up to the next band's ``above``, a prompt is unpriced.
 
 An unknown key is an error (a misspelt ``cached_inputs`` must not silently bill at ``input``).
 """
@@ -33,7 +45,7 @@ from typing import Any
 
 from worker.errors import PriceBookError
 from worker.prices.book import normalize_provider, normalize_tier
-from worker.prices.price import Layer, Price, check_price, plain
+from worker.prices.price import Band, Layer, Price, check_price, plain
 
 _PRICES = (
     "input",
@@ -46,10 +58,11 @@ _PRICES = (
 )
 _COUNTS = ("max_input_tokens", "max_output_tokens", "prompt_limit")
 KEYS = frozenset(
-    {"model", "aliases", "snapshots", "provider", "tier", "effective_from", "until"}
+    {"model", "aliases", "snapshots", "provider", "tier", "effective_from", "until", "band"}
     | set(_PRICES)
     | set(_COUNTS)
 )
+BAND_KEYS = frozenset({"above", *_PRICES})
 
 
 def _decimal(entry: dict[str, Any], key: str, where: str) -> Decimal:
@@ -74,6 +87,29 @@ def timestamp(value: Any, where: str) -> datetime:
             raise PriceBookError(f"{where}: not a timestamp: {value!r}") from None
         return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
     raise PriceBookError(f"{where}: must be an RFC 3339 timestamp")
+
+
+def _bands(entry: dict[str, Any], where: str) -> tuple[Band, ...]:
+    tables = entry.get("band", [])
+    if not isinstance(tables, list):
+        raise PriceBookError(f"{where}: band must be [[price.band]] tables")
+    bands = []
+    for number, table in enumerate(tables, start=1):
+        here = f"{where}: band #{number}"
+        if not isinstance(table, dict):
+            raise PriceBookError(f"{here}: expected a table")
+        unknown = sorted(set(table) - BAND_KEYS)
+        if unknown:
+            raise PriceBookError(f"{here}: unknown key {unknown[0]!r}")
+        above = table.get("above")
+        if isinstance(above, bool) or not isinstance(above, int):
+            raise PriceBookError(f"{here}: above must be an integer (prompt tokens)")
+        rates = {key: _decimal(table, key, here) for key in _PRICES if key in table}
+        try:
+            bands.append(Band(above=above, **rates))
+        except PriceBookError as exc:
+            raise PriceBookError(f"{here}: {exc}") from None
+    return tuple(bands)
 
 
 def _price(entry: Any, where: str, source: str, default_from: datetime) -> Price:
@@ -124,6 +160,7 @@ def _price(entry: Any, where: str, source: str, default_from: datetime) -> Price
         aliases=tuple(sorted(set(aliases))),
         snapshots=snapshots,
         until=None if entry.get("until") is None else timestamp(entry["until"], where),
+        bands=_bands(entry, where),
         source=source,
         **counts,
     )

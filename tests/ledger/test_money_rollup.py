@@ -45,6 +45,8 @@ FATES = (
     "release",
     "charge_estimate",
     "charge_estimate_over",
+    "release_then_late",  # resolved, then its data came: charged late (``charged_late``)
+    "estimate_then_late",
 )
 
 call = st.fixed_dictionaries(
@@ -105,6 +107,11 @@ def _results(prefix: str, i: int, spec: dict):
     return meta, [failed]
 
 
+def _common(spec: dict, meta) -> dict:
+    return {"account_id": meta.account_id, "reserved": spec["reserved"], "model": spec["model"],
+            "created_at": meta.created_at}  # fmt: skip
+
+
 def apply_calls(session: Session, prefix: str, calls: list[dict]) -> None:
     now = BASE + timedelta(days=3)
     planned = [(i, spec, *_results(prefix, i, spec)) for i, spec in enumerate(calls)]
@@ -134,9 +141,17 @@ def apply_calls(session: Session, prefix: str, calls: list[dict]) -> None:
             hold(session, meta, now=now)
             for result in results:
                 apply_result(session, result, now=now + timedelta(minutes=5), grace=GRACE)
-        if spec["fate"] in ("release", "charge_estimate", "charge_estimate_over"):
-            action = "release" if spec["fate"] == "release" else "charge_estimate"
+        if spec["fate"] in (
+            "release", "charge_estimate", "charge_estimate_over", "release_then_late",
+            "estimate_then_late",
+        ):  # fmt: skip
+            action = "release" if spec["fate"].startswith("release") else "charge_estimate"
             resolve(session, meta.request_id, action, who="t", note="t", now=now)
+            if spec["fate"].endswith("_late"):
+                late = make_result(
+                    meta.request_id, charge=spec["charge"] // 2 + 1, **_common(spec, meta)
+                )
+                apply_result(session, late, now=now + timedelta(hours=2), grace=GRACE)
             if spec["repeat"]:
                 try:
                     resolve(session, meta.request_id, action, who="t", note="t", now=now)
@@ -179,3 +194,28 @@ def test_rollup_sums_a_known_ledger(session: Session) -> None:
             "held": 10_999, "charged": 12_500, "true_ups": 2_500, "released": 999,
         }
     }  # fmt: skip
+
+
+def test_a_late_charge_ties_out_in_the_report(session: Session) -> None:
+    """A call charged late after its hold was released, and one after its estimate was charged
+    (refunding part of it): the late charges are money beyond the hold (true-ups), their refund no
+    hold released, so held = (charged - true-ups) + released + still held, in the ledger join and
+    in the rollup alike."""
+    prefix = f"lt{uuid.uuid4().hex[:8]}"
+    account, now = f"{prefix}-acct", BASE + timedelta(days=1)
+    common = {"account_id": account, "reserved": 10_000, "model": "m-a", "created_at": BASE}
+    for rid, action, exposure, charge in (("a", "release", 3_000, 4_000),
+                                          ("b", "charge_estimate", 3_000, 1_000)):  # fmt: skip
+        rid = f"{prefix}-{rid}"
+        hold(session, make_meta(rid, stream=True, **common), now=now)
+        failed = make_result(rid, outcome=Outcome.UNSETTLED, reason=Reason.MISSING_USAGE,
+                             exposure=exposure, **common)  # fmt: skip
+        apply_result(session, failed, now=now, grace=GRACE)
+        resolve(session, rid, action, who="t", note="t", now=now + GRACE * 2)
+        late = make_result(rid, charge=charge, **common)
+        assert apply_result(session, late, now=now + GRACE * 3, grace=GRACE) == "charged_late"
+    [money] = rollup_equals_ledger(session, {account}).values()
+    assert (money["held"], money["charged"], money["true_ups"], money["released"]) == (
+        20_000, 5_000, 4_000 - 2_000, 10_000 + 7_000,
+    )  # fmt: skip
+    assert money["held"] == (money["charged"] - money["true_ups"]) + money["released"]

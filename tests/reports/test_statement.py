@@ -133,12 +133,14 @@ def _apply_one(
 def raw_entries(session: Session, prefix: str) -> list:
     """Every entry touching the example's accounts, with what the oracle needs, straight from the
     tables: (created_at, transaction kind, ledger kind, owner, reservation's account, request id,
-    signed amount)."""
+    signed amount). A flagged ``charge`` (a call charged late, after its hold was resolved) is
+    kind ``late_charge``: money beyond the hold, like a true-up, and never a hold released."""
     e, t, la, r = Entry, Transaction, LedgerAccount, Reservation
     rows = session.execute(
         select(
             t.created_at,
             t.kind,
+            t.flagged,
             la.kind,
             la.account_id,
             r.account_id,
@@ -151,10 +153,11 @@ def raw_entries(session: Session, prefix: str) -> list:
         .outerjoin(r, r.id == t.reservation_id)
     ).all()
     return [
-        (at, tk, lk, owner, racct, rid, amount if direction == "credit" else -amount)
-        for at, tk, lk, owner, racct, rid, direction, amount in rows
+        (at, "late_charge" if tk == "charge" and flagged else tk, lk, owner, racct, rid,
+         amount if direction == "credit" else -amount)
+        for at, tk, flagged, lk, owner, racct, rid, direction, amount in rows
         if (owner or racct or "").startswith(prefix)
-    ]
+    ]  # fmt: skip
 
 
 def oracle_position(rows: list, account: str, before: datetime) -> dict:
@@ -186,11 +189,16 @@ def oracle_movements(rows: list, account: str, start: datetime, end: datetime) -
             found["credited"] += amount
         if owner == account and lk == "held" and tk == "hold" and amount > 0:
             found["holds"] += amount
-        if owner == account and lk == "available" and tk != "fund" and amount > 0:
+        if (
+            owner == account
+            and lk == "available"
+            and tk not in ("fund", "late_charge")
+            and amount > 0
+        ):
             found["released"] += amount
         if lk == "revenue" and racct == account:
             found["charged"] += amount
-            found["true_ups"] += amount if tk == "true_up" else 0
+            found["true_ups"] += amount if tk in ("true_up", "late_charge") else 0
             by_day_model[at.date()] += amount
     found["by_day"] = {day: amount for day, amount in by_day_model.items() if amount}
     return found

@@ -229,7 +229,7 @@ def write(session: Session, postings: Sequence[Posting], now: datetime) -> None:
         rows.extend({**named, **entry} for entry in _entry_rows(posting.legs))
         money_deltas(
             deltas, posting.grain, posting.kind, posting.legs,
-            available_id=posting.available_id, revenue_id=revenue,
+            available_id=posting.available_id, revenue_id=revenue, flagged=posting.flagged,
         )  # fmt: skip
         if posting.kind == Kind.TRUE_UP:
             log.warning(

@@ -71,19 +71,24 @@ def money_deltas(
     *,
     available_id: int,
     revenue_id: int,
+    flagged: bool = False,
 ) -> None:
     """Add one transaction's money to ``deltas``, as the report defines it from the entries:
     held = credits of a ``hold``; charged = revenue credits minus revenue debits; true-ups = revenue
-    credits of a ``true_up``; released = credits to the customer's ``available`` account."""
+    credits of a ``true_up``, and the revenue legs of a flagged ``charge`` (a call charged late,
+    after its hold was resolved: money beyond the hold, either way); released = credits to the
+    customer's ``available`` account, except a late charge's (a refund of an estimate charged too
+    high, not a hold released)."""
     held = charged = true_ups = released = 0
+    late = flagged and kind == Kind.CHARGE
     for account, amount in legs:
         if amount > 0 and kind == Kind.HOLD:
             held += amount
         if account == revenue_id:
             charged += amount
-            if amount > 0 and kind == Kind.TRUE_UP:
+            if (amount > 0 and kind == Kind.TRUE_UP) or late:
                 true_ups += amount
-        elif account == available_id and amount > 0:
+        elif account == available_id and amount > 0 and not late:
             released += amount
     if held or charged or true_ups or released:
         found = deltas.get(grain)

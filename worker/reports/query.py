@@ -54,11 +54,14 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Date,
+    and_,
     case,
     cast,
     func,
     insert,
     literal_column,
+    not_,
+    or_,
     select,
     true,
     union_all,
@@ -222,15 +225,20 @@ def ledger_money_statement(
         calls = calls.where(window_clause(spec))
     window = calls.subquery("calls")
     credit = e.c.direction == "credit"
+    signed = case((credit, e.c.amount), else_=-e.c.amount)
+    # A call charged late, after its hold was resolved (``legs.late_charge``): beyond the hold
+    # either way, as ``rollup.money_deltas`` counts it.
+    late = and_(t.c.kind == "charge", t.c.flagged)
     dims = [window.c[key] for key in keys]
     measures = [
         func.sum(e.c.amount).filter(t.c.kind == "hold", credit).label("held"),
-        # Revenue's balance: credits in, minus any debit out (none today; kept exact anyway).
-        func.sum(case((credit, e.c.amount), else_=-e.c.amount)).filter(la.c.kind == "revenue")
-        .label("charged"),
-        func.sum(e.c.amount).filter(t.c.kind == "true_up", la.c.kind == "revenue", credit)
-        .label("true_ups"),
-        func.sum(e.c.amount).filter(la.c.kind == "available", credit).label("released"),
+        # Revenue's balance: credits in, minus any debit out (a late charge's refund).
+        func.sum(signed).filter(la.c.kind == "revenue").label("charged"),
+        func.sum(signed).filter(
+            la.c.kind == "revenue", or_(and_(t.c.kind == "true_up", credit), late)
+        ).label("true_ups"),
+        func.sum(e.c.amount).filter(la.c.kind == "available", credit, not_(late))
+        .label("released"),
     ]  # fmt: skip
     return (
         select(*dims, *measures)

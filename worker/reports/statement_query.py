@@ -13,7 +13,7 @@ from collections import defaultdict
 from datetime import UTC, date, datetime
 from typing import Any
 
-from sqlalchemy import Date, case, cast, func, literal_column, select
+from sqlalchemy import Date, and_, case, cast, func, literal_column, not_, select
 from sqlalchemy.orm import Session
 
 from models import (
@@ -57,6 +57,12 @@ RELEASE_OF = {
     str(Kind.RELEASE): "void",
     str(Kind.RESOLVE_RELEASE): "resolved",
 }
+
+
+# A call charged late, after its hold was resolved (``legs.late_charge``): money beyond the hold
+# either way, as ``rollup.money_deltas`` counts it; its credit to available (a refund of an
+# estimate charged too high) is not a hold released.
+_LATE = and_(transactions.c.kind == str(Kind.CHARGE), transactions.c.flagged)
 
 
 def parse_month(text: str) -> tuple[datetime, datetime]:
@@ -162,6 +168,7 @@ def _charges(
     e, t, r = entries, transactions, reservations
     category = case(
         (t.c.kind == str(Kind.TRUE_UP), "true_ups"),
+        (_LATE, "true_ups"),
         (t.c.kind == str(Kind.RESOLVE_CHARGE), "resolved"),
         else_=func.coalesce(usage_records.c.usage_source, "reported"),
     )
@@ -206,7 +213,7 @@ def _holds_and_releases(
         .select_from(
             e.join(t, t.c.id == e.c.transaction_id).join(la, la.c.id == e.c.ledger_account_id)
         )
-        .where(_own(account_id), e.c.direction == "credit", _in(start, end))
+        .where(_own(account_id), e.c.direction == "credit", _in(start, end), not_(_LATE))
         .group_by(la.c.kind, t.c.kind)
     ):
         if kind == LedgerKind.HELD and tx_kind == Kind.HOLD:

@@ -116,18 +116,22 @@ def _counts(conn: Connection, calls: dict[int, _Call]) -> dict[int, Counter[str]
 
 
 def _money(conn: Connection, calls: dict[int, _Call]) -> dict[int, Counter[str]]:
-    """Each call's held, charged, true-ups and released, from its ledger entries."""
+    """Each call's held, charged, true-ups and released, from its ledger entries. A flagged
+    ``charge`` is a call charged late, after its hold was resolved: its revenue is beyond the hold
+    (a true-up, negative when it refunded an estimate), its credit to available no release."""
     account_kind = {
         row.id: str(row.kind) for row in _rows(conn, "SELECT id, kind FROM ledger_accounts")
     }
     transactions = {
-        row.id: (row.reservation_id, str(row.kind))
+        row.id: (row.reservation_id, "late_charge" if row.kind == "charge" and row.flagged
+                 else str(row.kind))
         for row in _rows(
             conn,
-            "SELECT id, reservation_id, kind FROM transactions WHERE reservation_id IN :ids",
+            "SELECT id, reservation_id, kind, flagged FROM transactions"
+            " WHERE reservation_id IN :ids",
             list(calls),
         )
-    }
+    }  # fmt: skip
     per_call: dict[int, Counter[str]] = defaultdict(Counter)
     for row in _rows(
         conn,
@@ -145,7 +149,9 @@ def _money(conn: Connection, calls: dict[int, _Call]) -> dict[int, Counter[str]]
             money["charged"] += amount if credit else -amount
             if transaction_kind == "true_up" and credit:
                 money["true_ups"] += amount
-        if kind == "available" and credit:
+            if transaction_kind == "late_charge":
+                money["true_ups"] += amount if credit else -amount
+        if kind == "available" and credit and transaction_kind != "late_charge":
             money["released"] += amount
     return per_call
 

@@ -39,6 +39,9 @@ class AnomalyKind(StrEnum):
     UNREADABLE = "unreadable"
     # the gateway billed the call to its fallback account: the payer's id was unusable
     ACCOUNT_FALLBACK = "account_fallback"
+    # the upstream answered with another model than the request named, one the book prices
+    # differently: the call is priced at the served model; the detail names both models
+    MODEL_SUBSTITUTED = "model_substituted"
 
 
 ANOMALY_KINDS = tuple(str(kind) for kind in AnomalyKind)

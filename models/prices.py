@@ -42,6 +42,9 @@ class PriceRow(Base):
     max_output_tokens: Mapped[int | None] = mapped_column(BigInteger)
     prompt_limit: Mapped[int | None] = mapped_column(BigInteger)
     bands: Mapped[str] = mapped_column(Text, server_default="")
+    # 1-hour cache writes, image input, web search fees, off-peak rates, unapplied source keys, as
+    # JSON text ('' for none): ``worker.prices.price.dimensions_to_json``.
+    dimensions: Mapped[str] = mapped_column(Text, server_default="")
     source: Mapped[str] = mapped_column(Text, server_default="")
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -68,6 +68,14 @@ class UsageRecord(Base):
     cache_write_tokens: Mapped[int] = mapped_column(server_default=text("0"))
     audio_prompt_tokens: Mapped[int] = mapped_column(server_default=text("0"))
     audio_completion_tokens: Mapped[int] = mapped_column(server_default=text("0"))
+    # Revision 0018: 1-hour cache writes (a part of cache_write_tokens), image tokens (a part of
+    # prompt_tokens), web search requests and their context size, and the rates the call was charged
+    # at as JSON text (``Price.unit_prices``; NULL before 0018 and for calls not charged).
+    cache_write_1h_tokens: Mapped[int] = mapped_column(server_default=text("0"))
+    image_prompt_tokens: Mapped[int] = mapped_column(server_default=text("0"))
+    web_search_requests: Mapped[int] = mapped_column(server_default=text("0"))
+    search_context_size: Mapped[str | None] = mapped_column(String(16))
+    unit_prices: Mapped[str | None] = mapped_column(Text)
     # Where the gateway routed the call, the usage shape it reported in (``worker.usage.Shape``;
     # NULL when billed at the estimate), the service tier the response reported, and the provider's
     # own charge for the call when it sent one: the report's per-provider cost cross-check.

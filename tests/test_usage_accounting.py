@@ -39,8 +39,9 @@ TAIL = "; exposure priced without them (a lower bound)"
         # Mistral's audio seconds: a number, not a token count, still a count the book lacks
         ({"prompt_audio_seconds": 2.5}, "prompt_audio_seconds=2.5"),
         # a nested object: each non-zero leaf, the zero ones left out
-        ({"server_tool_use": {"web_search_requests": 2, "web_fetch_requests": 0}},
-         "server_tool_use.web_search_requests=2"),
+        # (web searches are read, web fetches free: tests/prices/test_price_dimensions.py)
+        ({"server_tool_use": {"code_execution_requests": 2, "container_seconds": 0}},
+         "server_tool_use.code_execution_requests=2"),
         # inside a list
         ({"per_hop": [0, {"searches": 4}]}, "per_hop[].searches=4"),
         # a key with characters the detail cannot hold

@@ -53,10 +53,14 @@ class Usage:
     """The canonical token counts of a call, whatever shape the provider reported them in.
 
     ``prompt_tokens`` counts every input token: ``cached_tokens`` (cache reads),
-    ``cache_write_tokens`` (cache creation) and ``audio_prompt_tokens`` are parts of it.
+    ``cache_write_tokens`` (cache creation), ``audio_prompt_tokens`` and ``image_prompt_tokens`` are
+    parts of it, and ``cache_write_1h_tokens`` (1-hour cache writes) a part of the cache writes.
     ``completion_tokens`` counts every output token the call is billed for: ``reasoning_tokens`` and
     ``audio_completion_tokens`` are parts of it (the OpenAI convention; a provider that counts
-    reasoning outside its completion count is normalised into this one on reading)."""
+    reasoning outside its completion count is normalised into this one on reading).
+
+    ``web_search_requests`` counts the call's billable web search requests (a fee each, not
+    tokens), at ``search_context_size`` (``low``, ``medium``, ``high``) when the provider says."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -65,6 +69,10 @@ class Usage:
     cache_write_tokens: int = 0
     audio_prompt_tokens: int = 0
     audio_completion_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    image_prompt_tokens: int = 0
+    web_search_requests: int = 0
+    search_context_size: str | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -152,6 +160,7 @@ class Result:
     came in), ``billed_usage`` the counts the charge was computed from (reported, or the estimate).
     ``usage_problem`` says why a block could not be billed (implausible, inconsistent, or which
     fields have no price); ``provider_cost_micros`` is the provider's own charge when it sent one.
+    ``unit_prices`` records which rates the charge was computed at (``billing show`` prints them).
     """
 
     request_id: str
@@ -182,6 +191,9 @@ class Result:
     frames_after_done: int = 0
     usage_after_done: bool = False
     n_requested: int = 1
+    # the rates the charge was computed at, as JSON text (``Price.unit_prices``); None when no
+    # charge was computed
+    unit_prices: str | None = None
 
     @property
     def finish_reasons(self) -> tuple[str | None, ...]:
@@ -256,4 +268,7 @@ def _counts(usage: Usage) -> dict[str, int]:
         "audio_prompt_tokens": usage.audio_prompt_tokens,
         "reasoning_tokens": usage.reasoning_tokens,
         "audio_completion_tokens": usage.audio_completion_tokens,
+        "cache_write_1h_tokens": usage.cache_write_1h_tokens,
+        "image_prompt_tokens": usage.image_prompt_tokens,
+        "web_search_requests": usage.web_search_requests,
     }

@@ -80,13 +80,17 @@ _OPENAI_READ = frozenset({
     "prompt_tokens_details.cached_tokens", "cache_read_input_tokens",  # the cache read (LiteLLM: both)
     "prompt_tokens_details.cache_write_tokens", "prompt_tokens_details.cache_creation_tokens",
     "cache_creation_input_tokens",  # the cache write, by each name it comes under (LiteLLM: all)
-    "prompt_tokens_details.audio_tokens", "completion_tokens_details.reasoning_tokens",
-    "completion_tokens_details.audio_tokens",
+    # LiteLLM's copy of Anthropic's 1-hour cache writes, a part of the cache write
+    "prompt_tokens_details.cache_creation_token_details.ephemeral_1h_input_tokens",
+    "prompt_tokens_details.audio_tokens", "prompt_tokens_details.image_tokens",
+    "completion_tokens_details.reasoning_tokens", "completion_tokens_details.audio_tokens",
     "prompt_cache_hit_tokens", "prompt_cache_miss_tokens",  # deepseek: the read and the rest
+    "server_tool_use.web_search_requests",  # LiteLLM's copy of Anthropic's search count
 })  # fmt: skip
-_ANTHROPIC_READ = frozenset(
-    {"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"}
-)
+_ANTHROPIC_READ = frozenset({
+    "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+    "cache_creation.ephemeral_1h_input_tokens", "server_tool_use.web_search_requests",
+})  # fmt: skip
 _RESPONSES_READ = frozenset({
     "input_tokens", "output_tokens",
     "input_tokens_details.cached_tokens", "output_tokens_details.reasoning_tokens",
@@ -97,8 +101,8 @@ _RESPONSES_READ = frozenset({
 # count in it makes the call unsettled ``unpriced_component`` (see the module's docstring).
 FREE_FIELDS: dict[str, str] = {
     "total_tokens": "the sum of the counts read; checked against them where the shape defines it",
-    "cost": "the provider's own charge (OpenRouter: USD, read apart for the cross-check), a cost "
-    "and not a count",
+    "cost": "the provider's own charge (OpenRouter: USD; Perplexity: an object of costs and their "
+    "total_cost, USD), read apart for the cross-check: a cost and not a count",
     "cost_details": "OpenRouter's breakdown of its own charge (upstream_inference_cost with a "
     "bring-your-own key, read apart): costs, not counts",
     "is_byok": "OpenRouter: whether the caller's own key paid the upstream (a flag)",
@@ -115,14 +119,14 @@ FREE_FIELDS: dict[str, str] = {
     "in the completion: a part of completion_tokens, billed as completion (OpenAI)",
     "completion_tokens_details.rejected_prediction_tokens": "predicted-output tokens left out of "
     "the completion, still counted in completion_tokens and billed as completion (OpenAI)",
-    "cache_creation.ephemeral_5m_input_tokens": "Anthropic's 5-minute cache writes: a part of "
-    "cache_creation_input_tokens, at the cache write price (1-hour writes are dearer: unknown)",
+    "cache_creation.ephemeral_5m_input_tokens": "Anthropic's 5-minute cache writes: the part of "
+    "cache_creation_input_tokens that is not 1-hour writes (read), at the cache write price",
     "prompt_tokens_details.cache_creation_token_details.ephemeral_5m_input_tokens": "LiteLLM's "
     "copy of Anthropic's 5-minute cache writes, a part of the cache write read",
-    "prompt_tokens_details.image_tokens": "the image part of prompt_tokens, billed at the prompt "
-    "token price with the rest of it (xAI: 'Prompt text, audio and image tokens - Charged at "
-    "prompt token price', docs.x.ai/developers/rate-limits; LiteLLM's Usage for Gemini, whose "
-    "text, image and video input is one price)",
+    "server_tool_use.web_fetch_requests": "Anthropic's web fetch tool: 'no additional charges "
+    "beyond standard token costs' (docs.anthropic.com, web fetch tool, Usage and pricing)",
+    "search_context_size": "the search context size of the call's searches (Perplexity): a "
+    "name, read with the search count, not a count",
 }
 # Show at most this many unknown fields in a reading's problem (the rest are counted).
 MAX_FIELDS_SHOWN = 8
@@ -399,6 +403,9 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
         "cache writes",
     )
     audio_in = _part(_count(prompt_details, "audio_tokens", pwhere), prompt, "audio", "prompt")
+    images = _part(_count(prompt_details, "image_tokens", pwhere), prompt, "images", "prompt")
+    lifetimes = _details(prompt_details, "cache_creation_token_details", pwhere)
+    hour = _count(lifetimes, "ephemeral_1h_input_tokens", pwhere + ".cache_creation_token_details")
     shape = Shape.OPENAI
     if "prompt_cache_hit_tokens" in block or "prompt_cache_miss_tokens" in block:
         shape = Shape.DEEPSEEK
@@ -414,7 +421,13 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
         if cached and cached != hit:
             raise _Problem(f"cached_tokens {cached} and prompt_cache_hit_tokens {hit} differ")
         cached = hit
-    _part(cached + cache_write, prompt, "cache read + write tokens", "prompt_tokens")
+    _part(
+        cached + cache_write + audio_in + images,
+        prompt,
+        "cache read + write, audio and image tokens",
+        "prompt_tokens",
+    )
+    _part(hour, cache_write, "1-hour cache writes", "cache writes")
     reasoning = _count(completion_details, "reasoning_tokens", cwhere)
     audio_out = _count(completion_details, "audio_tokens", cwhere)
     for key in ("accepted_prediction_tokens", "rejected_prediction_tokens"):
@@ -456,6 +469,9 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
         cache_write_tokens=cache_write,
         audio_prompt_tokens=audio_in,
         audio_completion_tokens=audio_out,
+        cache_write_1h_tokens=hour,
+        image_prompt_tokens=images,
+        **_searches(block, where),
     )
     if usage.total_tokens > TOKEN_COLUMN_MAX:
         raise _Problem(f"{usage.total_tokens} tokens are beyond any call")
@@ -467,7 +483,30 @@ def _read_anthropic(block: dict[str, Any], where: str) -> Usage:
     output = _count(block, "output_tokens", where, required=True)
     write = _count(block, "cache_creation_input_tokens", where)
     read = _count(block, "cache_read_input_tokens", where)
-    return Usage(uncached + write + read, output, cached_tokens=read, cache_write_tokens=write)
+    lifetimes = _details(block, "cache_creation", where)
+    hour = _count(lifetimes, "ephemeral_1h_input_tokens", where + ".cache_creation")
+    _part(hour, write, "1-hour cache writes", "cache_creation_input_tokens")
+    return Usage(
+        uncached + write + read,
+        output,
+        cached_tokens=read,
+        cache_write_tokens=write,
+        cache_write_1h_tokens=hour,
+        **_searches(block, where),
+    )
+
+
+def _searches(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """The call's billable web search requests (``server_tool_use.web_search_requests``: Anthropic's,
+    and LiteLLM's copy of it) and their context size when the block names one."""
+    tools = _details(block, "server_tool_use", where)
+    found: dict[str, Any] = {
+        "web_search_requests": _count(tools, "web_search_requests", where + ".server_tool_use")
+    }
+    size = block.get("search_context_size")
+    if isinstance(size, str) and size.strip().lower() in ("low", "medium", "high"):
+        found["search_context_size"] = size.strip().lower()
+    return found
 
 
 def _responses_shaped(block: dict[str, Any], where: str) -> bool:
@@ -608,7 +647,8 @@ def _widened(parts: Usage, total: int) -> Usage:
 
 def _provider_cost(block: object) -> Micros | None:
     """The provider's own charge for the call, in micro-USD: OpenRouter's ``cost`` (USD; with a
-    bring-your-own key, ``cost_details.upstream_inference_cost``) or xAI's ``cost_in_usd_ticks``."""
+    bring-your-own key, ``cost_details.upstream_inference_cost``), Perplexity's ``cost.total_cost``
+    (USD) or xAI's ``cost_in_usd_ticks``."""
     if type(block) is not dict:
         return None
     ticks = block.get("cost_in_usd_ticks")
@@ -616,6 +656,8 @@ def _provider_cost(block: object) -> Micros | None:
         amount = Decimal(ticks) / XAI_TICKS_PER_MICRO
     else:
         usd = block.get("cost")
+        if type(usd) is dict:  # Perplexity: the parts and their total_cost, in USD
+            usd = usd.get("total_cost")
         details = block.get("cost_details")
         if block.get("is_byok") is True and type(details) is dict:
             usd = details.get("upstream_inference_cost")

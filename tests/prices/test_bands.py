@@ -340,7 +340,7 @@ def test_revision_0016_keeps_rows_without_bands_and_drops_bands_on_downgrade(url
                     " '2026-12-02 00:00:00+00:00')"
                 )
             )
-        upgrade(url, "0016")
+        upgrade(url, "head")  # the book's rows are read by the head's model
         with session_factory(engine)() as session:
             (old,) = stored_prices(session)
             assert (old.prompt_limit, old.bands) == (200_000, ())
@@ -378,10 +378,16 @@ def test_which_shows_the_bands(runner: CliRunner) -> None:
     assert found["kinds"]["bands"] == [
         {
             "above": 200_000,
-            "priced": {"input": "2.5", "cached_input": "0.25", "output": "15", "reasoning": "15"},
+            "priced": {
+                "input": "2.5",
+                "cached_input": "0.25",
+                "output": "15",
+                "reasoning": "15",
+                "image_input": "2.5",
+            },
             "cached_input_at_input_price": False,
             "reasoning_at_output_price": True,
-            "unpriced": ["cache_write", "audio_input", "audio_output"],
+            "unpriced": ["cache_write", "cache_write_1h", "audio_input", "audio_output"],
         }
     ]
     assert found["kinds"]["prompt_limit"] == 200_000 and found["kinds"]["unpriced_prompts"] is None

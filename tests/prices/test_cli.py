@@ -138,13 +138,13 @@ def test_which_shows_every_dimension_it_applied(runner: CliRunner) -> None:
     assert tuned["priced"] and tuned["row"]["model"] == "ft:gpt-4o-mini-2024-07-18"
     assert (tuned["row"]["input"], tuned["row"]["output"]) == ("0.3", "1.2")
     path = {step["dimension"]: step["decided"] for step in tuned["path"]}
-    assert list(path) == ["name", "layer", "provider", "tier", "time", "kinds"]
+    assert list(path) == ["name", "layer", "provider", "tier", "time", "kinds", "fees", "unapplied"]
     assert "fine-tuned id of gpt-4o-mini-2024-07-18, priced by its fine-tune rows" in path["name"]
     assert path["tier"] == "no service tier reported: the default tier"
     assert tuned["kinds"] == {
         "priced": {"input": "0.3", "cached_input": "0.15", "output": "1.2"},
         "reasoning_at_output_price": True,
-        "unpriced": ["cache_write", "audio_input", "audio_output"],
+        "unpriced": ["cache_write", "cache_write_1h", "audio_input", "audio_output"],
         "prompt_limit": None,
         "bands": [],
         "unpriced_prompts": None,
@@ -162,4 +162,4 @@ def test_which_shows_every_dimension_it_applied(runner: CliRunner) -> None:
     for line in ("  name: ", "  layer: list rows of o3", "  provider: ", "  tier: ", "  time: "):
         assert line in text, line
     assert "reasoning tokens at the output price (4)" in text
-    assert "not priced (a call with these tokens is unpriced): cache_write" in text
+    assert "not priced (a call with these tokens is unsettled unpriced_component): cache_wr" in text

@@ -213,7 +213,7 @@ def test_resolve_names_every_dimension_it_applied(bundled: PriceBook) -> None:
         "ft:gpt-4o-mini-2024-07-18:acme::AbC123", AT, tier="batches", provider="openai"
     )
     path = dict(found.path)
-    assert list(path) == ["name", "layer", "provider", "tier", "time", "kinds"]
+    assert list(path) == ["name", "layer", "provider", "tier", "time", "kinds", "fees", "unapplied"]
     assert "fine-tuned id of gpt-4o-mini-2024-07-18" in path["name"]
     assert path["layer"] == "list rows of ft:gpt-4o-mini-2024-07-18"
     assert path["provider"] == (
@@ -222,9 +222,11 @@ def test_resolve_names_every_dimension_it_applied(bundled: PriceBook) -> None:
     assert path["tier"].startswith("service tier 'batches': the batch tier")
     assert "from 1970-01-01T00:00:00+00:00 with no end" in path["time"]
     assert path["kinds"] == (
-        "prices input 0.15, cached_input 0.075, output 0.6, reasoning at the output price 0.6; "
-        "leaves unpriced cache_write, audio_input, audio_output (a call with such tokens is "
-        "unpriced)"
+        "prices input 0.15, cached_input 0.075, output 0.6, reasoning at the output price 0.6, "
+        "image_input at the input price 0.15; leaves unpriced cache_write, cache_write_1h, "
+        "audio_input, audio_output (a call with such tokens is unsettled unpriced_component)"
     )
+    assert path["fees"].startswith("no web search price")
+    assert "fedramp_uplift_multiplier" in path["unapplied"]
     stopped = dict(bundled.resolve("o3", _at("2025-05-01"), tier="flex").path)
     assert "default-tier row from 2025-04-16" in stopped["unpriced"]

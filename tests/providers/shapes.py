@@ -58,12 +58,16 @@ model = "deepseek-reasoner"
 input = "0.55"
 cached_input = "0.14"
 output = "2.19"
+# Anthropic's pricing page (docs.anthropic.com/en/docs/about-claude/pricing): Sonnet 4.5 "1h Cache
+# Writes $6 / MTok"; web search "$10 per 1,000 searches" (0.01 USD a request).
 [[price]]
 model = "claude-sonnet-4-5"
 input = "3.00"
 cached_input = "0.30"
 output = "15.00"
 cache_write = "3.75"
+cache_write_1h = "6.00"
+web_search = "0.01"
 [[price]]
 model = "claude-3-5-sonnet-20240620"
 input = "3.00"
@@ -133,6 +137,14 @@ input = "1.00"
 output = "1.00"
 """
 BOOK = PriceBook(prices_from_toml(BOOK_TOML, "provider test book"))
+# The same book without Sonnet 4.5's 1-hour cache write and web search prices: a call with either
+# is unsettled unpriced_component, exposed at the rest (tests/providers/test_record.py, test_report.py).
+WITHOUT_DIMENSIONS = PriceBook(
+    prices_from_toml(
+        BOOK_TOML.replace('cache_write_1h = "6.00"\n', "").replace('web_search = "0.01"\n', ""),
+        "provider test book without dimensions",
+    )
+)
 
 
 def fixture_names() -> list[str]:

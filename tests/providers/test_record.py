@@ -11,7 +11,7 @@ from models import Anomaly, Failure, Reservation, UsageRecord
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, hold
 
-from .shapes import AT, load, meta_of, reconcile
+from .shapes import AT, WITHOUT_DIMENSIONS, load, meta_of, reconcile
 
 
 def _apply(session: Session, name: str) -> UsageRecord:
@@ -59,10 +59,11 @@ def test_anthropic_and_tier_columns(session: Session) -> None:
 
 
 def test_an_unpriced_component_is_kept_unsettled_with_its_fields(session: Session) -> None:
-    """Anthropic's web search: the failures table admits the reason, the anomalies table the
-    kind; no usage record, so nothing is charged without the search."""
+    """Anthropic's web search with a row that has no search price: the failures table admits the
+    reason, the anomalies table the kind; no usage record, so nothing is charged without the
+    search."""
     name = "anthropic/web_search_server_tool_use.json"
-    result = reconcile(name)
+    result = reconcile(name, WITHOUT_DIMENSIONS)
     meta = meta_of(load(name), name)
     hold(session, meta, now=AT)
     effect = apply_result(session, result, now=AT, grace=timedelta(hours=1))
@@ -82,7 +83,7 @@ def test_an_unpriced_component_is_kept_unsettled_with_its_fields(session: Sessio
         )
     )
     assert detail == (
-        "usage fields without a price: server_tool_use.web_search_requests=1;"
+        "usage fields without a price: web_search_requests=1;"
         " exposure priced without them (a lower bound)"
     )
     usage = session.scalar(select(UsageRecord).where(UsageRecord.reservation_id == reservation.id))

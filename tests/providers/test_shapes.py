@@ -121,28 +121,23 @@ EXPECTED = {
         "openai_responses",
         (75, 0, 1186, 1024),
     ),
-    # a web search the book has no price for: unsettled, never charged without it
+    # a web search, a fee per request on top of the tokens:
+    # 6039 * 3.00 + 931 * 15.00 + 1 * 10000 = 18117 + 13965 + 10000 = 42082
     "anthropic/web_search_server_tool_use.json": (
-        Outcome.UNSETTLED,
-        Reason.UNPRICED_COMPONENT,
-        None,
+        *SETTLED,
+        42082,
         "anthropic",
         (6039, 0, 931, 0),
     ),
-    # 100 of the 556 cache writes are 1-hour ones, dearer than the cache write price: 50 + 556 = 606
-    "anthropic/cache_write_1h.json": (
-        Outcome.UNSETTLED,
-        Reason.UNPRICED_COMPONENT,
-        None,
-        "anthropic",
-        (606, 0, 20, 0),
-    ),
+    # 100 of the 556 cache writes are 1-hour ones, at their own price: 50 + 556 = 606 prompt;
+    # 50 * 3.00 + 456 * 3.75 + 100 * 6.00 + 20 * 15.00 = 150 + 1710 + 600 + 300 = 2760
+    "anthropic/cache_write_1h.json": (*SETTLED, 2760, "anthropic", (606, 0, 20, 0)),
     # the same through LiteLLM's Usage, with a web search too; its copies of the cache read (1000)
-    # and write (556) agree
+    # and write (556) agree: (2006 - 1000 - 556) * 3.00 + 1000 * 0.30 + 456 * 3.75 + 100 * 6.00
+    # + 300 * 15.00 + 1 * 10000 = 1350 + 300 + 1710 + 600 + 4500 + 10000 = 18460
     "litellm/anthropic_cache_lifetimes_body.json": (
-        Outcome.UNSETTLED,
-        Reason.UNPRICED_COMPONENT,
-        None,
+        *SETTLED,
+        18460,
         "openai",
         (2006, 1000, 300, 0),
     ),
@@ -159,21 +154,6 @@ EXPECTED = {
 # fixture: (the unpriced fields and values the anomaly names, the exposure: the price of the parts
 # that were read, a lower bound)
 UNPRICED = {
-    # 6039 * 3.00 + 931 * 15.00 = 18117 + 13965 = 32082 (the search itself left out)
-    "anthropic/web_search_server_tool_use.json": (
-        "server_tool_use.web_search_requests=1",
-        32082,
-    ),
-    # 50 * 3.00 + 556 * 3.75 + 20 * 15.00 = 150 + 2085 + 300 = 2535 (every write at the 5-minute
-    # price; the 100 1-hour writes are billed above it)
-    "anthropic/cache_write_1h.json": ("cache_creation.ephemeral_1h_input_tokens=100", 2535),
-    # (2006 - 1000 - 556) * 3.00 + 1000 * 0.30 + 556 * 3.75 + 300 * 15.00
-    # = 1350 + 300 + 2085 + 4500 = 8235
-    "litellm/anthropic_cache_lifetimes_body.json": (
-        "prompt_tokens_details.cache_creation_token_details.ephemeral_1h_input_tokens=100,"
-        " server_tool_use.web_search_requests=1",
-        8235,
-    ),
     # 10 * 1.00 + 5 * 1.00 = 15
     "perplexity/citations_and_searches_stream.json": (
         "citation_tokens=2, num_search_queries=1",

@@ -125,6 +125,9 @@ def _row(price: Price) -> dict[str, Any]:
         max_output_tokens=price.max_output_tokens,
         prompt_limit=price.prompt_limit,
         bands=[{"above": band.above, **band.stated()} for band in price.bands],
+        web_search={size: str(value) for size, value in price.web_search},
+        off_peak=None if price.off_peak is None else price.off_peak.to_json(),
+        unapplied=list(price.unapplied),
         source=price.source,
         reason=price.reason,
     )
@@ -217,9 +220,11 @@ def which_command(
         click.echo(f"  USD per 1M tokens: {kinds}")
         if price.reasoning is None:
             click.echo(f"  reasoning tokens at the output price ({price.output})")
+        if price.image_input is None:
+            click.echo(f"  image tokens at the input price ({price.input})")
         if price.unpriced_kinds:
             click.echo(
-                "  not priced (a call with these tokens is unpriced): "
+                "  not priced (a call with these tokens is unsettled unpriced_component): "
                 + ", ".join(price.unpriced_kinds)
             )
         for band in document["kinds"]["bands"]:  # type: ignore[index]
@@ -231,8 +236,8 @@ def which_command(
                 click.echo("    reasoning tokens at the band's output price")
             if band["unpriced"]:
                 click.echo(
-                    "    not priced over this threshold (a call with these tokens is unpriced): "
-                    + ", ".join(band["unpriced"])
+                    "    not priced over this threshold (a call with these tokens is unsettled "
+                    "unpriced_component): " + ", ".join(band["unpriced"])
                 )
         gap = price.unpriced_prompts()
         if gap is not None:

@@ -40,6 +40,10 @@ USAGE_COLUMNS = (
     "cache_write_tokens",
     "audio_prompt_tokens",
     "audio_completion_tokens",
+    "cache_write_1h_tokens",
+    "image_prompt_tokens",
+    "web_search_requests",
+    "search_context_size",
     "service_tier",
     "provider",
     "charge_micros",
@@ -113,6 +117,10 @@ def _side(row: Any, prefix: str, model: str, at: datetime, book: PriceBook | Non
             value("cache_write_tokens"),
             value("audio_prompt_tokens"),
             value("audio_completion_tokens"),
+            value("cache_write_1h_tokens"),
+            value("image_prompt_tokens"),
+            value("web_search_requests"),
+            value("search_context_size"),
         )
         priced = book.charge(
             model, usage, at, tier=value("service_tier"), provider=value("provider")

@@ -5,6 +5,7 @@ Read-only; returns plain JSON-ready dicts (money as integer micros; the CLI adds
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -145,6 +146,10 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
             "cache_write_tokens": usage.cache_write_tokens,
             "audio_prompt_tokens": usage.audio_prompt_tokens,
             "audio_completion_tokens": usage.audio_completion_tokens,
+            "cache_write_1h_tokens": usage.cache_write_1h_tokens,
+            "image_prompt_tokens": usage.image_prompt_tokens,
+            "web_search_requests": usage.web_search_requests,
+            "search_context_size": usage.search_context_size,
             "provider": usage.provider,
             "usage_shape": usage.usage_shape,
             "service_tier": usage.service_tier,
@@ -154,6 +159,9 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
         "completion_id": None if usage is None else usage.completion_id,
         "system_fingerprint": None if usage is None else usage.system_fingerprint,
         "anomalies": None if usage is None else usage.anomalies,
+        "unit_prices": None
+        if usage is None or usage.unit_prices is None
+        else json.loads(usage.unit_prices),
         "findings": [{"kind": kind, "detail": detail} for kind, detail in findings],
         "estimate": estimate,
         "reserved_micros": res.reserved_micros,

@@ -22,7 +22,12 @@ from models import PriceRow
 from worker.prices import Layer, Price, PriceBook
 from worker.prices.bundled import file_prices
 from worker.prices.merge import ImportPlan, effective_rows, plan_import
-from worker.prices.price import bands_from_json, bands_to_json
+from worker.prices.price import (
+    bands_from_json,
+    bands_to_json,
+    dimensions_from_json,
+    dimensions_to_json,
+)
 
 prices_table = PriceRow.__table__
 
@@ -48,6 +53,7 @@ def _price(row: PriceRow) -> Price:
         max_output_tokens=row.max_output_tokens,
         prompt_limit=row.prompt_limit,
         bands=bands_from_json(row.bands, f"stored price {row.id} of {row.model}: bands"),
+        **dimensions_from_json(row.dimensions, f"stored price {row.id} of {row.model}: dimensions"),
         source=row.source,
         reason=row.reason,
     )
@@ -113,6 +119,7 @@ def import_prices(
                     "max_output_tokens": p.max_output_tokens,
                     "prompt_limit": p.prompt_limit,
                     "bands": bands_to_json(p.bands),
+                    "dimensions": dimensions_to_json(p),
                     "source": p.source,
                     "reason": p.reason,
                     "created_at": now,

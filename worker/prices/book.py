@@ -364,6 +364,7 @@ class PriceBook:
                 ("tier", tier_words),
                 ("time", f"the row in force at {at.isoformat()}: {_window(price)}"),
                 ("kinds", price.kinds_text()),
+                *price.dimensions_path(at),
             )
             return Resolution(model, price, why, path)
         notes = list(passed)
@@ -413,7 +414,51 @@ class PriceBook:
         the default one) and ``provider`` where the gateway routed the call (None: unknown).
         """
         price = self._pick(model, at, tier, provider)
-        return None if price is None else price.charge(usage)
+        return None if price is None else price.charge(usage, at)
+
+    def quote(
+        self,
+        model: str,
+        usage: Usage,
+        at: datetime,
+        *,
+        tier: str | None = None,
+        provider: str | None = None,
+    ) -> dict[str, object] | None:
+        """The unit prices ``charge`` prices ``usage`` at (``Price.unit_prices``) and the row they
+        are from (layer, model, provider, tier, effective_from, source); None when unpriced."""
+        price = self._pick(model, at, tier, provider)
+        if price is None or price.unpriced_because(usage, at) is not None:
+            return None
+        return {
+            **price.unit_prices(usage, at),
+            "row": {
+                "layer": price.layer.value,
+                "model": price.model,
+                "provider": price.provider,
+                "tier": price.tier,
+                "effective_from": price.effective_from.isoformat(),
+                "source": price.source,
+            },
+        }
+
+    def unpriced_components(
+        self,
+        model: str,
+        usage: Usage,
+        at: datetime,
+        *,
+        tier: str | None = None,
+        provider: str | None = None,
+    ) -> tuple[tuple[tuple[str, str], ...], Micros | None]:
+        """When a row prices ``model`` but not a component ``usage`` has (a kind of token or a fee
+        its rates lack): the components as (usage field, count) and the price of the rest, a lower
+        bound of the call's cost; ((), None) otherwise (priced, or unpriced for another reason)."""
+        price = self._pick(model, at, tier, provider)
+        if price is None:
+            return (), None
+        missing, rest = price.unpriced_components(usage, at)
+        return (missing, price.charge(rest, at)) if missing else ((), None)
 
     def context_window(self, model: str, at: datetime) -> int | None:
         """An upper bound on the tokens (prompt + completion) of one call of ``model`` at ``at``: the

@@ -22,6 +22,10 @@ batch when the entry states that tier's input and output prices):
 | ``output_cost_per_reasoning_token``             | reasoning (else output) |
 | ``input_cost_per_audio_token``                  | audio_input  |
 | ``output_cost_per_audio_token``                 | audio_output |
+| ``cache_creation_input_token_cost_above_1hr``   | cache_write_1h (1-hour cache writes) |
+| ``input_cost_per_image_token``                  | image_input (else input) |
+| ``search_context_cost_per_query`` (USD by ``search_context_size_*``) | web_search |
+| ``off_peak_pricing`` (windows, rates)           | off_peak (``worker.prices.off_peak``) |
 | ``max_input_tokens`` / ``max_output_tokens``    | context limits |
 | any ``*_above_NNNk_tokens`` key, ``tiered_pricing`` | prompt_limit: the lowest threshold |
 | ``KEY_above_NNNk_tokens`` (KEY a per-token key above but the cache hit) | the band above NNN,000 tokens |
@@ -38,8 +42,13 @@ a longer prompt of that tier is unpriced. Thresholds of other units
 (``*_per_character_above_128k_tokens``, images, seconds) and of cache-write lifetimes
 (``cache_creation_input_token_cost_above_1hr_above_100k_tokens``) make a prompt_limit only.
 
-Prices LiteLLM keeps that the canonical usage cannot tell apart (1-hour cache writes, cached audio,
-image tokens) are not read: such calls are charged at the rates above.
+**Every other key is accounted for.** A key is read (above), descriptive (``DESCRIPTIVE``: names,
+dates, capabilities, limits that price nothing), or *unapplied*: a pricing key the book has no rule
+for (cached audio, per-image and per-second prices, regional and FedRAMP uplifts, free search
+quotas, the keys of tiers the book does not know). An unapplied key with a value other than zero
+goes on every row of its entry (``Price.unapplied``), so ``billing prices which`` shows that the row
+does not price that dimension; a call whose usage reports such a dimension is unsettled
+``unpriced_component`` by the usage reader, whose field for it is unknown.
 """
 
 from __future__ import annotations
@@ -53,7 +62,8 @@ from typing import Any
 
 from worker.errors import PriceBookError
 from worker.prices.book import normalize_provider
-from worker.prices.price import Band, Layer, Price, check_price, plain
+from worker.prices.off_peak import OffPeak, rules_from
+from worker.prices.price import Band, Layer, Price, check_fee, check_price, plain
 
 MODES = frozenset({"chat", "responses"})
 TIERS = {"": "default", "_flex": "flex", "_priority": "priority", "_batches": "batch"}
@@ -67,12 +77,54 @@ BAND_KEYS = {
     "output_cost_per_reasoning_token": "reasoning",
     "input_cost_per_audio_token": "audio_input",
     "output_cost_per_audio_token": "audio_output",
+    "cache_creation_input_token_cost_above_1hr": "cache_write_1h",
+    "input_cost_per_image_token": "image_input",
 }
 """The per-token keys whose ``_above_NNNk_tokens`` variants are band rates, and the kind each gives."""
 _BAND_KEY = re.compile(
     "(?P<key>" + "|".join(BAND_KEYS) + r")_above_(?P<k>\d+)k_tokens(?P<suffix>_[a-z]+)?"
 )
 _MILLION = 6
+OFF_PEAK_KEYS = {
+    "input_cost_per_token": "input",
+    "cache_read_input_token_cost": "cached_input",
+    "cache_creation_input_token_cost": "cache_write",
+    "output_cost_per_token": "output",
+    "output_cost_per_reasoning_token": "reasoning",
+}
+"""The rates of an ``off_peak_pricing`` block, and the kind each gives."""
+SEARCH_SIZE_KEYS = {
+    "search_context_size_low": "low",
+    "search_context_size_medium": "medium",
+    "search_context_size_high": "high",
+}
+READ_KEYS = frozenset(
+    {
+        *BAND_KEYS,
+        "input_cost_per_token_cache_hit",
+        "search_context_cost_per_query",
+        "off_peak_pricing",
+        "max_input_tokens",
+        "max_output_tokens",
+        "litellm_provider",
+        "mode",
+        "tiered_pricing",
+    }
+)
+"""The keys of an entry the rows are read from (with their tier suffixes, and band variants)."""
+DESCRIPTIVE = frozenset(
+    {
+        "source", "deprecation_date", "deprecation_source", "successor_model", "max_tokens",
+        "metadata", "comment", "rpm", "tpm", "reasoning_contexts", "reasoning_modes",
+        "reasoning_effort_levels", "default_reasoning_effort", "thinking_always_on",
+        "thinking_on_by_default", "token_count_framing", "token_count_tool_framing",
+        "token_count_tokenizer", "token_count_model", "prompt_cache_min_tokens",
+        "provider_specific_entry", "use_openai_responses_path", "tool_use_system_prompt_tokens",
+        "output_vector_size", "web_search_billing_unit",
+    }
+)  # fmt: skip
+"""Keys that price nothing: names, dates, limits, capabilities (and ``supports_*``,
+``supported_*``). ``web_search_billing_unit`` says the fee is per query, as the book applies it."""
 
 
 @dataclass
@@ -148,6 +200,78 @@ def _bands(entry: dict[str, Any], suffix: str, where: str) -> tuple[Band, ...]:
         raise PriceBookError(f"{where}: {exc}") from None
 
 
+def _fee(value: object, where: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, Decimal | int):
+        raise PriceBookError(f"{where} must be a number, got {value!r}")
+    return plain(check_fee(Decimal(value), where))
+
+
+def _web_search(entry: dict[str, Any], where: str) -> tuple[tuple[str, Decimal], ...]:
+    """``search_context_cost_per_query``: USD per search request by context size."""
+    fees = entry.get("search_context_cost_per_query")
+    if fees is None:
+        return ()
+    here = f"{where}: search_context_cost_per_query"
+    if not isinstance(fees, dict) or not set(fees) <= set(SEARCH_SIZE_KEYS):
+        raise PriceBookError(f"{here}: expected {', '.join(SEARCH_SIZE_KEYS)}")
+    return tuple((SEARCH_SIZE_KEYS[k], _fee(v, f"{here}.{k}")) for k, v in sorted(fees.items()))
+
+
+def _off_peak(entry: dict[str, Any], where: str) -> OffPeak | None:
+    """``off_peak_pricing``: its windows (``hours_utc`` every day, ``windows`` by weekday), the
+    calendar of its weekdays, and its per-token rates."""
+    block = entry.get("off_peak_pricing")
+    if block is None:
+        return None
+    here = f"{where}: off_peak_pricing"
+    if not isinstance(block, dict):
+        raise PriceBookError(f"{here}: expected an object")
+    unknown = set(block) - {*OFF_PEAK_KEYS, "hours_utc", "windows", "weekday_timezone"}
+    if unknown:
+        raise PriceBookError(f"{here}: the book cannot apply {sorted(unknown)[0]!r}")
+    rates = {
+        kind: _per_million(block, key, here)
+        for key, kind in OFF_PEAK_KEYS.items()
+        if block.get(key) is not None
+    }
+    zone = block.get("weekday_timezone", "UTC")
+    if not isinstance(zone, str):
+        raise PriceBookError(f"{here}: weekday_timezone must be an IANA name")
+    try:
+        return OffPeak(
+            rules=rules_from(block.get("hours_utc"), block.get("windows"), here),
+            weekday_timezone=zone,
+            **rates,  # type: ignore[arg-type]
+        )
+    except PriceBookError as exc:
+        message = str(exc)
+        raise PriceBookError(
+            message if message.startswith(here) else f"{here}: {message}"
+        ) from None
+
+
+def _read(key: str) -> bool:
+    """Whether the book reads ``key`` (itself, with a known tier's suffix, or as a band key)."""
+    if _BAND_KEY.fullmatch(key):
+        return (_BAND_KEY.fullmatch(key)["suffix"] or "") in TIERS  # type: ignore[index]
+    for suffix in TIERS:
+        if suffix and key.endswith(suffix) and key[: -len(suffix)] in BAND_KEYS:
+            return True
+    return key in READ_KEYS
+
+
+def unapplied_keys(entry: dict[str, Any]) -> tuple[str, ...]:
+    """The pricing keys of ``entry`` the book does not apply, with a value other than zero."""
+    found = []
+    for key, value in entry.items():
+        if _read(key) or key in DESCRIPTIVE or key.startswith(("supports_", "supported_")):
+            continue
+        if value in (None, 0, "", [], {}) or value is False:
+            continue
+        found.append(key)
+    return tuple(sorted(found))
+
+
 def model_and_provider(key: str, provider: str) -> tuple[str, str | None]:
     """``azure/gpt-4o`` (provider azure) → (``gpt-4o``, ``azure``); ``gpt-4o`` → (``gpt-4o``, None)."""
     head, _, rest = key.partition("/")
@@ -174,6 +298,9 @@ def entry_prices(
         "max_input_tokens": _count(entry, "max_input_tokens"),
         "max_output_tokens": _count(entry, "max_output_tokens"),
         "prompt_limit": _prompt_limit(entry),
+        "web_search": _web_search(entry, where),
+        "off_peak": _off_peak(entry, where),
+        "unapplied": unapplied_keys(entry),
         "source": f"{source} {key}",
     }
     rows = []
@@ -194,6 +321,10 @@ def entry_prices(
                 reasoning=_per_million(entry, f"output_cost_per_reasoning_token{suffix}", where),
                 audio_input=_per_million(entry, f"input_cost_per_audio_token{suffix}", where),
                 audio_output=_per_million(entry, f"output_cost_per_audio_token{suffix}", where),
+                cache_write_1h=_per_million(
+                    entry, f"cache_creation_input_token_cost_above_1hr{suffix}", where
+                ),
+                image_input=_per_million(entry, f"input_cost_per_image_token{suffix}", where),
                 bands=_bands(entry, suffix, where),
                 tier=tier,
                 **common,  # type: ignore[arg-type]

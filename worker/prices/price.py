@@ -19,19 +19,27 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
+from typing import Any
 
 from worker.errors import InputError, PriceBookError
 from worker.money import Micros
+from worker.prices.off_peak import OffPeak, off_peak_from_json
 from worker.result import Usage
 
 MAX_PRICE = Decimal(10_000)
 """The highest price a row may hold, in USD per 1M tokens of any kind (the dearest list price is about
 a twentieth of it). With counts bounded at 10^8 tokens per choice, no charge can reach 2^63."""
 
+MAX_FEE = Decimal(1_000)
+"""The highest per-request fee a row may hold, in USD (the dearest search fee is about 1/30,000 of
+it): with at most 10^8 requests per call, no fee reaches 2^63 micro-USD."""
+SEARCH_SIZES = ("any", "high", "low", "medium")
+"""Web search context sizes a fee may be stated for (``any``: one price for every size)."""
+DIMENSION_KEYS = ("cache_write_1h", "image_input", "off_peak", "unapplied", "web_search")
 MAX_CHARGE = 2**63 - 1
 DEFAULT_TIER = "default"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -52,18 +60,22 @@ KINDS = (
     "input",
     "cached_input",
     "cache_write",
+    "cache_write_1h",
     "output",
     "reasoning",
     "audio_input",
     "audio_output",
+    "image_input",
 )
-OPTIONAL_KINDS = ("cache_write", "audio_input", "audio_output")
+OPTIONAL_KINDS = ("cache_write", "cache_write_1h", "audio_input", "audio_output")
 """The kinds with no default price: a row that does not state one leaves them unpriced."""
 _CHARGE_ORDER = (
     "input",
     "cached_input",
     "cache_write",
+    "cache_write_1h",
     "audio_input",
+    "image_input",
     "output",
     "reasoning",
     "audio_output",
@@ -85,19 +97,22 @@ class Band:
 
     Every kind is optional: a kind the band does not state is unpriced in the band (a call in the
     band with such tokens is unpriced, never charged at the row's own rate), with two exceptions
-    that follow the row's own defaults: cache reads are charged at the band's ``input`` when the row
-    charges them at its own input rate (``cached_input == input``: no cache discount), and reasoning
-    at the band's ``output`` when the row prices reasoning at its output rate (``reasoning`` None).
+    that follow the row's own defaults: cache reads (and image input) are charged at the band's
+    ``input`` when the row charges them at its own input rate (``cached_input == input``: no cache
+    discount; ``image_input`` None), and reasoning at the band's ``output`` when the row prices
+    reasoning at its output rate (``reasoning`` None).
     """
 
     above: int
     input: Decimal | None = None
     cached_input: Decimal | None = None
     cache_write: Decimal | None = None
+    cache_write_1h: Decimal | None = None
     output: Decimal | None = None
     reasoning: Decimal | None = None
     audio_input: Decimal | None = None
     audio_output: Decimal | None = None
+    image_input: Decimal | None = None
 
     def __post_init__(self) -> None:
         where = f"band above {self.above!r} tokens"
@@ -175,6 +190,20 @@ class Price:
     threshold the source names: a longer prompt is priced by the band it falls in, or is unpriced
     when the row has no band there (``rates_for``). ``source`` says where the row came from and
     ``reason`` why it was backdated, if it was.
+
+    The dimensions beyond token kinds:
+
+    * ``cache_write_1h``: 1-hour cache writes (a part of the cache writes; Anthropic bills them
+      above 5-minute ones); no default: a call with them is unpriced without it;
+    * ``image_input``: image tokens of the prompt; None: at the ``input`` price;
+    * ``web_search``: USD per web search request, by search context size (``low``, ``medium``,
+      ``high``; one size ``any`` when the price does not depend on it); a call with searches is
+      unpriced without it, or when its size is not known and the sizes' prices differ;
+    * ``off_peak``: the rates that replace the row's when the call was created in its hours
+      (``worker.prices.off_peak``);
+    * ``unapplied``: the keys of the row's source the book does not apply (kept, and shown by
+      ``billing prices which``; a call whose usage uses one is unpriced by the usage reader, whose
+      field for it is unknown).
     """
 
     model: str
@@ -196,16 +225,24 @@ class Price:
     max_output_tokens: int | None = None
     prompt_limit: int | None = None
     bands: tuple[Band, ...] = ()
+    cache_write_1h: Decimal | None = None
+    image_input: Decimal | None = None
+    web_search: tuple[tuple[str, Decimal], ...] = ()
+    off_peak: OffPeak | None = None
+    unapplied: tuple[str, ...] = ()
     source: str = field(default="", compare=False)
     reason: str | None = field(default=None, compare=False)
-    # The seven prices as integers over 10**_scale, in the order of ``charge``'s counts: exact
-    # integer arithmetic, one rounding.
+    # The prices as integers over 10**_scale, in the order of ``charge``'s counts: exact integer
+    # arithmetic, one rounding.
     _scale: int = field(default=0, init=False, repr=False, compare=False)
-    _units: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+    _units: tuple[int | None, ...] = field(default=(), init=False, repr=False, compare=False)
     # Each band's rates as (scale, units), the units in the same order, None for a kind the band
     # leaves unpriced (after the two defaults ``Band`` describes).
     _band_units: tuple[tuple[int, tuple[int | None, ...]], ...] = field(
         default=(), init=False, repr=False, compare=False
+    )
+    _off_peak_units: tuple[int, tuple[int | None, ...]] | None = field(
+        default=None, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
@@ -248,28 +285,62 @@ class Price:
         if len({band.above for band in bands}) != len(bands):
             raise PriceBookError(f"{where}: two bands start above the same number of tokens")
         object.__setattr__(self, "bands", bands)
-        rates = (
-            self.input,
-            self.cached_input,
-            self.cache_write or Decimal(0),
-            self.audio_input or Decimal(0),
-            self.output,
-            self.output if self.reasoning is None else self.reasoning,
-            self.audio_output or Decimal(0),
-        )
-        scale, units = _rate_units(rates)
+        self._check_dimensions(where)
+        scale, units = _rate_units(self._rates())
         object.__setattr__(self, "_scale", scale)
         object.__setattr__(self, "_units", units)
         object.__setattr__(
             self, "_band_units", tuple(_rate_units(self._band_rates(band)) for band in bands)
         )
+        if self.off_peak is not None:
+            object.__setattr__(self, "_off_peak_units", _rate_units(self._off_peak_rates()))
+
+    def _check_dimensions(self, where: str) -> None:
+        sizes = dict(self.web_search)
+        if len(sizes) != len(self.web_search) or not set(sizes) <= set(SEARCH_SIZES):
+            raise PriceBookError(
+                f"{where}: web_search is one price per search context size "
+                f"({', '.join(SEARCH_SIZES)})"
+            )
+        if "any" in sizes and len(sizes) > 1:
+            raise PriceBookError(f"{where}: web_search 'any' is the only size when given")
+        for size, value in self.web_search:
+            check_fee(value, f"{where}: web_search {size}")
+        object.__setattr__(self, "web_search", tuple(sorted(self.web_search)))
+        if self.off_peak is not None:
+            if not isinstance(self.off_peak, OffPeak):
+                raise PriceBookError(f"{where}: off_peak must be an OffPeak")
+            for kind, value in self.off_peak.stated().items():
+                check_price(Decimal(value), f"{where}: off_peak {kind}")
+        if not isinstance(self.unapplied, tuple) or not all(
+            isinstance(key, str) and 0 < len(key) <= 200 for key in self.unapplied
+        ):
+            raise PriceBookError(f"{where}: unapplied must be source keys")
+        object.__setattr__(self, "unapplied", tuple(sorted(set(self.unapplied))))
+
+    def _rates(self) -> tuple[Decimal | None, ...]:
+        """The row's own rates in ``charge``'s order, the defaults applied; None: unpriced."""
+        return (
+            self.input,
+            self.cached_input,
+            self.cache_write,
+            self.cache_write_1h,
+            self.audio_input,
+            self.input if self.image_input is None else self.image_input,
+            self.output,
+            self.output if self.reasoning is None else self.reasoning,
+            self.audio_output,
+        )
 
     def _band_rates(self, band: Band) -> tuple[Decimal | None, ...]:
         """A band's rates in ``charge``'s order: the band's own, and None where it states none,
-        except the two defaults that follow the row's (``Band``)."""
+        except the defaults that follow the row's (``Band``)."""
         cached = band.cached_input
         if cached is None and self.cached_input == self.input:
             cached = band.input  # the row gives no cache discount: neither does its band
+        image = band.image_input
+        if image is None and self.image_input is None:
+            image = band.input  # the row prices images as input: so does its band
         reasoning = band.reasoning
         if reasoning is None and self.reasoning is None:
             reasoning = band.output  # the row prices reasoning as output: so does its band
@@ -277,10 +348,39 @@ class Price:
             band.input,
             cached,
             band.cache_write,
+            band.cache_write_1h,
             band.audio_input,
+            image,
             band.output,
             reasoning,
             band.audio_output,
+        )
+
+    def _off_peak_rates(self) -> tuple[Decimal | None, ...]:
+        """The rates off-peak: each kind the block states replaces the row's; a kind it leaves
+        out keeps the row's rate, except those that follow another kind by the row's defaults
+        (cache reads at input when the row has no cache discount, images at input, reasoning at
+        output when the row has no reasoning price): they follow the off-peak rate."""
+        block = self.off_peak
+        assert block is not None  # only called when the row has one
+        inp = self.input if block.input is None else block.input
+        out = self.output if block.output is None else block.output
+        cached = block.cached_input
+        if cached is None:
+            cached = inp if self.cached_input == self.input else self.cached_input
+        reasoning = block.reasoning
+        if reasoning is None:
+            reasoning = out if self.reasoning is None else self.reasoning
+        return (
+            inp,
+            cached,
+            self.cache_write if block.cache_write is None else block.cache_write,
+            self.cache_write_1h,
+            self.audio_input,
+            inp if self.image_input is None else self.image_input,
+            out,
+            reasoning,
+            self.audio_output,
         )
 
     @property
@@ -299,6 +399,9 @@ class Price:
             self.max_output_tokens,
             self.prompt_limit,
             self.bands,
+            self.web_search,
+            self.off_peak,
+            self.unapplied,
         )
 
     def in_force(self, at: datetime) -> bool:
@@ -351,6 +454,11 @@ class Price:
         threshold, index = self._where(prompt_tokens)
         return threshold, None if index is None else self.bands[index]
 
+    def off_peak_at(self, at: datetime | None) -> bool:
+        """Whether a call created at ``at`` is priced at the off-peak rates (None: never; a hold
+        is priced at the peak rates, the most a call can cost)."""
+        return self.off_peak is not None and at is not None and self.off_peak.holds_at(at)
+
     def band_view(self, band: Band) -> dict[str, object]:
         """What ``band`` (one of the row's) charges: ``priced`` by kind (USD per 1M, in ``KINDS``
         order, the two defaults applied), ``unpriced`` kinds, and which defaults applied."""
@@ -379,17 +487,20 @@ class Price:
         ]
         if self.reasoning is None:
             priced.append(f"reasoning at the output price {self.output}")
+        if self.image_input is None:
+            priced.append(f"image_input at the input price {self.input}")
         text = "prices " + ", ".join(priced)
         if self.unpriced_kinds:
             text += (
                 f"; leaves unpriced {', '.join(self.unpriced_kinds)} (a call with such tokens is "
-                "unpriced)"
+                "unsettled unpriced_component)"
             )
         for band in self.bands:
             view = self.band_view(band)
             derived = {
                 "cached_input": "cached_input at the band's input price",
                 "reasoning": "reasoning at the band's output price",
+                "image_input": "image_input at the band's input price",
             }
             rates = ", ".join(
                 f"{derived[k]} {v}" if k in derived and getattr(band, k) is None else f"{k} {v}"
@@ -407,31 +518,107 @@ class Price:
             text += " is unpriced (the row has no rates for it)"
         return text
 
+    def dimensions_path(self, at: datetime) -> tuple[tuple[str, str], ...]:
+        """The dimensions beyond the token kinds, as ``billing prices which`` shows them for a call
+        created at ``at``: ``time_of_day`` (with off-peak hours: which rates hold at ``at``),
+        ``fees`` (web search), ``unapplied`` (source keys the book does not apply)."""
+        path = []
+        if self.off_peak is not None:
+            rates = ", ".join(f"{k} {v}" for k, v in self.off_peak.stated().items())
+            now = "off-peak" if self.off_peak_at(at) else "peak"
+            path.append(
+                (
+                    "time_of_day",
+                    f"{now} at {at.isoformat()}: off-peak ({self.off_peak.text()}) prices the "
+                    f"whole call at {rates}, the other kinds at the row's rates",
+                )
+            )
+        if self.web_search:
+            fees = ", ".join(f"{size} {value}" for size, value in self.web_search)
+            path.append(("fees", f"web search, USD per request by context size: {fees}"))
+        else:
+            path.append(
+                (
+                    "fees",
+                    "no web search price (a call with searches is unsettled unpriced_component)",
+                )
+            )
+        if self.unapplied:
+            path.append(
+                (
+                    "unapplied",
+                    f"source keys the book does not apply: {', '.join(self.unapplied)} (a call "
+                    "whose usage reports such a dimension is unsettled unpriced_component)",
+                )
+            )
+        return tuple(path)
+
     @staticmethod
     def _parts(usage: Usage) -> tuple[int, ...]:
         """The counts of each kind of token, in ``_CHARGE_ORDER`` (negative when parts exceed
         their totals: ``charge`` refuses those)."""
-        prompt_parts = usage.cached_tokens + usage.cache_write_tokens + usage.audio_prompt_tokens
+        prompt_parts = (
+            usage.cached_tokens
+            + usage.cache_write_tokens
+            + usage.audio_prompt_tokens
+            + usage.image_prompt_tokens
+        )
         completion_parts = usage.reasoning_tokens + usage.audio_completion_tokens
         return (
             usage.prompt_tokens - prompt_parts,
             usage.cached_tokens,
-            usage.cache_write_tokens,
+            usage.cache_write_tokens - usage.cache_write_1h_tokens,
+            usage.cache_write_1h_tokens,
             usage.audio_prompt_tokens,
+            usage.image_prompt_tokens,
             usage.completion_tokens - completion_parts,
             usage.reasoning_tokens,
             usage.audio_completion_tokens,
         )
 
-    def unpriced_because(self, usage: Usage) -> str | None:
-        """Why this row cannot price ``usage`` (None when it can)."""
+    def search_fee(self, usage: Usage) -> tuple[Decimal | None, str | None]:
+        """(USD per search request for ``usage``, why none) for a call with searches."""
+        sizes = dict(self.web_search)
+        if not sizes:
+            return None, (
+                f"the call has {usage.web_search_requests} web search requests and the row has "
+                "no web search price"
+            )
+        if len(set(sizes.values())) == 1 and (
+            "any" in sizes or usage.search_context_size in (None, *sizes)
+        ):
+            return next(iter(sizes.values())), None
+        size = usage.search_context_size
+        if size is None:
+            return None, (
+                f"the call has {usage.web_search_requests} web search requests, does not say "
+                "its search context size, and the row's prices differ by size"
+            )
+        if size not in sizes:
+            return None, (
+                f"the call's search context size {size!r} has no web search price in the row"
+            )
+        return sizes[size], None
+
+    def _chosen(self, usage: Usage, at: datetime | None) -> tuple[str | None, int | None]:
+        """(why the call is unpriced, None: it is priced; the band index that prices it)."""
         threshold, index = self._where(usage.prompt_tokens)
         if threshold is not None and index is None:
             return (
                 f"a prompt of {usage.prompt_tokens} tokens is past the {threshold} tokens these "
                 "prices hold for, and the row has no long-context rates for it"
-            )
+            ), None
+        if usage.web_search_requests:
+            _, why = self.search_fee(usage)
+            if why is not None:
+                return why, index
         if index is not None:
+            if self.off_peak_at(at):
+                return (
+                    f"a prompt of {usage.prompt_tokens} tokens falls in the band over {threshold} "
+                    "tokens and the call is off-peak; the source does not say which rates "
+                    "price a long prompt off-peak"
+                ), index
             units = self._band_units[index][1]
             for count, unit, kind in zip(self._parts(usage), units, _CHARGE_ORDER, strict=True):
                 if count > 0 and unit is None:
@@ -439,40 +626,226 @@ class Price:
                         f"a prompt of {usage.prompt_tokens} tokens is priced by the band over "
                         f"{threshold} tokens, which has no {kind} price, and the call has {count} "
                         f"{kind} tokens (never charged at the row's own {kind} rate)"
-                    )
-            return None
+                    ), index
+            return None, index
         for count, price, kind in (
-            (usage.cache_write_tokens, self.cache_write, "cache-write"),
+            (
+                usage.cache_write_tokens - usage.cache_write_1h_tokens,
+                self.cache_write,
+                "cache-write",
+            ),
+            (usage.cache_write_1h_tokens, self.cache_write_1h, "1-hour cache-write"),
             (usage.audio_prompt_tokens, self.audio_input, "audio input"),
             (usage.audio_completion_tokens, self.audio_output, "audio output"),
         ):
             if count and price is None:
-                return f"the call has {count} {kind} tokens and the row has no {kind} price"
-        return None
+                return f"the call has {count} {kind} tokens and the row has no {kind} price", None
+        return None, None
 
-    def charge(self, usage: Usage) -> Micros | None:
-        """Integer micro-USD for ``usage``; None when the row does not price a kind it has.
+    def unpriced_components(
+        self, usage: Usage, at: datetime | None = None
+    ) -> tuple[tuple[tuple[str, str], ...], Usage]:
+        """The components of ``usage`` the row has no price for, as (usage field, count) pairs in
+        the usage reader's naming (``worker.usage.describe_unpriced``), and ``usage`` without them
+        (what the row can price: a lower bound of the call's cost). ((), usage) when the row prices
+        the call, or cannot for another reason than a component (a prompt past its limit)."""
+        missing: list[tuple[str, str]] = []
+        rest = usage
+        if self._chosen(usage, at)[0] is None:
+            return (), usage
+        if usage.web_search_requests and self.search_fee(usage)[1] is not None:
+            missing.append(("web_search_requests", str(usage.web_search_requests)))
+            rest = replace(rest, web_search_requests=0)
+        threshold, index = self._where(usage.prompt_tokens)
+        if threshold is not None and index is None:
+            return (), usage
+        if index is not None:
+            units = self._band_units[index][1]
+        elif self._off_peak_units is not None and self.off_peak_at(at):
+            units = self._off_peak_units[1]
+        else:
+            units = self._units
+        counts = dict(zip(_CHARGE_ORDER, self._parts(usage), strict=True))
+        for kind, unit in zip(_CHARGE_ORDER, units, strict=True):
+            count = counts[kind]
+            if unit is not None or count <= 0:
+                continue
+            missing.append((_COMPONENT_FIELDS[kind], str(count)))
+            rest = _without(rest, kind, count)
+        if not missing or self._chosen(rest, at)[0] is not None:
+            return (), usage
+        return tuple(missing), rest
 
-        A prompt past a band's threshold is charged, whole, at that band's rates (``rates_for``).
-        The parts of ``usage`` must fit in their totals (``worker.result.Usage``: cache reads, cache
-        writes and audio inside ``prompt_tokens``; reasoning and audio inside ``completion_tokens``);
-        parts that do not, or a charge past 2^63 - 1, raise ``InputError``: never a guessed charge.
+    def unpriced_because(self, usage: Usage, at: datetime | None = None) -> str | None:
+        """Why this row cannot price ``usage`` of a call created at ``at`` (None when it can)."""
+        return self._chosen(usage, at)[0]
+
+    def unit_prices(self, usage: Usage, at: datetime | None = None) -> dict[str, object]:
+        """The rates ``charge`` prices ``usage`` at (USD per 1M tokens by kind, the web search fee
+        per request), and which rates they are: ``rates`` is ``row``, ``band over N`` or
+        ``off-peak``. Raises ``InputError`` when the row does not price the call."""
+        why, index = self._chosen(usage, at)
+        if why is not None:
+            raise InputError(why)
+        if index is not None:
+            rates, which = (
+                self._band_rates(self.bands[index]),
+                f"band over {self.bands[index].above}",
+            )
+        elif self.off_peak_at(at):
+            rates, which = self._off_peak_rates(), "off-peak"
+        else:
+            rates, which = self._rates(), "row"
+        view: dict[str, object] = {
+            "rates": which,
+            **{
+                kind: str(rate)
+                for kind, rate, count in zip(_CHARGE_ORDER, rates, self._parts(usage), strict=True)
+                if rate is not None and (count or kind in ("input", "output"))
+            },
+        }
+        if usage.web_search_requests:
+            view["web_search"] = str(self.search_fee(usage)[0])
+        return view
+
+    def charge(self, usage: Usage, at: datetime | None = None) -> Micros | None:
+        """Integer micro-USD for ``usage`` of a call created at ``at``; None when the row does not
+        price a kind it has.
+
+        A prompt past a band's threshold is charged, whole, at that band's rates (``rates_for``);
+        a call created in the row's off-peak hours at its off-peak rates (``at`` None: the peak
+        rates, for a hold). Web search requests add their fee each. The parts of ``usage`` must
+        fit in their totals (``worker.result.Usage``: cache reads, cache writes, audio and images
+        inside ``prompt_tokens``, 1-hour writes inside the cache writes; reasoning and audio inside
+        ``completion_tokens``); parts that do not, or a charge past 2^63 - 1, raise
+        ``InputError``: never a guessed charge.
         """
-        if self.unpriced_because(usage) is not None:
+        why, index = self._chosen(usage, at)
+        if why is not None:
             return None
         parts = self._parts(usage)
-        if min(parts) < 0:
+        if min(parts) < 0 or usage.web_search_requests < 0:
             raise InputError(f"usage parts exceed their totals or are negative: {usage}")
-        _, index = self._where(usage.prompt_tokens)
-        scale, units = (self._scale, self._units) if index is None else self._band_units[index]
-        # a kind the rates leave unpriced (None) has no tokens here: unpriced_because said so
+        if index is not None:
+            scale, units = self._band_units[index]
+        elif self._off_peak_units is not None and self.off_peak_at(at):
+            scale, units = self._off_peak_units
+        else:
+            scale, units = self._scale, self._units
+        # a kind the rates leave unpriced (None) has no tokens here: _chosen said so
         scaled = sum(count * (unit or 0) for count, unit in zip(parts, units, strict=True))
+        if usage.web_search_requests:
+            fee = self.search_fee(usage)[0]
+            assert fee is not None  # _chosen said so
+            micros = fee.scaleb(6)  # USD per request -> micro-USD per request
+            exponent = -int(micros.as_tuple().exponent)
+            if exponent > scale:
+                scaled *= 10 ** (exponent - scale)
+                scale = exponent
+            scaled += usage.web_search_requests * int(micros.scaleb(scale))
         charged, rest = divmod(scaled, 10**scale)
         if 2 * rest >= 10**scale:  # half up, once; never negative here
             charged += 1
         if charged > MAX_CHARGE:
             raise InputError(f"a charge of {charged} micro-USD is past 2^63 - 1: {usage}")
         return Micros(charged)
+
+
+_COMPONENT_FIELDS = {
+    "input": "prompt_tokens",
+    "cached_input": "cached_tokens",
+    "cache_write": "cache_write_tokens",
+    "cache_write_1h": "cache_write_1h_tokens",
+    "audio_input": "audio_prompt_tokens",
+    "image_input": "image_prompt_tokens",
+    "output": "completion_tokens",
+    "reasoning": "reasoning_tokens",
+    "audio_output": "audio_completion_tokens",
+}
+"""The ``Usage`` field that counts each kind (the name a missing price is reported under)."""
+
+
+def _without(usage: Usage, kind: str, count: int) -> Usage:
+    """``usage`` without ``count`` tokens of ``kind`` (the part and its total both lose them)."""
+    prompt, completion = usage.prompt_tokens, usage.completion_tokens
+    if kind in (
+        "input",
+        "cached_input",
+        "cache_write",
+        "cache_write_1h",
+        "audio_input",
+        "image_input",
+    ):
+        prompt -= count
+    else:
+        completion -= count
+    changes: dict[str, int] = {"prompt_tokens": prompt, "completion_tokens": completion}
+    field_name = _COMPONENT_FIELDS[kind]
+    if field_name not in changes:
+        changes[field_name] = getattr(usage, field_name) - count
+    if kind == "cache_write_1h":
+        changes["cache_write_tokens"] = usage.cache_write_tokens - count
+    return replace(usage, **changes)
+
+
+def check_fee(value: object, where: str) -> Decimal:
+    """A per-request fee as the book keeps it: a finite Decimal in USD in [0, MAX_FEE]."""
+    if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
+        raise PriceBookError(f"{where} must be a non-negative decimal (USD per request)")
+    if value > MAX_FEE:
+        raise PriceBookError(f"{where} is {value} USD per request, above the bound of {MAX_FEE}")
+    exponent = value.as_tuple().exponent
+    if isinstance(exponent, int) and exponent < -20:
+        raise PriceBookError(f"{where} has more digits than the book keeps: {value}")
+    return value
+
+
+def dimensions_to_json(price: Price) -> str:
+    """The text the ``prices`` table keeps for a row's dimensions beyond the seven token columns
+    ('' for none): ``cache_write_1h``, ``image_input`` (decimal text), ``web_search`` (size →
+    decimal text), ``off_peak`` (``OffPeak.to_json``), ``unapplied`` (source keys)."""
+    data: dict[str, object] = {}
+    for kind in ("cache_write_1h", "image_input"):
+        if getattr(price, kind) is not None:
+            data[kind] = str(getattr(price, kind))
+    if price.web_search:
+        data["web_search"] = {size: str(value) for size, value in price.web_search}
+    if price.off_peak is not None:
+        data["off_peak"] = price.off_peak.to_json()
+    if price.unapplied:
+        data["unapplied"] = list(price.unapplied)
+    return json.dumps(data, separators=(",", ":"), sort_keys=True) if data else ""
+
+
+def dimensions_from_json(text: str | None, where: str) -> dict[str, Any]:
+    """The ``Price`` keyword arguments ``dimensions_to_json`` wrote; ``PriceBookError`` on anything
+    else."""
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise PriceBookError(f"{where}: not JSON") from None
+    if not isinstance(data, dict) or set(data) - {*DIMENSION_KEYS}:
+        raise PriceBookError(f"{where}: expected an object of {', '.join(DIMENSION_KEYS)}")
+    found: dict[str, Any] = {}
+    try:
+        for kind in ("cache_write_1h", "image_input"):
+            if kind in data:
+                found[kind] = Decimal(str(data[kind]))
+        if "web_search" in data:
+            found["web_search"] = tuple(
+                (str(size), Decimal(str(value))) for size, value in dict(data["web_search"]).items()
+            )
+    except (ArithmeticError, TypeError, ValueError):
+        raise PriceBookError(f"{where}: a rate is not decimal text") from None
+    if "off_peak" in data:
+        found["off_peak"] = off_peak_from_json(data["off_peak"], where)
+    if "unapplied" in data:
+        if not isinstance(data["unapplied"], list):
+            raise PriceBookError(f"{where}: unapplied must be a list of keys")
+        found["unapplied"] = tuple(str(key) for key in data["unapplied"])
+    return found
 
 
 def check_price(value: object, where: str) -> Decimal:

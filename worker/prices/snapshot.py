@@ -3,9 +3,9 @@
     python -m worker.prices.snapshot FILE --version "litellm 1.110.2 (PyPI wheel)" --retrieved 2026-12-02
 
 keeps the entries the book reads (``mode`` chat or responses, with per-token input and output prices)
-of the providers in ``PROVIDERS``, and of each entry only the keys that price or bound a call
-(``*cost*``, ``max_input_tokens``, ``max_output_tokens``, ``litellm_provider``, ``mode``,
-``tiered_pricing``). Numbers are written back from their exact Decimal value. The provenance (source,
+of the providers in ``PROVIDERS``, and of each entry every key but those that price nothing
+(``worker.prices.litellm.DESCRIPTIVE``, ``supports_*``, ``supported_*``): a pricing key the book
+does not apply is kept, so its rows say so (``Price.unapplied``). Numbers are written back from their exact Decimal value. The provenance (source,
 version, SHA-256 of FILE, date, filter) goes in the ``_snapshot`` entry, which the reader skips. The
 output is sorted, so the same FILE always gives the same bytes.
 """
@@ -19,7 +19,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from worker.prices.litellm import load_json, skip_reason
+from worker.prices.litellm import DESCRIPTIVE, load_json, skip_reason
 
 PROVIDERS = frozenset(
     {
@@ -37,14 +37,11 @@ PROVIDERS = frozenset(
         "ollama",
     }
 )
-KEPT = frozenset(
-    {"max_input_tokens", "max_output_tokens", "litellm_provider", "mode", "tiered_pricing"}
-)
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "data" / "litellm_prices.json"
 
 
 def _kept(key: str) -> bool:
-    return key in KEPT or "cost" in key
+    return key not in DESCRIPTIVE and not key.startswith(("supports_", "supported_"))
 
 
 def _dump(value: Any, indent: str = "") -> str:
@@ -76,7 +73,8 @@ def build(raw: bytes, version: str, retrieved: str) -> str:
         "sha256": hashlib.sha256(raw).hexdigest(),
         "retrieved": retrieved,
         "filter": "mode chat or responses, per-token input and output prices, litellm_provider in "
-        + ", ".join(sorted(PROVIDERS)),
+        + ", ".join(sorted(PROVIDERS))
+        + "; every key but names, dates, limits and capabilities",
         "generator": "python -m worker.prices.snapshot",
         "entries": len(entries),
     }

@@ -17,6 +17,10 @@ Every row of a TOML book is an ``override`` row. Keys (USD per 1M tokens as deci
     reasoning = "10.00"              # default: output
     audio_input = "40.00"            # default: none (calls with audio input are unpriced)
     audio_output = "80.00"           # default: none
+    cache_write_1h = "6.00"          # 1-hour cache writes; default: none (calls with them unpriced)
+    image_input = "1.25"             # image tokens of the prompt; default: input
+    web_search = "0.01"              # USD per web search request, any context size, or a table
+                                     # web_search = { low = "0.006", medium = "0.01", high = "0.014" }
     max_input_tokens = 128000        # context limits, when known
     max_output_tokens = 16384
     prompt_limit = 200000            # longest prompt these prices hold for (without a band)
@@ -28,6 +32,15 @@ Every row of a TOML book is an ``override`` row. Keys (USD per 1M tokens as deci
     cache_write = "7.50"             # with such tokens is unpriced), except cached_input (the
     output = "22.50"                 # band's input when the row has no cache discount) and
                                      # reasoning (the band's output when the row has no reasoning)
+
+    [price.off_peak]                 # time-of-day rates (worker.prices.off_peak): a call created
+    hours_utc = ["16:30-00:30"]      # in these UTC windows (every day) is priced, whole, at them;
+    weekday_timezone = "UTC"         # the calendar weekdays are read on (IANA name)
+    input = "0.135"                  # input, cached_input, cache_write, output, reasoning: each
+    output = "0.55"                  # replaces the row's rate; a kind left out keeps the row's
+    [[price.off_peak.window]]        # windows on some ISO weekdays only (1 Monday .. 7 Sunday)
+    hours_utc = "00:00-00:00"        # (start = end: the whole day)
+    weekdays = [6, 7]
 
 With bands and no ``prompt_limit``, a prompt up to the lowest ``above`` costs the row's rates and a
 longer one the rates of the highest band it is over. ``prompt_limit`` with bands marks prompts no
@@ -45,24 +58,28 @@ from typing import Any
 
 from worker.errors import PriceBookError
 from worker.prices.book import normalize_provider, normalize_tier
-from worker.prices.price import Band, Layer, Price, check_price, plain
-
-_PRICES = (
-    "input",
-    "cached_input",
-    "cache_write",
-    "output",
-    "reasoning",
-    "audio_input",
-    "audio_output",
+from worker.prices.off_peak import OFF_PEAK_KINDS, OffPeak, rules_from
+from worker.prices.price import (
+    KINDS,
+    SEARCH_SIZES,
+    Band,
+    Layer,
+    Price,
+    check_fee,
+    check_price,
+    plain,
 )
+
+_PRICES = KINDS
 _COUNTS = ("max_input_tokens", "max_output_tokens", "prompt_limit")
 KEYS = frozenset(
     {"model", "aliases", "snapshots", "provider", "tier", "effective_from", "until", "band"}
+    | {"web_search", "off_peak"}
     | set(_PRICES)
     | set(_COUNTS)
 )
 BAND_KEYS = frozenset({"above", *_PRICES})
+OFF_PEAK_KEYS = frozenset({"hours_utc", "window", "weekday_timezone", *OFF_PEAK_KINDS})
 
 
 def _decimal(entry: dict[str, Any], key: str, where: str) -> Decimal:
@@ -112,6 +129,54 @@ def _bands(entry: dict[str, Any], where: str) -> tuple[Band, ...]:
     return tuple(bands)
 
 
+def _web_search(entry: dict[str, Any], where: str) -> tuple[tuple[str, Decimal], ...]:
+    value = entry.get("web_search")
+    if value is None:
+        return ()
+    fees = value if isinstance(value, dict) else {"any": value}
+    found = []
+    for size, fee in fees.items():
+        if size not in SEARCH_SIZES:
+            raise PriceBookError(
+                f"{where}: web_search sizes are {', '.join(SEARCH_SIZES)}, not {size!r}"
+            )
+        if isinstance(fee, bool) or not isinstance(fee, str | int):
+            raise PriceBookError(f'{where}: web_search {size} must be a decimal string ("0.01")')
+        try:
+            amount = Decimal(str(fee).strip())
+        except InvalidOperation:
+            raise PriceBookError(f"{where}: web_search {size} is not a decimal: {fee!r}") from None
+        found.append((size, plain(check_fee(amount, f"{where}: web_search {size}"))))
+    return tuple(found)
+
+
+def _off_peak(entry: dict[str, Any], where: str) -> OffPeak | None:
+    table = entry.get("off_peak")
+    if table is None:
+        return None
+    here = f"{where}: off_peak"
+    if not isinstance(table, dict):
+        raise PriceBookError(f"{here}: expected a [price.off_peak] table")
+    unknown = sorted(set(table) - OFF_PEAK_KEYS)
+    if unknown:
+        raise PriceBookError(f"{here}: unknown key {unknown[0]!r}")
+    zone = table.get("weekday_timezone", "UTC")
+    if not isinstance(zone, str):
+        raise PriceBookError(f"{here}: weekday_timezone must be an IANA name")
+    rates = {key: _decimal(table, key, here) for key in OFF_PEAK_KINDS if key in table}
+    try:
+        return OffPeak(
+            rules=rules_from(table.get("hours_utc"), table.get("window"), here),
+            weekday_timezone=zone,
+            **rates,
+        )
+    except PriceBookError as exc:
+        message = str(exc)
+        raise PriceBookError(
+            message if message.startswith(here) else f"{here}: {message}"
+        ) from None
+
+
 def _price(entry: Any, where: str, source: str, default_from: datetime) -> Price:
     if not isinstance(entry, dict):
         raise PriceBookError(f"{where}: expected a table")
@@ -154,6 +219,10 @@ def _price(entry: Any, where: str, source: str, default_from: datetime) -> Price
         reasoning=prices.get("reasoning"),
         audio_input=prices.get("audio_input"),
         audio_output=prices.get("audio_output"),
+        cache_write_1h=prices.get("cache_write_1h"),
+        image_input=prices.get("image_input"),
+        web_search=_web_search(entry, where),
+        off_peak=_off_peak(entry, where),
         tier=normalize_tier(tier),
         provider=normalize_provider(provider),
         layer=Layer.OVERRIDE,

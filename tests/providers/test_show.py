@@ -67,3 +67,26 @@ def test_show_prints_the_provider_and_its_own_cost(runner: CliRunner, tmp_path: 
     assert "its cost 23286 micros" in shown.output
     usage = json.loads(runner.invoke(main, ["show", meta.request_id, "--json"]).output)["usage"]
     assert (usage["provider"], usage["reasoning_tokens"]) == ("xai", 2809)
+
+
+def test_show_prints_the_unit_prices_the_call_was_charged_at(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """Anthropic's cache lifetimes through LiteLLM, with a web search (tests/providers/test_shapes.py:
+    18,460 micro-USD): the rates each part was charged at and the row they came from."""
+    name = "litellm/anthropic_cache_lifetimes_body.json"
+    meta = meta_of(load(name), name)
+    _settle(tmp_path, meta, reconcile(name))
+
+    shown = runner.invoke(main, ["show", meta.request_id])
+    assert shown.exit_code == 0, shown.output
+    assert "charge     18460 micros" in shown.output
+    assert "parts      cache write 556, cache write 1h 100, web search requests 1" in shown.output
+    assert (
+        "charged at row rates, USD per 1M tokens (web_search: per request): input 3.00  "
+        "cached_input 0.30  cache_write 3.75  cache_write_1h 6.00  output 15.00  web_search 0.01"
+    ) in shown.output
+    assert "from the override row of claude-sonnet-4-5 (provider any, tier default" in shown.output
+    document = json.loads(runner.invoke(main, ["show", meta.request_id, "--json"]).output)
+    assert document["unit_prices"]["cache_write_1h"] == "6.00"
+    assert document["usage"]["cache_write_1h_tokens"] == 100

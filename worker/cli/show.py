@@ -33,6 +33,39 @@ def _text(answer: dict[str, Any]) -> list[str]:
             f"{usage['cached_tokens']}), completion {usage['completion_tokens']} (reasoning "
             f"{usage['reasoning_tokens']}); finish {answer['finish_reasons'] or '-'}"
         )
+    if usage is not None:
+        parts = [
+            f"{name.removesuffix('_tokens').replace('_', ' ')} {usage[name]}"
+            for name in (
+                "cache_write_tokens",
+                "cache_write_1h_tokens",
+                "audio_prompt_tokens",
+                "image_prompt_tokens",
+                "audio_completion_tokens",
+                "web_search_requests",
+            )
+            if usage.get(name)
+        ]
+        if parts:
+            size = usage.get("search_context_size")
+            lines.append(
+                "parts      " + ", ".join(parts) + (f" (search context {size})" if size else "")
+            )
+    rates = answer.get("unit_prices")
+    if rates is not None:
+        row = rates.get("row") or {}
+        priced = "  ".join(
+            f"{kind} {value}" for kind, value in rates.items() if kind not in ("rates", "row")
+        )
+        lines.append(
+            f"charged at {rates.get('rates')} rates, USD per 1M tokens (web_search: per "
+            f"request): {priced}"
+        )
+        lines.append(
+            f"  from the {row.get('layer')} row of {row.get('model')} (provider "
+            f"{row.get('provider') or 'any'}, tier {row.get('tier')}, from "
+            f"{row.get('effective_from')}): {row.get('source') or '-'}"
+        )
     estimate = answer["estimate"]
     if estimate is not None:
         lines.append(

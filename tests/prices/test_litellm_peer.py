@@ -71,11 +71,6 @@ KNOWN = {
         "the row has no 1-hour cache-write price: we leave the call unpriced; LiteLLM charges "
         "1-hour writes at the 5-minute write rate"
     ),
-    "ours_xai_band_at_threshold": (
-        "an xAI prompt of exactly a band's threshold (200k): we charge the row's own rates (our "
-        "bands start above the threshold), LiteLLM the band's; xAI bills prompts that reach 200k "
-        "at the higher rate, so ours is too low here"
-    ),
     "litellm_fireworks_cache_read_half": (
         "a Fireworks entry states no cache-read price: we charge cache reads at the input rate "
         "(no discount stated); LiteLLM assumes half the input rate "
@@ -87,7 +82,6 @@ EXPECTED = {
     "ours_unpriced_audio": 930,
     "ours_unpriced_cache_write": 1726,
     "ours_unpriced_cache_write_1h": 63,
-    "ours_xai_band_at_threshold": 43,
     "litellm_fireworks_cache_read_half": 944,
 }
 """Each reason's count, as observed with litellm 1.108.7 on the bundled LiteLLM 1.110.2 list."""
@@ -191,21 +185,6 @@ def _reason(
         _, band = row.rates_for(usage.prompt_tokens)
         rate = row.input if band is None or band.input is None else band.input
         return "litellm_fireworks_cache_read_half", ours - usage.cached_tokens * rate / 2
-    at_threshold = [band for band in row.bands if band.above == usage.prompt_tokens]
-    if (
-        provider == "xai"
-        and at_threshold
-        and not (usage.reasoning_tokens or usage.audio_prompt_tokens)
-    ):
-        priced: dict[str, str] = row.band_view(at_threshold[0])["priced"]  # type: ignore[assignment]
-        rates = {kind: Decimal(rate) for kind, rate in priced.items()}
-        uncached = usage.prompt_tokens - usage.cached_tokens
-        expected = (
-            uncached * rates["input"]
-            + usage.cached_tokens * rates["cached_input"]
-            + usage.completion_tokens * rates["output"]
-        )
-        return "ours_xai_band_at_threshold", expected
     return "unexplained", None
 
 

@@ -166,8 +166,21 @@ def _count(entry: dict[str, Any], key: str) -> int | None:
     return value
 
 
+REACHING_PROVIDERS = frozenset({"xai"})
+"""Providers whose long-context rates start *at* the threshold a key names: xAI's model pages give
+"< 200k" and "≥ 200k prompt tokens" prices ("Requests whose prompt reaches 200k tokens are billed at
+the higher rate", docs.x.ai, Grok 4.20). Their ``_above_200k_tokens`` band is read as above 199,999
+(``Band.above`` is exclusive); every other provider's starts above the number it names."""
+
+
+def _threshold(entry: dict[str, Any], thousands: str) -> int:
+    """The number of prompt tokens a ``_above_NNNk_tokens`` key's band starts above."""
+    tokens = int(thousands) * 1000
+    return tokens - 1 if entry.get("litellm_provider") in REACHING_PROVIDERS else tokens
+
+
 def _prompt_limit(entry: dict[str, Any]) -> int | None:
-    limits = [int(m[1]) * 1000 for key in entry if (m := _THRESHOLD.search(key))]
+    limits = [_threshold(entry, m[1]) for key in entry if (m := _THRESHOLD.search(key))]
     tiers = entry.get("tiered_pricing")
     if isinstance(tiers, list):
         for band in tiers:
@@ -193,7 +206,7 @@ def _bands(entry: dict[str, Any], suffix: str, where: str) -> tuple[Band, ...]:
             continue
         value = _per_million(entry, key, where)
         if value is not None:
-            rates.setdefault(int(match["k"]) * 1000, {})[BAND_KEYS[match["key"]]] = value
+            rates.setdefault(_threshold(entry, match["k"]), {})[BAND_KEYS[match["key"]]] = value
     try:
         return tuple(Band(above=above, **kinds) for above, kinds in sorted(rates.items()))  # type: ignore[arg-type]
     except PriceBookError as exc:

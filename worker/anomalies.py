@@ -24,12 +24,14 @@ def classify(
     closed: bool = True,
     opened: bool = True,
     charged_above_hold: bool = False,
+    requested: str | None = None,
 ) -> dict[AnomalyKind, str]:
-    """The anomalies of a call with a one-line detail each (counts and ids, never text).
+    """The anomalies of a call with a one-line detail each (counts, ids and model names, never text).
 
     ``closed`` is False when the sweeper finalized the call (its close never came); ``opened`` is
     False when a close settled the call before any open had recorded its hold. Both only count for a
-    non-zero reservation: a zero hold has nothing at stake.
+    non-zero reservation: a zero hold has nothing at stake. ``requested`` is the model the request
+    named (the reservation's); a substituted call's ``result.model`` is the one that served it.
     """
     found: dict[AnomalyKind, str] = {}
     if "idempotency_key_on_stream" in result.anomalies:
@@ -73,6 +75,11 @@ def classify(
         share = "" if drift is None else f" ({drift / 10_000:+.2f} %)"
         found[AnomalyKind.PROVIDER_COST_DRIFT] = (
             f"charged {charge} micros, the provider reported {cost}{share}"
+        )
+    if "model_substituted" in result.anomalies:
+        asked = "another model" if requested is None else requested
+        found[AnomalyKind.MODEL_SUBSTITUTED] = f"requested {asked}, served {result.model}" + (
+            ", which has no price" if result.unpriced else ""
         )
     if result.reason is Reason.IMPLAUSIBLE_USAGE:
         found[AnomalyKind.IMPLAUSIBLE_USAGE] = result.usage_problem or "implausible usage"

@@ -241,10 +241,21 @@ def upstream_usage(sent: Sent) -> dict[str, Any] | None:
     return blocks[-1] if blocks else None
 
 
+def served_model(sent: Sent) -> str | None:
+    """The model the upstream's reply names (its body's, else its stream's first chunk's)."""
+    if sent.body is not None:
+        return sent.body.get("model") or None
+    return next(
+        (f["model"] for f in sent.frames or [] if isinstance(f, dict) and f.get("model")), None
+    )
+
+
 def check_settled(sessions: sessionmaker[Session], made: list[tuple[Play, Sent]]) -> list[str]:
     """Every settled call against what the upstream sent for it (the calls were made one at a
     time, so the ledger's order of creation is the order of the calls): the same token counts,
-    charged at the book's price of them. The disagreements, as sentences."""
+    charged at the book's price of them for the model the upstream served (the model billed:
+    ``worker.substitution``; a dated snapshot priced as the requested model costs the same). The
+    disagreements, as sentences."""
     book = load_price_book()
     with sessions() as s:
         rows = s.execute(
@@ -264,7 +275,8 @@ def check_settled(sessions: sessionmaker[Session], made: list[tuple[Play, Sent]]
             wrong.append(f"{reservation.request_id}: settled without the upstream's usage")
             continue
         at = reservation.created_at
-        price = book.charge(reservation.model, counts, at, provider="openai")
+        model = served_model(sent) or reservation.model
+        price = book.charge(model, counts, at, provider="openai")
         got = (usage.prompt_tokens, usage.completion_tokens, usage.charge_micros)
         want = (counts.prompt_tokens, counts.completion_tokens, price)
         if got != want:

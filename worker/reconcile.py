@@ -8,6 +8,7 @@ through the same assembly, estimate and price steps, so the two paths bill the s
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -27,6 +28,7 @@ from worker.prices import PriceBook
 from worker.request import RequestMeta
 from worker.result import Choice, Outcome, Reason, Result, Usage, UsageSource
 from worker.sse import lenient_loads
+from worker.substitution import billed_model
 from worker.usage import Reading, against_output, bound_for, cost_drifted, read_usage
 
 # No single call is charged more than this (one million USD): a larger charge comes from counts no
@@ -72,6 +74,25 @@ def produced_output(choices: Iterable[Choice]) -> bool:
     return False
 
 
+def billed_meta(
+    meta: RequestMeta, assembled: Assembled, prices: PriceBook
+) -> tuple[RequestMeta, bool]:
+    """The call's metadata naming the model that prices it, and whether the upstream substituted
+    it for the one requested (``worker.substitution``): ``meta`` itself when the requested model
+    prices the call, else a copy naming the model the response names."""
+    billed = billed_model(
+        meta.model,
+        assembled.model,
+        prices,
+        meta.created_at,
+        tier=assembled.service_tier,
+        provider=meta.provider,
+    )
+    if billed.model == meta.model:
+        return meta, False
+    return replace(meta, model=billed.model), billed.substituted
+
+
 def read_reported(meta: RequestMeta, assembled: Assembled, prices: PriceBook) -> Reading:
     """The call's usage blocks read by the rules of its provider and model, bounded by what the
     model can hold (its context window, when the price book knows it, times the choices), and
@@ -97,8 +118,14 @@ def build_result(
     decision: Decision,
     prices: PriceBook,
     reading: Reading | None = None,
+    *,
+    substituted: bool = False,
 ) -> Result:
     """Attach the estimate, the charge and the exposure to a decided assembly.
+
+    ``meta`` names the model that prices the call (``billed_meta``): the served model when the
+    upstream answered with another one than requested, which is then ``Result.model`` too;
+    ``substituted`` adds the anomaly ``model_substituted``.
 
     The charge is the reported usage's price (or the estimate's), at the response's service tier
     and for the call's provider; the exposure is the estimate's price, or for
@@ -111,6 +138,8 @@ def build_result(
         reading = read_reported(meta, assembled, prices)
     guess = estimate(meta.model, meta.messages, meta.tools, assembled.choices)
     anomalies = _anomalies(meta, assembled)
+    if substituted:
+        anomalies.append("model_substituted")
     tier = assembled.service_tier
 
     def price(usage: Usage) -> Micros | None:
@@ -182,9 +211,10 @@ def reconcile_stream(
 ) -> Result:
     """Reconcile a streamed call from its recorded SSE body (never raises on the body's content)."""
     assembled = assemble_stream(records)
+    meta, substituted = billed_meta(meta, assembled, prices)
     reading = read_reported(meta, assembled, prices)
     decision = decide_stream(assembled, include_usage=meta.include_usage, reading=reading)
-    return build_result(meta, assembled, decision, prices, reading)
+    return build_result(meta, assembled, decision, prices, reading, substituted=substituted)
 
 
 def reconcile_response(
@@ -212,6 +242,7 @@ def reconcile_response(
             raise InputError("response body is not a JSON object")
         data = {}
     assembled = assemble_response(data)
+    meta, substituted = billed_meta(meta, assembled, prices)
     reading = read_reported(meta, assembled, prices)
     decision = decide_response(assembled, status=status, reading=reading)
-    return build_result(meta, assembled, decision, prices, reading)
+    return build_result(meta, assembled, decision, prices, reading, substituted=substituted)

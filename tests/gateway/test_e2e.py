@@ -2,8 +2,10 @@
 which proxies to the recorded upstream; a real ``billing worker`` process settles every call.
 
 The ledger must hold what the upstream sent: each settled call charged at the book's price of the
-upstream's usage (computed here from the row's decimal prices), a streamed call and its
-non-streamed twin charged the same, the error finish and the dropped stream left unsettled.
+upstream's usage for the model the upstream served (computed here from the row's decimal prices;
+the ``tool_calls`` and ``n2`` recordings answer ``gpt-4o-2024-08-06`` to a request for
+``gpt-4o-mini``: ``worker.substitution``), a streamed call and its non-streamed twin charged the
+same, the error finish and the dropped stream left unsettled.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def upstream() -> Iterator[Upstream]:
         yield up
 
 
-def call(base_url: str, account: str, scenario: str, stream: bool) -> None:
+def call(base_url: str, account: str, scenario: str, stream: bool, model: str = MODEL) -> None:
     client = openai.OpenAI(
         base_url=base_url, api_key=account, max_retries=0,
         default_headers={SCENARIO_HEADER: scenario},
@@ -71,12 +73,12 @@ def call(base_url: str, account: str, scenario: str, stream: bool) -> None:
     try:
         if stream:
             for _chunk in client.chat.completions.create(
-                model=MODEL, messages=messages, stream=True, n=2 if scenario == "n2" else 1,
+                model=model, messages=messages, stream=True, n=2 if scenario == "n2" else 1,
                 stream_options={"include_usage": True},
             ):  # fmt: skip
                 pass
         else:
-            client.chat.completions.create(model=MODEL, messages=messages)
+            client.chat.completions.create(model=model, messages=messages)
     except (openai.APIError, httpx.HTTPError):
         assert scenario == "dropped"  # the client sees the broken body
 
@@ -90,8 +92,15 @@ def sent_usage(reply) -> dict[str, int]:
     )
 
 
-def expected_charge(usage: dict[str, int]) -> int:
-    price = load_price_book().price_for(MODEL, datetime.now(UTC), provider="openai")
+def served_model(reply) -> str:
+    """The model the upstream's reply names: its body's, or its stream's first chunk's."""
+    if reply.body is not None:
+        return reply.body["model"]
+    return next(f["model"] for f in reply.frames if isinstance(f, dict) and f.get("model"))
+
+
+def expected_charge(usage: dict[str, int], model: str) -> int:
+    price = load_price_book().price_for(model, datetime.now(UTC), provider="openai")
     assert price is not None
     exact = price.input * usage["prompt_tokens"] + price.output * usage["completion_tokens"]
     return int(Decimal(exact).to_integral_value(rounding=ROUND_HALF_UP))
@@ -139,7 +148,7 @@ def test_the_gateway_and_a_worker_settle_what_the_upstream_sent(
         ):
             assert (reply.scenario, reply.stream) == (scenario, stream)
             if status == "settled":
-                assert charge == expected_charge(sent_usage(reply)), scenario
+                assert charge == expected_charge(sent_usage(reply), served_model(reply)), scenario
         assert decided[0][2] == decided[1][2]  # the streamed call and its non-streamed twin
         with sessions() as s:
             assert ledger_is_balanced(s)
@@ -220,8 +229,12 @@ def test_calls_spooled_while_redis_was_away_settle_once_even_when_replayed_twice
         engine.dispose()
 
 
-# USD per 1M tokens for the oracle and the worker's book alike (BILLING_PRICE_BOOK).
-MINI_PRICES = {"input": "0.15", "cached_input": "0.075", "output": "0.60"}
+# USD per 1M tokens for the oracle and the worker's book alike (BILLING_PRICE_BOOK), per model the
+# upstream serves: ``tool_calls`` answers gpt-4o-2024-08-06 to a request for gpt-4o-mini.
+PRICES = {
+    MODEL: {"input": "0.15", "cached_input": "0.075", "output": "0.60"},
+    "gpt-4o-2024-08-06": {"input": "2.50", "cached_input": "1.25", "output": "10.00"},
+}
 
 
 def test_calls_made_while_redis_is_stopped_are_spooled_and_settle_once(
@@ -234,8 +247,11 @@ def test_calls_made_while_redis_is_stopped_are_spooled_and_settle_once(
     server.start()
     book = tmp_path / "prices.toml"
     book.write_text(
-        f'[[price]]\nmodel = "{MODEL}"\n'
-        + "".join(f'{kind} = "{value}"\n' for kind, value in MINI_PRICES.items())
+        "".join(
+            f'[[price]]\nmodel = "{model}"\n'
+            + "".join(f'{kind} = "{value}"\n' for kind, value in prices.items())
+            for model, prices in PRICES.items()
+        )
     )
     env = {
         "REDIS_URL": server.url(0),
@@ -274,7 +290,8 @@ def test_calls_made_while_redis_is_stopped_are_spooled_and_settle_once(
         assert len({c.request_id for c in calls}) == len(plays)
         for ledger_call, reply in zip(calls, sent, strict=True):
             assert (ledger_call.status, ledger_call.usage_source) == ("settled", "reported")
-            assert ledger_call.charge_micros == oracle_charge(MINI_PRICES, sent_usage(reply))
+            prices = PRICES[served_model(reply)]
+            assert ledger_call.charge_micros == oracle_charge(prices, sent_usage(reply))
         with sessions() as s:
             assert ledger_is_balanced(s)
         assert server.client(0).xlen(Keys(prefix).dead) == 0

@@ -23,19 +23,22 @@ USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
 KEY = "test-fingerprint-key"
 
 
-def sse(obj: dict) -> str:
-    return "data: " + orjson.dumps({**CHUNK, **obj}).decode() + "\n\n"
+def sse(obj: dict, model: str = CHUNK["model"]) -> str:
+    return "data: " + orjson.dumps({**CHUNK, "model": model, **obj}).decode() + "\n\n"
 
 
-def frames(finish: str | None = "stop", usage: bool = True) -> list[str]:
+def frames(
+    finish: str | None = "stop", usage: bool = True, model: str = CHUNK["model"]
+) -> list[str]:
+    """A call's frames, served by ``model`` (the model billed: ``worker.substitution``)."""
     out = [
-        sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
-        sse({"choices": [{"index": 0, "delta": {"content": "Hello there."}}]}),
+        sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}, model),
+        sse({"choices": [{"index": 0, "delta": {"content": "Hello there."}}]}, model),
     ]
     if finish:
-        out.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}))
+        out.append(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}, model))
     if usage:
-        out.append(sse({"choices": [], "usage": USAGE}))
+        out.append(sse({"choices": [], "usage": USAGE}, model))
     if finish:
         out.append("data: [DONE]\n\n")
     return out
@@ -260,7 +263,7 @@ def test_unpriced_model_is_unsettled_not_free(
     consumer, publisher, sessions, redis_client, account
 ) -> None:
     m = {**meta(account), "model": "mystery-model-9"}
-    play(publisher, m, frames())
+    play(publisher, m, frames(model="mystery-model-9"))
     stats = consumer.poll(block_ms=None)
     assert stats.reasons == {"unpriced": 1} and stats.charged_micros == 0
     assert status(sessions, m["request_id"]) == "unsettled"
@@ -274,9 +277,10 @@ def test_late_usage_of_an_unpriced_model_turns_the_reason_to_unpriced(
     from models.failures import Failure
 
     m = {**meta(account), "model": "mystery-model-9"}
-    play(publisher, m, frames(usage=False)[:-1])
+    play(publisher, m, frames(usage=False, model="mystery-model-9")[:-1])
     drain(consumer)
-    publisher.frames(m["request_id"], [sse({"choices": [], "usage": USAGE}), "data: [DONE]\n\n"])
+    late = sse({"choices": [], "usage": USAGE}, "mystery-model-9")
+    publisher.frames(m["request_id"], [late, "data: [DONE]\n\n"])
     Sweeper(consumer).run()
     with sessions() as s:
         reason = s.scalar(

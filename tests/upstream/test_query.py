@@ -80,3 +80,32 @@ def test_both_sides_from_the_database(session: Session, unique_id: str) -> None:
             margins[("2025-07-01", "gpt-4o-mini")].margin) == (72_346, 10_000 - 72_346)  # fmt: skip
     assert margins[("2025-07-01", "gpt-4o")].upstream_cost == 6_000
     assert margins[("2025-08-01", "claude-sonnet-4-20250514")].upstream_cost is None
+
+
+def test_a_substituted_call_is_matched_under_the_model_that_served_it(
+    session: Session, unique_id: str
+) -> None:
+    """A call held for gpt-4o-mini that the upstream answered as gpt-4o (``worker.substitution``:
+    billed at gpt-4o, the usage record names it) is the provider's gpt-4o usage, not a mini call."""
+    served = replace(
+        settled(f"{unique_id}-f", model="gpt-4o", usage=Usage(600, 150), charge=3000,
+                created_at=JULY),
+        provider="openai",
+    )  # fmt: skip
+    meta = replace(
+        make_meta(served.request_id, model="gpt-4o-mini", created_at=JULY),
+        provider="openai", upstream_key=None,
+    )  # fmt: skip
+    hold(session, meta, now=JULY)
+    record_routes(session, [meta])
+    apply_result(session, served, now=JULY, grace=timedelta(hours=1))
+    name = "openai_usage_completions.json"
+    import_export(session, read_export("openai", (FIXTURES / name).read_bytes(), name), name, JULY)
+    since = datetime(2025, 7, 1, tzinfo=UTC)
+    found = reconciliation(session.connection(), since, since + timedelta(days=1), BOOK)
+    rows = {(r.day, r.provider, r.model, r.upstream_key): r for r in found.rows}
+    four = rows[("2025-07-01", "openai", "gpt-4o", "*")]
+    assert (four.ledger.billed_calls, four.ledger.charged) == (1, 3000)
+    # the fixture's gpt-4o: 2 requests, 1200 in, 300 out; this call accounts for 1, 600, 150
+    assert (four.leak_requests, four.leak_input, four.leak_output) == (1, 600, 150)
+    assert all(r.ledger.calls == 0 for k, r in rows.items() if k[2] == "gpt-4o-mini")

@@ -11,7 +11,7 @@ only salted hashes, counts and short details.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -165,6 +165,7 @@ def _record(
                 closed=closed,
                 opened=opened,
                 charged_above_hold=above,
+                requested=None if meta is None else meta.model,
             ),
             now,
         )
@@ -203,10 +204,12 @@ def record_findings_many(
     *,
     now: datetime,
     non_streamable: tuple[str, ...] = (),
+    requested: Mapping[str, str] | None = None,
 ) -> None:
     """``record_findings`` for many calls the batched path just settled or marked unsettled.
 
-    Each item is (reservation id, result, opened, effect), the effect ``settled`` or ``unsettled``.
+    Each item is (reservation id, result, opened, effect), the effect ``settled`` or ``unsettled``;
+    ``requested`` maps a request id to the model its request named (``classify``).
     Their fingerprints, output hashes and drift went in with the rows ``batch.apply_common`` wrote
     (``columns_of``); what is left, anomalies and alert events, takes two statements whatever the
     count: the same rows as ``record_findings`` would write one call at a time.
@@ -222,7 +225,11 @@ def record_findings_many(
             and result.charge_micros > result.reserved_micros
         )
         kinds = classify(
-            result, non_streamable=non_streamable, opened=opened, charged_above_hold=above
+            result,
+            non_streamable=non_streamable,
+            opened=opened,
+            charged_above_hold=above,
+            requested=None if requested is None else requested.get(result.request_id),
         )
         found.extend(
             {"reservation_id": reservation_id, "kind": str(kind), "detail": detail,

@@ -167,7 +167,14 @@ class Applier:
                         continue
                     opened = call.opened or call.request_id not in applied.held
                     decided.append((found, call.result, opened, effect))
-                record_findings_many(session, decided, now=now, non_streamable=self.non_streamable)
+                requested = {c.request_id: c.meta.model for c in usable if c.meta is not None}
+                record_findings_many(
+                    session,
+                    decided,
+                    now=now,
+                    non_streamable=self.non_streamable,
+                    requested=requested,
+                )
         except Exception:
             log.warning(
                 "batched ledger path failed; applying this batch call by call", exc_info=True

@@ -2,7 +2,9 @@
 
 * **Ledger**: the window's ``reservations`` (by ``created_at``, as every report section) LEFT JOIN
   ``call_routes``, ``usage_records`` and ``failures``, grouped in SQL by UTC day, provider (the
-  route's, else the usage record's), model, upstream key and outcome class; a few rows per grain.
+  route's, else the usage record's), model (the usage record's: the model billed, which is the one
+  the upstream served when it substituted another, ``worker.substitution``; else the
+  reservation's), upstream key and outcome class; a few rows per grain.
 * **Upstream**: ``upstream_usage`` and ``upstream_costs`` whose bucket starts in the window, grouped
   by day, provider, model and key.
 
@@ -64,7 +66,7 @@ def ledger_side(
         select(
             _day(r.c.created_at, dialect).label("day"),
             func.coalesce(route.c.provider, u.c.provider).label("route_provider"),
-            r.c.model,
+            func.coalesce(u.c.model, r.c.model).label("model"),
             func.coalesce(route.c.upstream_key, "").label("route_key"),
             cls.label("cls"),
             func.count().label("calls"),

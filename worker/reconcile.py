@@ -19,6 +19,7 @@ from worker.estimate import estimate
 from worker.money import Micros
 from worker.outcome import (
     IMPLAUSIBLE_USAGE,
+    UNPRICED_COMPONENT,
     Decision,
     decide_response,
     decide_stream,
@@ -29,7 +30,14 @@ from worker.request import RequestMeta
 from worker.result import Choice, Outcome, Reason, Result, Usage, UsageSource
 from worker.sse import lenient_loads
 from worker.substitution import billed_model
-from worker.usage import Reading, against_output, bound_for, cost_drifted, read_usage
+from worker.usage import (
+    Reading,
+    against_output,
+    bound_for,
+    cost_drifted,
+    describe_unpriced,
+    read_usage,
+)
 
 # No single call is charged more than this (one million USD): a larger charge comes from counts no
 # call can have, and would only push money columns toward their limits.
@@ -131,7 +139,10 @@ def build_result(
     and for the call's provider; the exposure is the estimate's price, or for
     ``inconsistent_usage`` the price of the larger reading, or for ``unpriced_component`` the
     price of the parts that were read (a lower bound: the unpriced fields are left out; the
-    estimate's price when those parts have no price either); an exposure is capped at
+    estimate's price when those parts have no price either). A reported usage whose row prices the
+    model but not a component it has (a kind of token or a fee: ``PriceBook.unpriced_components``)
+    is unsettled ``unpriced_component`` too, exposed at the rest. A charge records the rates it was
+    computed at (``Result.unit_prices``, ``PriceBook.quote``). An exposure is capped at
     ``MAX_CALL_MICROS`` so that no failure row can hold an amount no call can cost.
     """
     if reading is None:
@@ -155,13 +166,24 @@ def build_result(
         known = price(reading.usage)
         exposure = exposure if known is None else known
     charge: Micros | None = None
+    billed: Usage | None = None
     if decision.outcome is Outcome.SETTLED:
         reported = decision.usage_source is UsageSource.REPORTED
         billed = reading.usage if reported else guess.as_usage()
         if billed is None:
             raise BillingError(f"{meta.request_id}: settled as reported without billable usage")
         charge = price(billed)
-        if charge is not None and charge > MAX_CALL_MICROS:
+        missing, known = (
+            prices.unpriced_components(
+                meta.model, billed, meta.created_at, tier=tier, provider=meta.provider
+            )
+            if charge is None and reported
+            else ((), None)
+        )
+        if missing:  # the row prices the call's model, not a component it has: never without it
+            problem = describe_unpriced(missing)
+            decision, exposure = UNPRICED_COMPONENT, known if known is not None else exposure
+        elif charge is not None and charge > MAX_CALL_MICROS:
             problem = f"a charge of {int(charge)} micros is beyond any call"
             decision, charge = IMPLAUSIBLE_USAGE, None
         elif (
@@ -173,6 +195,11 @@ def build_result(
             anomalies.append("provider_cost_drift")
     if exposure is not None and exposure > MAX_CALL_MICROS:
         exposure = Micros(MAX_CALL_MICROS)
+    quote = getattr(prices, "quote", None)
+    unit_prices = None
+    if charge is not None and billed is not None and quote is not None:
+        rates = quote(meta.model, billed, meta.created_at, tier=tier, provider=meta.provider)
+        unit_prices = None if rates is None else orjson.dumps(rates).decode()
     block = assembled.usage_raw if assembled.usage_raw is not None else assembled.groq_usage
     return Result(
         request_id=meta.request_id,
@@ -203,6 +230,7 @@ def build_result(
         frames_after_done=assembled.frames_after_done,
         usage_after_done=assembled.usage_after_done,
         n_requested=meta.n,
+        unit_prices=unit_prices,
     )
 
 

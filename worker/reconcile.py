@@ -28,6 +28,7 @@ from worker.outcome import (
 from worker.prices import PriceBook
 from worker.request import RequestMeta
 from worker.result import Choice, Outcome, Reason, Result, Usage, UsageSource
+from worker.searches import with_searches
 from worker.sse import lenient_loads
 from worker.substitution import billed_model
 from worker.usage import (
@@ -117,6 +118,14 @@ def read_reported(meta: RequestMeta, assembled: Assembled, prices: PriceBook) ->
         model=meta.model,
         bound=bound_for(window, choices),
     )
+    if reading.usage is not None:  # a search the usage does not count (``worker.searches``)
+        searched = with_searches(
+            reading.usage,
+            stated=reading.searches_stated,
+            requested_size=meta.web_search,
+            model=meta.model,
+        )
+        reading = replace(reading, usage=searched)
     return against_output(reading, produced_output(assembled.choices))
 
 

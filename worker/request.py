@@ -67,6 +67,9 @@ class RequestMeta:
     # Why the gateway billed the call to its fallback account (the payer's own id was unusable):
     # recorded as the anomaly ``account_fallback``; never the id itself.
     account_fallback: str | None = None
+    # The search context size of a request that asked for web search (``web_search_options``;
+    # ``medium`` when it names none): ``worker.searches`` bills the search its usage may not count.
+    web_search: str | None = None
     # Which request entry this metadata came from (``request_digest``); None when it did not come
     # from a call's stream (a replay file, a test). Stored on the reservation, never the prompt.
     digest: str | None = None
@@ -226,6 +229,21 @@ def _temperature(data: dict[str, Any]) -> float | None:
     return value
 
 
+def _web_search(data: dict[str, Any]) -> str | None:
+    """The search context size of ``web_search_options`` (OpenAI's Chat Completions parameter)."""
+    options = data.get("web_search_options")
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise RequestMetaError("web_search_options: expected an object")
+    size = options.get("search_context_size")
+    if size is None:
+        return "medium"
+    if size not in ("low", "medium", "high"):
+        raise RequestMetaError("web_search_options.search_context_size: low, medium or high")
+    return str(size)
+
+
 def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMeta:
     """Validate a decoded metadata object; raises ``RequestMetaError`` naming the bad field.
 
@@ -287,6 +305,7 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
         provider=provider,
         upstream_key=upstream_key,
         account_fallback=_note(data, "account_fallback"),
+        web_search=_web_search(data),
         digest=None
         if entry_id is None
         else _digest(entry_id, request_id, account_id, model, stream, reserved, created_at),

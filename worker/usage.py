@@ -179,6 +179,8 @@ class Reading:
     larger: Usage | None = None
     provider_cost_micros: Micros | None = None
     unpriced: tuple[tuple[str, str], ...] = ()
+    # whether the block states a web search count (``server_tool_use.web_search_requests``), even 0
+    searches_stated: bool = False
 
     @property
     def came(self) -> bool:
@@ -281,8 +283,20 @@ def read_usage(
             problem=describe_unpriced(unpriced),
             provider_cost_micros=cost,
             unpriced=unpriced,
+            searches_stated=_searches_stated(block),
         )
-    return Reading(Verdict.BILLABLE, usage=usage, shape=shape, provider_cost_micros=cost)
+    return Reading(
+        Verdict.BILLABLE,
+        usage=usage,
+        shape=shape,
+        provider_cost_micros=cost,
+        searches_stated=_searches_stated(block),
+    )
+
+
+def _searches_stated(block: object) -> bool:
+    tools = block.get("server_tool_use") if type(block) is dict else None
+    return type(tools) is dict and tools.get("web_search_requests") is not None
 
 
 def describe_unpriced(fields: tuple[tuple[str, str], ...]) -> str:

@@ -58,6 +58,14 @@ model = "deepseek-reasoner"
 input = "0.55"
 cached_input = "0.14"
 output = "2.19"
+# OpenAI's pricing page (platform.openai.com/docs/pricing): gpt-4o-search-preview 2.50 / 10.00, web
+# search tool calls "$25.00 / 1K calls" (0.025 a call), the dated snapshot priced the same.
+[[price]]
+model = "gpt-4o-search-preview"
+snapshots = true
+input = "2.50"
+output = "10.00"
+web_search = "0.025"
 # Anthropic's pricing page (docs.anthropic.com/en/docs/about-claude/pricing): Sonnet 4.5 "1h Cache
 # Writes $6 / MTok"; web search "$10 per 1,000 searches" (0.01 USD a request).
 [[price]]

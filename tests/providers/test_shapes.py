@@ -121,6 +121,10 @@ EXPECTED = {
         "openai_responses",
         (75, 0, 1186, 1024),
     ),
+    # a search model's Chat Completion: no search count in its usage, one search billed (the
+    # request's web_search_options size, low, costs what every size does here):
+    # 100 * 2.50 + 200 * 10.00 + 1 * 25000 = 250 + 2000 + 25000 = 27250
+    "openai/search_preview_body.json": (*SETTLED, 27250, "openai", (100, 0, 200, 0)),
     # a web search, a fee per request on top of the tokens:
     # 6039 * 3.00 + 931 * 15.00 + 1 * 10000 = 18117 + 13965 + 10000 = 42082
     "anthropic/web_search_server_tool_use.json": (

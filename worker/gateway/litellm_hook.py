@@ -320,6 +320,8 @@ class BillingHook(CustomLogger):
             "temperature": _optional(data, "temperature", (int, float)),
             "seed": _optional(data, "seed", int),
             "provider": provider,
+            # a search its usage will not count (``worker.searches``)
+            "web_search_options": data.get("web_search_options"),
         }
         return within_contract({k: v for k, v in meta.items() if v is not None})
 

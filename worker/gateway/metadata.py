@@ -219,6 +219,8 @@ def request_entry(
         "idempotency_key": idempotency_key,
         "provider": info.provider,
     }
+    if body.get("web_search_options") is not None:  # a search its usage will not count
+        entry["web_search_options"] = body["web_search_options"]
     if problem is not None:
         entry["account_fallback"] = problem
     request_from_dict(entry)

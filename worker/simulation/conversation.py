@@ -46,9 +46,11 @@ MODELS = (
     ModelSpec("o4-mini", 6, "o4-mini-2025-04-16", reasoning=True, caching=True),
     ModelSpec("gpt-4", 2, "gpt-4-0613"),
     ModelSpec("gpt-3.5-turbo", 5, "gpt-3.5-turbo-0125"),
-    ModelSpec(
-        "llama-3.1-8b", 10, "meta-llama/Llama-3.1-8B-Instruct", (VLLM, OPENAI), provider="vllm"
-    ),
+    # The gateway's self-hosted vLLM, started with ``--served-model-name llama-3.1-8b``: it
+    # answers the name the book prices. Without it vLLM answers its model path
+    # (``meta-llama/Llama-3.1-8B-Instruct``), which the book prices only as an alias of the row:
+    # the model served is the model billed (``worker.substitution``), unpriced otherwise.
+    ModelSpec("llama-3.1-8b", 10, "llama-3.1-8b", (VLLM, OPENAI), provider="vllm"),
     ModelSpec(
         "mixtral-8x7b-instruct", 0.6, "open-mixtral-8x7b", (MISTRAL,), provider="mistral"
     ),  # not in the book

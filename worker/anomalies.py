@@ -38,9 +38,10 @@ def classify(
         found[AnomalyKind.IDEMPOTENCY_KEY_ON_STREAM] = (
             "streamed call carried an Idempotency-Key (the gateway must refuse it with 400)"
         )
-    if result.stream and is_non_streamable(result.model, non_streamable):
+    asked = result.model if requested is None else requested  # what the gateway's filter saw
+    if result.stream and is_non_streamable(asked, non_streamable):
         found[AnomalyKind.NON_STREAMABLE_STREAM] = (
-            f"{result.model} is configured as not streamable, yet was streamed"
+            f"{asked} is configured as not streamable, yet was streamed"
         )
     if result.reserved_micros > 0 and not closed:
         found[AnomalyKind.NO_CLOSE] = (
@@ -77,8 +78,8 @@ def classify(
             f"charged {charge} micros, the provider reported {cost}{share}"
         )
     if "model_substituted" in result.anomalies:
-        asked = "another model" if requested is None else requested
-        found[AnomalyKind.MODEL_SUBSTITUTED] = f"requested {asked}, served {result.model}" + (
+        named = "another model" if requested is None else requested
+        found[AnomalyKind.MODEL_SUBSTITUTED] = f"requested {named}, served {result.model}" + (
             ", which has no price" if result.unpriced else ""
         )
     if result.reason is Reason.IMPLAUSIBLE_USAGE:

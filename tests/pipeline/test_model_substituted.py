@@ -188,6 +188,19 @@ def test_a_pricier_fallback_is_charged_at_its_own_price_with_the_anomaly() -> No
     assert streamed.to_json()["model"] == "gpt-4o"
 
 
+def test_the_streaming_filter_is_checked_against_the_model_requested() -> None:
+    """``non_streamable_stream`` says the gateway's filter let a stream through: the filter saw the
+    request's model, not the one the upstream answered with."""
+    streamed, _ = both("gpt-4o", "gpt-4o-mini")
+    assert streamed.model == "gpt-4o-mini"
+    flagged = classify(streamed, requested="gpt-4o", non_streamable=("gpt-4o",))
+    assert flagged[AnomalyKind.NON_STREAMABLE_STREAM] == (
+        "gpt-4o is configured as not streamable, yet was streamed"
+    )
+    served_only = classify(streamed, requested="gpt-4o", non_streamable=("gpt-4o-mini",))
+    assert AnomalyKind.NON_STREAMABLE_STREAM not in served_only
+
+
 @pytest.mark.parametrize(
     ("requested", "served", "charge"),
     [

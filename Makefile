@@ -29,13 +29,13 @@ test: lint chromium
 	$(BIN)/pytest -n 2 -p no:cacheprovider
 
 demo: $(STAMP)
-	$(BIN)/python -m worker.demo
+	$(BIN)/python -m devtools.demo
 
 # The real gateway path instead of the simulator: GATEWAY=asgi (the middleware's example gateway)
 # or GATEWAY=litellm (the LiteLLM proxy with the billing hook).
 GATEWAY ?= asgi
 demo-gateway: $(STAMP)
-	$(BIN)/python -m worker.demo --gateway $(GATEWAY)
+	$(BIN)/python -m devtools.demo --gateway $(GATEWAY)
 
 # Fault injection and hostile input at full size (20,000 calls per fault, 100,000 fuzz inputs);
 # `make test` runs the same tests at their short size.

@@ -28,9 +28,9 @@ from openai.types.chat import ChatCompletionChunk
 from benchmarks.harness.own_time import own_time
 from benchmarks.harness.streams import streams, to_sse
 from benchmarks.harness.workload import streamed_calls
-from worker.assembly import Assembled, assemble_stream
-from worker.prices import load_price_book
-from worker.reconcile import reconcile_stream
+from worker.core.assembly import Assembled, assemble_stream
+from worker.core.prices import load_price_book
+from worker.core.reconcile import reconcile_stream
 
 TARGET_RATIO = 100.0
 

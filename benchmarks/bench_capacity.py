@@ -48,15 +48,15 @@ from typing import Any
 
 from sqlalchemy import Engine, event, text
 
-import worker.pipeline.reconciling as reconciling
+import worker.consumer.reconciling as reconciling
 from benchmarks import capacity_model as model
 from benchmarks.harness import cpu, history, services, speed, workload
 from benchmarks.harness.consumer import make_consumer, time_steps, warm
 from benchmarks.harness.traffic import Traffic, counting_client
+from worker.consumer.calls import BatchStats
+from worker.consumer.consumer import Consumer
+from worker.contract.keys import Keys
 from worker.ledger.database import make_engine
-from worker.pipeline.calls import BatchStats
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
 
 CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))  # row 2's count: the same calls
 # Row 4's prediction for a round: the median p99 of this many plays of its queue (other draws of

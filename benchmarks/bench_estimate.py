@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from worker.estimate import DEFAULT_TABLE, estimate_completion
-from worker.result import Choice, ToolCall
-from worker.vocab import load_encoding
+from worker.core.estimate import DEFAULT_TABLE, estimate_completion
+from worker.core.result import Choice, ToolCall
+from worker.core.vocab import load_encoding
 
 MODEL = "gpt-4o"
 TARGET_RATIO = 0.5

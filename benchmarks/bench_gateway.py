@@ -2,7 +2,7 @@
 byte, with the billing middleware and the tee against the same gateway without them.
 
 Three real processes: the upstream (``benchmarks.gateway_upstream``, a fixed 44-event stream), and
-the example gateway (``worker.gateway.example_app``) twice, once ``--no-billing``. This process is
+the example gateway (``devtools.example_app``) twice, once ``--no-billing``. This process is
 the client (httpx, one keep-alive connection per gateway) and calls the two gateways in turn, call
 by call, so both see the same machine at the same moments. Time to first byte: request sent →
 first body byte received, per call; the added p99 comes with a bootstrap interval, the p99 of a
@@ -29,7 +29,7 @@ import httpx
 from benchmarks.bench_latency import percentile
 from benchmarks.harness import cpu, services
 from benchmarks.resampling import bootstrap_interval, ratio_interval
-from worker.pipeline.keys import Keys
+from worker.contract.keys import Keys
 
 TARGET_CPU_RATIO = 1.10
 TARGET_TTFB_MS = 1.0
@@ -113,7 +113,7 @@ def run(smoke: bool = False, calls: int | None = None, rounds: int | None = None
             procs.append(_start(["benchmarks.gateway_upstream", "--port", str(up_port),
                                  "--chunks", str(CHUNKS)], up_port))  # fmt: skip
             upstream = f"http://127.0.0.1:{up_port}/v1"
-            common = ["worker.gateway.example_app", "--upstream", upstream]
+            common = ["devtools.example_app", "--upstream", upstream]
             plain = _start([*common, "--port", str(plain_port), "--no-billing"], plain_port)
             billed = _start([*common, "--port", str(billed_port), "--redis", services.REDIS_URL,
                              "--prefix", prefix, "--spool-dir", spool], billed_port)  # fmt: skip

@@ -28,8 +28,8 @@ from typing import Any
 
 from benchmarks.harness import cpu, history, poll_costs, services, speed, workload
 from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 
 TARGET_P99_MS = 1000
 # The row is the median round, and row 12 plays every round: one round's p99 rests on a few stalls

@@ -41,12 +41,12 @@ from sqlalchemy.orm import Session
 from benchmarks.harness import history, services
 from benchmarks.harness.history import settled_results
 from worker.config import Settings
+from worker.core.request import RequestMeta
+from worker.core.result import Result
 from worker.ledger.batch import apply_common
 from worker.ledger.database import make_engine, session_factory
 from worker.ledger.findings import columns_of, record_findings, record_findings_many
 from worker.ledger.operations import apply_result, hold
-from worker.request import RequestMeta
-from worker.result import Result
 from worker.service.runtime import tune_gc
 
 BATCH = 200

@@ -30,8 +30,8 @@ import orjson
 
 from benchmarks.harness import history, services, workload
 from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 
 TARGET_RATIO = 1.2
 BACKLOG = 20_000

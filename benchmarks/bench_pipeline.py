@@ -29,11 +29,11 @@ import redis
 
 from benchmarks.harness import history, services, speed, workload
 from benchmarks.harness.consumer import make_consumer, time_steps, warm
-from worker.pipeline.calls import BatchStats
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.entries import MAX_ENTRIES
-from worker.pipeline.keys import Keys
-from worker.pipeline.reading import raw_stream_pipeline
+from worker.consumer.calls import BatchStats
+from worker.consumer.consumer import Consumer
+from worker.consumer.reading import raw_stream_pipeline
+from worker.contract.entries import MAX_ENTRIES
+from worker.contract.keys import Keys
 
 TARGET_RATIO = 0.5
 CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))

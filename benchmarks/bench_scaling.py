@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks.harness import cpu, history, services, workload
 from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
-from worker.pipeline.keys import Keys
+from worker.contract.keys import Keys
 
 
 def _one(processes: int, count: int) -> dict[str, Any]:

@@ -24,11 +24,11 @@ import redis
 from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
+from worker.core.prices import PriceBook, load_price_book
+from worker.core.reconcile import reconcile_response, reconcile_stream
+from worker.core.request import parse_request
 from worker.ledger.database import make_engine, session_factory
 from worker.ledger.operations import apply_result, hold
-from worker.prices import PriceBook, load_price_book
-from worker.reconcile import reconcile_response, reconcile_stream
-from worker.request import parse_request
 
 PREFIX = os.environ.get("BENCH_NAIVE_PREFIX", "bench-naive")
 GRACE = timedelta(hours=1)

@@ -236,7 +236,7 @@ def _tried_e2e(f: dict[str, Any]) -> str:
         "statement per table for a batch's linked rows and the final status inserted, not "
         "updated; the balance check once per statement instead of per row (migration 0013, row 6); "
         "the next batch read while the last is applied; compiling the Python there is, measured "
-        "on the speed probe (`reconcile_stream` over 40 calls): Cython 3.3.1 on worker/assembly.py "
+        "on the speed probe (`reconcile_stream` over 40 calls): Cython 3.3.1 on worker/core/assembly.py "
         "as it is, 3 % faster, mypyc 2.4.1 11 % (the assembler's own Python ~30 % faster; "
         "decoding and token counting are C and Rust already), too little for a compiled build on "
         "every machine; the plain frames compiled (`worker.plain_chunk`: Rust through PyO3 with "

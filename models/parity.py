@@ -9,17 +9,12 @@ charges of both sides are copied here so a pair reads on its own.
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, BigId, UTCDateTime
-
-
-class Verdict(StrEnum):
-    MATCH = "match"
-    MISMATCH = "mismatch"
+from worker.core.parity import Verdict as Verdict  # the verdicts live in the core
 
 
 class ParityPair(Base):

@@ -2,8 +2,8 @@
 
 A row's key is (layer, model, provider, tier, effective_from); ``provider`` is '' for a row that
 prices every provider. Prices are USD per 1M tokens as exact decimal text; a NULL kind is one the row
-does not price (``worker.prices.price``). ``aliases`` holds the row's other exact names, one a line.
-``bands`` the row's long-context bands as JSON text (``worker.prices.price.bands_to_json``: rates
+does not price (``worker.core.prices.price``). ``aliases`` holds the row's other exact names, one a line.
+``bands`` the row's long-context bands as JSON text (``worker.core.prices.price.bands_to_json``: rates
 as decimal strings), '' for none.
 """
 
@@ -43,7 +43,7 @@ class PriceRow(Base):
     prompt_limit: Mapped[int | None] = mapped_column(BigInteger)
     bands: Mapped[str] = mapped_column(Text, server_default="")
     # 1-hour cache writes, image input, web search fees, off-peak rates, unapplied source keys, as
-    # JSON text ('' for none): ``worker.prices.price.dimensions_to_json``.
+    # JSON text ('' for none): ``worker.core.prices.price.dimensions_to_json``.
     dimensions: Mapped[str] = mapped_column(Text, server_default="")
     source: Mapped[str] = mapped_column(Text, server_default="")
     reason: Mapped[str | None] = mapped_column(Text)

@@ -52,7 +52,7 @@ class Reservation(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     # A salted hash of the request (for duplicate detection by later issues); never the prompt.
     fingerprint: Mapped[str | None] = mapped_column(String(128))
-    # Which request entry the hold was recorded from (``worker.request.request_digest``): a later
+    # Which request entry the hold was recorded from (``worker.core.request.request_digest``): a later
     # notification whose entry differs is another call under a reused request id. NULL on rows
     # older than migration 0006 and on holds recorded without a stream entry.
     request_digest: Mapped[str | None] = mapped_column(String(64))

@@ -63,7 +63,7 @@ class UsageRecord(Base):
     # Backfilled by migration 0003; NULL only for a row written by a worker older than 0003.
     model: Mapped[str | None] = mapped_column(String(200))
     requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    # The canonical parts of the billed counts (``worker.result.Usage``): cache writes and audio in are
+    # The canonical parts of the billed counts (``worker.core.result.Usage``): cache writes and audio in are
     # parts of prompt_tokens, audio out of completion_tokens. 0 on rows written before 0008.
     cache_write_tokens: Mapped[int] = mapped_column(server_default=text("0"))
     audio_prompt_tokens: Mapped[int] = mapped_column(server_default=text("0"))
@@ -76,7 +76,7 @@ class UsageRecord(Base):
     web_search_requests: Mapped[int] = mapped_column(server_default=text("0"))
     search_context_size: Mapped[str | None] = mapped_column(String(16))
     unit_prices: Mapped[str | None] = mapped_column(Text)
-    # Where the gateway routed the call, the usage shape it reported in (``worker.usage.Shape``;
+    # Where the gateway routed the call, the usage shape it reported in (``worker.core.usage.Shape``;
     # NULL when billed at the estimate), the service tier the response reported, and the provider's
     # own charge for the call when it sent one: the report's per-provider cost cross-check.
     provider: Mapped[str | None] = mapped_column(String(64))

@@ -25,8 +25,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from devtools.localservers.databases import create_database, drop_database
 from worker.ledger.database import make_engine, upgrade
-from worker.localservers.databases import create_database, drop_database
 
 REDIS_URL = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PG_ADMIN_URL = os.environ.get(

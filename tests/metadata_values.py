@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from hypothesis import strategies as st
 
-from worker.request import (
+from worker.core.request import (
     EARLIEST_CREATED_AT,
     LATEST_CREATED_AT,
     MAX_CHOICES,

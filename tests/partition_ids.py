@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 
-from worker.pipeline.keys import Keys
+from worker.contract.keys import Keys
 
 
 def ids_on_every_partition(keys: Keys, count: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""Assembling completions from stream fixtures, chunk rules, malformed pieces (worker/assembly.py)."""
+"""Assembling completions from stream fixtures, chunk rules, malformed pieces (worker/core/assembly.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
-from worker.assembly import Assembled, StreamAssembler, assemble_response, assemble_stream
-from worker.errors import FrameError
-from worker.result import ToolCall
-from worker.sse import BadFrame, Chunk, Done, iter_frames
-from worker.usage import usage_from_block
+from worker.core.assembly import Assembled, StreamAssembler, assemble_response, assemble_stream
+from worker.core.errors import FrameError
+from worker.core.result import ToolCall
+from worker.core.sse import BadFrame, Chunk, Done, iter_frames
+from worker.core.usage import usage_from_block
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 HELLO_USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}

@@ -21,8 +21,8 @@ from openai._models import construct_type
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from worker.assembly import Assembled, assemble_stream
-from worker.sse import Chunk, Done, iter_frames
+from worker.core.assembly import Assembled, assemble_stream
+from worker.core.sse import Chunk, Done, iter_frames
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 

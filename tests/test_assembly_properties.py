@@ -12,10 +12,10 @@ from generated_streams import events, grouped, openai_streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.assembly import StreamAssembler, _data_payloads, assemble_response, assemble_stream
-from worker.errors import FrameError
+from worker.core.assembly import StreamAssembler, _data_payloads, assemble_response, assemble_stream
+from worker.core.errors import FrameError
+from worker.core.sse import BadFrame, Chunk, Done, decode_frames, iter_frames, parse_events
 from worker.plain_chunk import take_run
-from worker.sse import BadFrame, Chunk, Done, decode_frames, iter_frames, parse_events
 
 # Moderate example counts: the suite shares a small machine.
 moderate = settings(max_examples=200, deadline=None)
@@ -548,7 +548,7 @@ def test_joined_records_assemble_as_the_general_path_does(chunks, data) -> None:
         records.insert(data.draw(st.integers(0, len(records))), data.draw(near_misses))
     texts = [record.decode("utf-8", "surrogateescape") for record in records]
     # Records are joined a group at a time; small groups put group edges among these few records.
-    with patch("worker.assembly.GROUP_RECORDS", data.draw(st.sampled_from([1, 2, 3, 1024]))):
+    with patch("worker.core.assembly.GROUP_RECORDS", data.draw(st.sampled_from([1, 2, 3, 1024]))):
         fast = assemble_stream(records)
     general = assemble_stream(texts)
     assert_same(fast, general)

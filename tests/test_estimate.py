@@ -10,16 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from worker import estimate as est
-from worker.estimate import (
+from worker.core import estimate as est
+from worker.core.estimate import (
     EncodingTable,
     estimate,
     estimate_completion,
     estimate_prompt,
     is_approximate,
 )
-from worker.result import Choice, Estimate, ToolCall
-from worker.vocab import load_encoding
+from worker.core.result import Choice, Estimate, ToolCall
+from worker.core.vocab import load_encoding
 
 # ------------------------------------------------------------------ the cookbook's worked examples
 #

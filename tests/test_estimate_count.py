@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from worker.estimate import COUNT_PIECE_CHARS, count_text, text_pieces
-from worker.vocab import load_encoding
+from worker.core.estimate import COUNT_PIECE_CHARS, count_text, text_pieces
+from worker.core.vocab import load_encoding
 
 ENCODINGS = ("cl100k_base", "o200k_base")
 # Spaces, runs of them, newlines, tabs, letters of both cases and scripts, digits, punctuation,

@@ -1,4 +1,4 @@
-"""``worker.image_tokens`` against the worked examples of OpenAI's guide.
+"""``worker.core.image_tokens`` against the worked examples of OpenAI's guide.
 
 Source: OpenAI, "Images and vision", section "Calculating costs"
 (https://platform.openai.com/docs/guides/images-vision#calculating-costs; the revision that lists
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.image_tokens import (
+from worker.core.image_tokens import (
     ImageTokens,
     Patches,
     Tiles,

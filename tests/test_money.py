@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.money import MAX_AMOUNT, Micros, parse_usd, round_half_up
+from worker.core.money import MAX_AMOUNT, Micros, parse_usd, round_half_up
 
 
 def test_refuses_floats_and_fractions() -> None:

@@ -3,9 +3,9 @@
 import orjson
 import pytest
 
-from worker.assembly import assemble_response, assemble_stream
-from worker.outcome import decide_response, decide_stream
-from worker.result import Outcome, Reason, UsageSource
+from worker.core.assembly import assemble_response, assemble_stream
+from worker.core.outcome import decide_response, decide_stream
+from worker.core.result import Outcome, Reason, UsageSource
 
 
 def chunk(**fields: object) -> bytes:

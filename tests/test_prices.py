@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.errors import InputError, PriceBookError
-from worker.prices import MAX_PRICE, Layer, Price, PriceBook, load_price_book, prices_from_toml
-from worker.result import Usage
+from worker.core.errors import InputError, PriceBookError
+from worker.core.prices import MAX_PRICE, Layer, Price, PriceBook, load_price_book, prices_from_toml
+from worker.core.result import Usage
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

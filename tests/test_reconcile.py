@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.errors import InputError
-from worker.prices import load_price_book
-from worker.reconcile import reconcile_response, reconcile_stream
-from worker.request import parse_request, request_from_dict
-from worker.result import Outcome, Reason, UsageSource
+from worker.core.errors import InputError
+from worker.core.prices import load_price_book
+from worker.core.reconcile import reconcile_response, reconcile_stream
+from worker.core.request import parse_request, request_from_dict
+from worker.core.result import Outcome, Reason, UsageSource
 
 EXAMPLES = Path(__file__).parent.parent / "worker" / "data" / "examples"
 BOOK = load_price_book()
@@ -266,11 +266,11 @@ def test_a_response_body_only_pythons_json_reads_is_billed(encode) -> None:
     import json
     from datetime import UTC, datetime
 
-    from worker.money import Micros
-    from worker.prices import load_price_book
-    from worker.reconcile import reconcile_response
-    from worker.request import RequestMeta
-    from worker.result import Outcome
+    from worker.core.money import Micros
+    from worker.core.prices import load_price_book
+    from worker.core.reconcile import reconcile_response
+    from worker.core.request import RequestMeta
+    from worker.core.result import Outcome
 
     book = load_price_book()
     meta = RequestMeta("r", "a", "gpt-4o", False, True, Micros(1000),

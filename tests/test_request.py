@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from metadata_values import assert_fits_every_column, hostile_metadata
 
-from worker.errors import RequestMetaError
-from worker.request import parse_request, request_from_dict
+from worker.core.errors import RequestMetaError
+from worker.core.request import parse_request, request_from_dict
 
 BASE = {
     "request_id": "req_1",
@@ -141,8 +141,8 @@ def test_arbitrary_metadata_parses_into_column_values_or_is_a_named_refusal(data
 
 
 def test_account_fallback_is_a_note_made_harmless() -> None:
-    from worker.errors import RequestMetaError
-    from worker.request import MAX_NOTE_CHARS, request_from_dict
+    from worker.core.errors import RequestMetaError
+    from worker.core.request import MAX_NOTE_CHARS, request_from_dict
 
     base = {"request_id": "r", "account_id": "a", "model": "m", "stream": False,
             "reserved_micros": 0, "created_at": "2026-11-30T00:00:00Z"}  # fmt: skip

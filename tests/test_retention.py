@@ -1,4 +1,4 @@
-"""Retention (``worker.retention``) on SQLite and PostgreSQL with real Redis: rows past their retention
+"""Retention (``worker.service.retention``) on SQLite and PostgreSQL with real Redis: rows past their retention
 go in bounded batches, recent ones and the ledger stay, 0 days keeps everything, and the quarantine
 keeps only requests whose reservation is still held."""
 
@@ -15,13 +15,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from models import AnomalyKind, Reservation
 from models.alerts import AlertEvent, AlertKind, OutboxAlert
 from models.anomalies import Anomaly
-from worker import retention
 from worker.alerts.aggregation import Alert
 from worker.alerts.outbox import enqueue
 from worker.config import Settings
+from worker.contract.keys import Keys
 from worker.ledger.findings import record_anomalies
 from worker.ledger.operations import hold
-from worker.pipeline.keys import Keys
+from worker.service import retention
 from worker.service.app import app
 
 NOW = datetime.now(UTC)

@@ -1,4 +1,4 @@
-"""Web searches a call is billed for that its usage does not count (``worker.searches``), from the
+"""Web searches a call is billed for that its usage does not count (``worker.core.searches``), from the
 request's ``web_search_options`` and OpenAI's search models, through the gateway's request entry
 and the reconciler.
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from worker.errors import RequestMetaError
+from worker.core.errors import RequestMetaError
+from worker.core.prices import load_price_book
+from worker.core.reconcile import reconcile_response
+from worker.core.request import request_from_dict
+from worker.core.result import Outcome, Reason, Usage
+from worker.core.searches import always_searches, with_searches
 from worker.gateway.metadata import CallInfo, request_entry
-from worker.prices import load_price_book
-from worker.reconcile import reconcile_response
-from worker.request import request_from_dict
-from worker.result import Outcome, Reason, Usage
-from worker.searches import always_searches, with_searches
 
 AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BOOK = load_price_book()

@@ -1,11 +1,11 @@
-"""The SSE split and frame decoding (worker/sse.py)."""
+"""The SSE split and frame decoding (worker/core/sse.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from worker.errors import FrameError
-from worker.sse import (
+from worker.core.errors import FrameError
+from worker.core.sse import (
     BadFrame,
     Chunk,
     Done,
@@ -128,7 +128,7 @@ def test_invalid_utf8_in_a_comment_is_harmless() -> None:
 
 
 def test_frames_on_single_newlines_are_read_one_per_line() -> None:
-    # Leniency (see worker/sse.py): one SSE event, but every data line is a whole frame.
+    # Leniency (see worker/core/sse.py): one SSE event, but every data line is a whole frame.
     body = 'data: {"a":1}\ndata: {"b":2}\ndata: [DONE]\n'
     assert list(iter_frames(body)) == [Chunk(0, {"a": 1}), Chunk(0, {"b": 2}), Done(0)]
 
@@ -177,7 +177,7 @@ def test_a_frame_only_pythons_json_reads_is_a_chunk_with_the_replacement_charact
     """Issue 35, leak 5: a lone surrogate escape is refused by orjson and read by Python's json,
     as a Python client reads it; the worker reads it so too, the surrogate made U+FFFD (what the
     client shows; tiktoken and the databases refuse a lone one). Invalid UTF-8 stays a bad frame."""
-    from worker.sse import Chunk, decode_event
+    from worker.core.sse import Chunk, decode_event
 
     [frame] = decode_event(0, None, '{"choices":[{"index":0,"delta":{"content":"a \\ud800 b"}}]}')
     assert isinstance(frame, Chunk)

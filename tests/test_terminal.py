@@ -1,6 +1,6 @@
 """Gateway text on an operator's terminal: every command writes control characters as visible escapes.
 
-``worker.terminal.printable`` alone (a property), then the commands that print ledger text (show,
+``worker.core.terminal.printable`` alone (a property), then the commands that print ledger text (show,
 unsettled list, report's table, balance, alerts list, a one-line error) against a fresh database of
 each engine holding calls whose model and account carry an ESC sequence, a BEL, an OSC title change
 and Slack syntax.
@@ -30,9 +30,9 @@ from worker.alerts.aggregation import Alert
 from worker.alerts.outbox import enqueue
 from worker.cli import main
 from worker.config import ENV_VARS
+from worker.core.terminal import printable
 from worker.ledger.database import make_engine, session_factory, upgrade
 from worker.ledger.operations import apply_result, hold
-from worker.terminal import printable
 
 MODEL = "gpt\x1b[2J\x07<!channel>"
 ACCOUNT = "acct\x1b]0;pwned\x07<http://x|click>"

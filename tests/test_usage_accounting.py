@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.usage import (
+from worker.core.usage import (
     FREE_FIELDS,
     MAX_FIELDS_SHOWN,
     Shape,
@@ -262,7 +262,7 @@ def test_an_image_part_of_the_prompt_is_billed_with_the_prompt() -> None:
     """xAI (and LiteLLM's Usage) state the image part of ``prompt_tokens``: billed at the prompt
     token price with the rest (docs.x.ai/developers/rate-limits), so a vision call settles
     instead of being held as an unpriced component."""
-    from worker.usage import Verdict, read_usage
+    from worker.core.usage import Verdict, read_usage
 
     block = {**OPENAI, "prompt_tokens_details": {"text_tokens": 40, "image_tokens": 60}}
     reading = read_usage(block, provider="xai", model="grok-4")

@@ -13,8 +13,8 @@ import pytest
 import tiktoken
 import tiktoken_ext.openai_public as openai_public
 
-from worker import vocab
-from worker.errors import VocabularyError
+from worker.core import vocab
+from worker.core.errors import VocabularyError
 
 NAMES = sorted(vocab.VOCABULARIES)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
-from worker.money import parse_usd
+from worker.core.money import parse_usd
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 MAX_PARTITIONS = 256  # notification partitions (docs/events.md §2)
@@ -206,7 +206,7 @@ class Settings:
     )
     prefix: str = text("BILLING_PREFIX", "billing", "key prefix of every Redis key")
     # At most MAX_PARTITIONS: streams a count change leaves behind are found by name up to it
-    # (``worker.pipeline.partitions``), so a larger count could strand some.
+    # (``worker.consumer.partitions``), so a larger count could strand some.
     partitions: int = integer(
         "BILLING_PARTITIONS",
         1,

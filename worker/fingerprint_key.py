@@ -1,6 +1,6 @@
 """The key of prompt fingerprints and output hashes: configured, or stored per deployment.
 
-A fingerprint (``worker.parity``) is an HMAC of what a deterministic request sent; with a key anyone
+A fingerprint (``worker.core.parity``) is an HMAC of what a deterministic request sent; with a key anyone
 knows, a short prompt ("My card PIN is 4912") is recovered from ``reservations.fingerprint`` by
 trying candidates. So there is no default key: it is ``BILLING_HASH_SALT`` when that is set (every
 process of the deployment must then see the same value), otherwise the deployment's own secret,
@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 
 from models import DeploymentSecret
 from worker.config import Settings
-from worker.errors import BillingError
+from worker.core.errors import BillingError
 
 NAME = "fingerprint_key"
 

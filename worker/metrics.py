@@ -28,13 +28,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, valu
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from worker.pipeline.backlog import (
+from worker.consumer.backlog import (
     dead_letter_count,
     dead_letters_added,
     read_backlog,
     recheck_count,
 )
-from worker.pipeline.keys import Keys
+from worker.contract.keys import Keys
 
 log = logging.getLogger(__name__)
 

@@ -10,14 +10,14 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
-import worker.pipeline.consumer as consumer_module
+import worker.consumer.consumer as consumer_module
 from benchmarks.harness import services
 from worker.config import Settings
-from worker.estimate import estimate
+from worker.consumer import gathering
+from worker.consumer.consumer import Consumer
+from worker.core.estimate import estimate
 from worker.fingerprint_key import with_key
 from worker.ledger.database import make_engine, session_factory
-from worker.pipeline import gathering
-from worker.pipeline.consumer import Consumer
 from worker.service.runtime import tune_gc
 
 

@@ -48,7 +48,7 @@ def settings_from_env() -> dict[str, int]:
 
 def _serve(prefix: str, database_url: str, name: str) -> None:
     from benchmarks.harness.consumer import make_consumer, sized_polls, time_steps, warm
-    from worker.pipeline.calls import BatchStats
+    from worker.consumer.calls import BatchStats
 
     logging.getLogger("worker").setLevel(logging.ERROR)
     client = services.redis_client(services.REDIS_URL)

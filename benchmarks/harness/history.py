@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 from sqlalchemy import text
 
 from benchmarks.harness.workload import SEED
+from worker.core.prices import load_price_book
+from worker.core.reconcile import reconcile_response, reconcile_stream
+from worker.core.request import RequestMeta, parse_request
+from worker.core.result import Outcome, Result
 from worker.ledger.batch import apply_common
 from worker.ledger.database import make_engine, session_factory
-from worker.prices import load_price_book
-from worker.reconcile import reconcile_response, reconcile_stream
-from worker.request import RequestMeta, parse_request
-from worker.result import Outcome, Result
 from worker.simulation import plan
 from worker.simulation.wire import Frames, Open, Response
 

@@ -21,8 +21,8 @@ import redis
 
 from benchmarks.harness import history, services, speed, workload
 from benchmarks.harness.consumer_process import ConsumerProcess, wait_drained
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 
 # The poll sizes, taken in turn: around row 4's polls (a few to a few tens of entries).
 SIZES = (4, 8, 16, 32, 64)

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 import redis
 from sqlalchemy import text
 
+from devtools.localservers.databases import create_database, drop_database
 from worker.ledger.database import make_engine, upgrade
-from worker.localservers.databases import create_database, drop_database
 from worker.service.runtime import redis_client
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from functools import cache
 
 from benchmarks.harness.workload import streamed_calls
-from worker.prices import load_price_book
-from worker.reconcile import reconcile_stream
+from worker.core.prices import load_price_book
+from worker.core.reconcile import reconcile_stream
 
 CALLS = 40  # about 30 ms of work a pass on this project's machines
 PASSES = 15

@@ -83,7 +83,7 @@ class _CountingConnection(redis.Connection):
 
 
 def counting_client(url: str, traffic: Traffic) -> redis.Redis:
-    """A client as ``worker.pipeline.runtime.redis_client`` builds one (single node), counting
+    """A client as ``worker.consumer.runtime.redis_client`` builds one (single node), counting
     its traffic into ``traffic``."""
     connection = type("CountedConnection", (_CountingConnection,), {"traffic": traffic})
     pool = redis.ConnectionPool.from_url(

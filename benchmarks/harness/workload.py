@@ -18,10 +18,10 @@ from typing import Any
 import orjson
 import redis
 
-from worker.errors import RequestMetaError
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher, now_ms
-from worker.request import RequestMeta, parse_request
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher, now_ms
+from worker.core.errors import RequestMetaError
+from worker.core.request import RequestMeta, parse_request
 from worker.simulation import SimCall, parse_faults, plan, play
 from worker.simulation.wire import Close, Deferred, Frames, Notify, Open, Response
 

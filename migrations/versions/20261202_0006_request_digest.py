@@ -1,7 +1,7 @@
 """Reused request ids: ``reservations.request_digest`` and the anomaly kind ``request_id_reused``.
 
 ``request_digest`` (SHA-256 hex of the request entry's stream id and the reservation's fields, see
-``worker.request.request_digest``) is written once, at the hold. A notification whose request entry
+``worker.core.request.request_digest``) is written once, at the hold. A notification whose request entry
 has another digest is a second call published under the same request id: the worker dead-letters it
 and records the anomaly on the first call's reservation. The column is nullable: rows held before
 this release keep NULL, which the worker reads as "unknown" and never as a reuse. Adding a nullable

@@ -3,7 +3,7 @@
 ``failures.reason`` admits ``unreadable``: a call whose metadata or stream the worker refused is
 still recorded from what could be read of it (request id, account, model, hold) as an unsettled
 failure whose exposure is its hold, never only a dead letter; and ``unpriced_component``: a call
-whose usage block holds a count in a field the price book cannot price (``worker.usage``), kept
+whose usage block holds a count in a field the price book cannot price (``worker.core.usage``), kept
 unsettled with the price of the parts that were read as its exposure. ``anomalies.kind`` admits
 ``charged_late`` (a complete result came after the call's failure had been resolved: its own
 flagged charge transaction) and ``unreadable`` (why the worker could not read the call, for

@@ -1,6 +1,6 @@
 """Long-context bands on stored prices: ``prices.bands``.
 
-A row's long-context rates (``worker.prices.price.Band``: from a prompt of more than ``above``
+A row's long-context rates (``worker.core.prices.price.Band``: from a prompt of more than ``above``
 tokens on, the whole call at the band's rates) as JSON text, the rates as decimal strings
 (``bands_to_json``); '' for a row without bands, which every existing row becomes: rows imported
 before this revision keep their ``prompt_limit``, so a longer prompt stays unpriced until a row with

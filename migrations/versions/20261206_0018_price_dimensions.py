@@ -1,7 +1,7 @@
 """Price dimensions beyond the token kinds: ``prices.dimensions``, and their counts on usage records.
 
 ``prices.dimensions`` holds, as JSON text, what a row prices beyond its seven token columns
-(``worker.prices.price.dimensions_to_json``): 1-hour cache writes, image input, the web search fee
+(``worker.core.prices.price.dimensions_to_json``): 1-hour cache writes, image input, the web search fee
 by context size, off-peak rates and their windows, and the source keys the book does not apply.
 '' for a row without them, which every existing row becomes: it prices no 1-hour cache write and no
 web search (a call with either is unpriced, as it was), images at its input price (as the usage
@@ -10,7 +10,7 @@ reader charged them before), and has no off-peak hours (as before).
 ``usage_records`` gains ``cache_write_1h_tokens`` (a part of ``cache_write_tokens``),
 ``image_prompt_tokens`` (a part of ``prompt_tokens``) and ``web_search_requests`` (0 on existing
 rows), ``search_context_size`` (NULL), and ``unit_prices``: the rates the call was charged at, as
-JSON text (``worker.prices.price.Price.unit_prices``; NULL on rows written before this revision).
+JSON text (``worker.core.prices.price.Price.unit_prices``; NULL on rows written before this revision).
 
 Downgrade drops the columns: stored rows lose their dimensions (calls with them unpriced again).
 

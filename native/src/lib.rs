@@ -7,7 +7,7 @@
 //! no logprobs, no finish reason, no field this module does not name. `take_run` reads frames from
 //! a position while each is plain for the assembler's state (the completion's id, the choices and
 //! the calls begun) and stops at the first that is not; that frame and every later one are the
-//! general path's (`worker.assembly`), which decides any frame, plain or not, the same way. Most
+//! general path's (`worker.core.assembly`), which decides any frame, plain or not, the same way. Most
 //! frames of a stream differ from an earlier one only in their content's string: such a frame is
 //! checked against that one's bytes around it (`Template`) instead of being decoded again.
 //!

@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models import AlertEvent, Anomaly, Reservation
 from worker.config import Settings
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
-from worker.pipeline.sweeper import Sweeper
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 
 
 @pytest.fixture

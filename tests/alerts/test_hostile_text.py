@@ -23,7 +23,7 @@ from worker.alerts.messages import page
 from worker.alerts.outbox import enqueue
 from worker.alerts.picture import Finding, picture
 from worker.alerts.webhook import deliver
-from worker.terminal import printable
+from worker.core.terminal import printable
 
 MODEL = "gpt\x1b[2J\x07<!channel>"
 ACCOUNT = "acct <http://x|click> & co"

@@ -16,10 +16,10 @@ from models import AlertKind, OutboxAlert
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts
 from worker.alerts.low_balance import EXHAUSTED, LOW, low_balance_findings, state
+from worker.core.money import Micros
 from worker.ledger.credits import credit, reverse, set_limit
 from worker.ledger.funds import Level
 from worker.ledger.operations import hold
-from worker.money import Micros
 
 START = datetime(2031, 5, 1, tzinfo=UTC)
 MOMENTS = [START + timedelta(minutes=5 * i) for i in range(4)]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from worker.alerts.paging import Plan, messages
 from worker.alerts.picture import Finding, Rate
-from worker.result import Outcome
+from worker.core.result import Outcome
 from worker.simulation.calls import plan as simulated
 from worker.simulation.faults import parse_faults
 

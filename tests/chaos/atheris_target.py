@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 with atheris.instrument_imports(include=["worker"]):
     from tests.chaos.fuzzing import atheris_entries
-    from worker.errors import InputError
-    from worker.pipeline.reconciling import reconcile_record
-    from worker.prices import load_price_book
+    from worker.consumer.reconciling import reconcile_record
+    from worker.core.errors import InputError
+    from worker.core.prices import load_price_book
 
 BOOK = load_price_book()
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.localservers.postgres_server import PrivatePostgres
-from worker.localservers.redis_server import PrivateRedis
+from devtools.localservers.postgres_server import PrivatePostgres
+from devtools.localservers.redis_server import PrivateRedis
 
 from .harness import Figures
 

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from sqlalchemy import text
 
 from tests.chaos.fuzzing import meta, streamed_entries
-from worker.pipeline.backlog import stream_backlog
-from worker.pipeline.calls import BatchStats
-from worker.pipeline.reconciling import reconcile_record
+from worker.consumer.backlog import stream_backlog
+from worker.consumer.calls import BatchStats
+from worker.consumer.reconciling import reconcile_record
 from worker.service.runtime import Runtime
 
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from worker.localservers.processes import die_with_parent
+from devtools.localservers.processes import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 

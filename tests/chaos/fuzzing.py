@@ -17,10 +17,10 @@ from pathlib import Path
 
 import orjson
 
-from worker.errors import InputError
-from worker.pipeline.reconciling import reconcile_record
-from worker.prices import PriceBook, load_price_book
-from worker.result import Outcome, Result
+from worker.consumer.reconciling import reconcile_record
+from worker.core.errors import InputError
+from worker.core.prices import PriceBook, load_price_book
+from worker.core.result import Outcome, Result
 from worker.simulation.calls import plan
 from worker.simulation.faults import parse_faults
 from worker.simulation.wire import Frames, Open, Response

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import now_ms
+from worker.contract.keys import Keys
+from worker.contract.publisher import now_ms
 from worker.simulation.calls import SimCall
 from worker.simulation.wire import Close, Deferred, Frames, Notify, Open, Response
 

@@ -22,12 +22,12 @@ from typing import Any
 
 from sqlalchemy.orm import sessionmaker
 
+from devtools.localservers.postgres_server import PrivatePostgres
+from devtools.localservers.processes import die_with_parent
+from devtools.localservers.redis_server import PrivateRedis
+from worker.consumer.backlog import stream_backlog
+from worker.contract.keys import Keys
 from worker.ledger.database import make_engine
-from worker.localservers.postgres_server import PrivatePostgres
-from worker.localservers.processes import die_with_parent
-from worker.localservers.redis_server import PrivateRedis
-from worker.pipeline.backlog import stream_backlog
-from worker.pipeline.keys import Keys
 from worker.simulation.calls import SimCall
 
 from .fleet import Fleet, worker_env

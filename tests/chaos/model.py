@@ -21,8 +21,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import Entry, Failure, LedgerAccount, Reservation, Transaction, UsageRecord
+from worker.core.result import Outcome, UsageSource
 from worker.ledger.balances import balance, ledger_is_balanced
-from worker.result import Outcome, UsageSource
 from worker.simulation.calls import SimCall
 
 STATUS_OF = {Outcome.SETTLED: "settled", Outcome.UNSETTLED: "unsettled", Outcome.VOID: "voided"}

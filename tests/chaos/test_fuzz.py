@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from worker.pipeline.reconciling import reconcile_record
-from worker.result import Outcome, UsageSource
+from worker.consumer.reconciling import reconcile_record
+from worker.core.result import Outcome, UsageSource
 
 from .fuzzing import (
     BOOK,

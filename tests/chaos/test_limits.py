@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from worker.config import Settings
-from worker.pipeline.entries import MAX_CALL_BYTES, MAX_ENTRIES, MAX_ENTRY_BYTES
-from worker.pipeline.keys import Keys
+from worker.contract.entries import MAX_CALL_BYTES, MAX_ENTRIES, MAX_ENTRY_BYTES
+from worker.contract.keys import Keys
 
 from .fleet import REPO, worker_env
 from .fuzzing import meta

@@ -18,8 +18,8 @@ HARNESS = """
 import sys, time
 from pathlib import Path
 from tests.chaos.harness import Hogs
-from worker.localservers.processes import reap_on_exit
-from worker.localservers.redis_server import PrivateRedis
+from devtools.localservers.processes import reap_on_exit
+from devtools.localservers.redis_server import PrivateRedis
 
 redis = PrivateRedis(Path(sys.argv[1]))
 redis.start()

@@ -18,14 +18,14 @@ import orjson
 import pytest
 from sqlalchemy import text
 
+from devtools.localservers.redis_server import PrivateRedis
+from worker.contract.keys import Keys
+from worker.core.sse import iter_frames
 from worker.ledger.database import make_engine
-from worker.localservers.redis_server import PrivateRedis
-from worker.pipeline.keys import Keys
 from worker.simulation.calls import plan
 from worker.simulation.driver import play
 from worker.simulation.faults import parse_faults
 from worker.simulation.wire import Frames, Open, Response
-from worker.sse import iter_frames
 
 from .fleet import REPO, Fleet, worker_env
 from .harness import ChaosRun, assert_clean

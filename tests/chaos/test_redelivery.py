@@ -13,10 +13,10 @@ import redis
 from sqlalchemy.orm import sessionmaker
 
 from worker.config import Settings
+from worker.consumer.consumer import Consumer
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 from worker.ledger.database import make_engine
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 
 from .fuzzing import meta
 

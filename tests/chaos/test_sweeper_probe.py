@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import sessionmaker
 
+from devtools.localservers.redis_server import PrivateRedis
 from worker.config import Settings
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper
+from worker.contract.keys import Keys
+from worker.core.request import request_from_dict
 from worker.ledger.database import make_engine, upgrade
 from worker.ledger.operations import hold
-from worker.localservers.redis_server import PrivateRedis
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.sweeper import Sweeper
-from worker.request import request_from_dict
 
 pytestmark = [pytest.mark.chaos]
 

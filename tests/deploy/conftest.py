@@ -2,7 +2,7 @@
 
 The cluster is three masters started with the installed ``redis-server`` on free loopback ports (each
 needs its port and port + 10000 for the cluster bus), joined with ``redis-cli --cluster create``, and
-shut down afterwards (``worker.localservers.redis_server.PrivateRedisCluster``). Without the binaries
+shut down afterwards (``devtools.localservers.redis_server.PrivateRedisCluster``). Without the binaries
 the cluster tests fail: a skipped test would hide a gap.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from worker.localservers import MissingBinaryError
-from worker.localservers.redis_server import PrivateRedisCluster
+from devtools.localservers import MissingBinaryError
+from devtools.localservers.redis_server import PrivateRedisCluster
 
 
 @pytest.fixture(scope="session")

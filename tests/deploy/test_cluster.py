@@ -11,13 +11,13 @@ from sqlalchemy import select
 
 from models.reservations import Reservation
 from worker.config import Settings
+from worker.consumer.backlog import read_backlog
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 from worker.ledger.balances import balance
 from worker.ledger.database import make_engine, session_factory, upgrade
-from worker.pipeline.backlog import read_backlog
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
-from worker.pipeline.sweeper import Sweeper
 from worker.service.runtime import redis_client
 
 pytestmark = pytest.mark.redis
@@ -114,7 +114,7 @@ def test_publisher_and_consumer_settle_every_call_on_a_cluster(
 
 
 def test_doctor_on_a_cluster(redis_cluster: str, tmp_path) -> None:
-    from worker import doctor
+    from worker.service import doctor
 
     url = f"sqlite:///{tmp_path / 'billing.db'}"
     upgrade(url)

@@ -1,6 +1,6 @@
 """Retired partition streams on a real 3-master Redis Cluster: found, drained, trimmed, deleted.
 
-Every command of ``worker.pipeline.partitions`` touches one key (the ``EXISTS`` probes are split per
+Every command of ``worker.consumer.partitions`` touches one key (the ``EXISTS`` probes are split per
 node by the cluster pipeline, the delete script runs on the stream's own node), so the streams of a
 changed partition count are found and drained wherever their slots live.
 """
@@ -15,13 +15,13 @@ from sqlalchemy import select
 
 from models.reservations import Reservation
 from worker.config import Settings
+from worker.consumer import partitions
+from worker.consumer.backlog import read_backlog
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper, SweepStats
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 from worker.ledger.database import make_engine, session_factory, upgrade
-from worker.pipeline import partitions
-from worker.pipeline.backlog import read_backlog
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
-from worker.pipeline.sweeper import Sweeper, SweepStats
 from worker.service.runtime import redis_client
 
 from .test_cluster import FRAMES, meta

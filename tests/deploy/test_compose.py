@@ -26,7 +26,7 @@ BILLING_SERVICES = ("migrate", "worker", "beat", "metrics")
 # Read by the official postgres image, not by us; allowed only in that service's environment.
 POSTGRES_IMAGE_VARS = {"POSTGRES_USER", "POSTGRES_DB", "POSTGRES_PASSWORD"}
 # Knobs of `make demo`, not deployment settings.
-NOT_SETTINGS = {"worker/demo.py", "worker/demo_gateway.py"}
+NOT_SETTINGS = {"devtools/demo.py", "devtools/demo_gateway.py"}
 
 
 @pytest.fixture(scope="module")

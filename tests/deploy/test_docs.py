@@ -8,7 +8,7 @@ from pathlib import Path
 import redis
 import yaml
 
-from worker.pipeline.keys import Keys
+from worker.contract.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[2]
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}

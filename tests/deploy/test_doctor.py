@@ -10,11 +10,11 @@ import redis
 from click.testing import CliRunner, Result
 from conftest import REDIS_URL
 
+from devtools.localservers.ports import free_port
 from worker.cli import main
 from worker.config import ENV_VARS
+from worker.contract.keys import Keys
 from worker.ledger.database import downgrade, make_engine, upgrade
-from worker.localservers.ports import free_port
-from worker.pipeline.keys import Keys
 
 pytestmark = pytest.mark.redis
 

@@ -21,12 +21,12 @@ from sqlalchemy import delete, select
 from models import DeploymentSecret, Reservation
 from worker.cli import main
 from worker.config import ENV_VARS, Settings
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
+from worker.core.parity import fingerprint
+from worker.core.request import request_from_dict
 from worker.fingerprint_key import MissingKeyError, stored, with_key
 from worker.ledger.database import make_engine, upgrade
-from worker.parity import fingerprint
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
-from worker.request import request_from_dict
 from worker.service.runtime import Runtime
 
 OLD_PUBLIC_DEFAULT = "billing-worker"

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.registry import Collector
 
 from worker import metrics
-from worker.pipeline.keys import Keys
+from worker.contract.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docs" / "grafana" / "billing.json"

@@ -15,18 +15,18 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.localservers.ports import free_port
 from worker.cli.metrics import prepare_multiprocess_dir
-from worker.localservers.ports import free_port
-from worker.pipeline.calls import BatchStats
-from worker.pipeline.keys import Keys
+from worker.consumer.calls import BatchStats
+from worker.contract.keys import Keys
 
 BILLING = str(Path(sys.executable).parent / "billing")
 
 RECORDER = textwrap.dedent(
     """
     from worker import metrics
-    from worker.pipeline.calls import BatchStats
-    from worker.pipeline.sweeper import SweepStats
+    from worker.consumer.calls import BatchStats
+    from worker.consumer.sweeper import SweepStats
 
     stats = BatchStats(
         read=5, held=1, settled=2, unsettled=1, voided=1, duplicates=1, dead=1, acked=5,
@@ -151,8 +151,8 @@ def test_in_process_metrics_without_a_directory(redis_client: redis.Redis, prefi
         f"""
         import threading, urllib.request
         from worker import metrics
-        from worker.pipeline.calls import BatchStats
-        from worker.pipeline.keys import Keys
+        from worker.consumer.calls import BatchStats
+        from worker.contract.keys import Keys
         from worker.service.runtime import redis_client
         from prometheus_client import start_http_server
 

@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
-from worker.demo_gateway import litellm_config
-from worker.gateway.example_app import account_from_key, create_app
+from devtools.demo_gateway import litellm_config
+from devtools.example_app import account_from_key, create_app
+from devtools.localservers.redis_server import PrivateRedis
+from worker.contract.keys import Keys
 from worker.gateway.metadata import CallInfo
 from worker.gateway.tee import Tee
 from worker.ledger.database import make_engine
-from worker.localservers.redis_server import PrivateRedis
-from worker.pipeline.keys import Keys
 
 from .harness import BillingWorker, Call, LiteLLMProxy, oracle_charge, wait_decided
 from .serving import served

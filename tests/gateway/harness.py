@@ -33,9 +33,9 @@ from chaos.fleet import REPO, die_with_parent
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from devtools.localservers.ports import free_port
 from models import Failure, Reservation
 from models.usage import UsageRecord
-from worker.localservers.ports import free_port
 
 MASTER_KEY = "sk-billing-e2e-master"
 

@@ -4,7 +4,7 @@ which proxies to the recorded upstream; a real ``billing worker`` process settle
 The ledger must hold what the upstream sent: each settled call charged at the book's price of the
 upstream's usage for the model the upstream served (computed here from the row's decimal prices;
 the ``tool_calls`` and ``n2`` recordings answer ``gpt-4o-2024-08-06`` to a request for
-``gpt-4o-mini``: ``worker.substitution``), a streamed call and its non-streamed twin charged the
+``gpt-4o-mini``: ``worker.core.substitution``), a streamed call and its non-streamed twin charged the
 same, the error finish and the dropped stream left unsettled.
 """
 
@@ -28,16 +28,16 @@ from redis.retry import Retry
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
+from devtools.example_app import create_app
+from devtools.localservers.redis_server import PrivateRedis
 from models.reservations import Reservation
 from models.usage import UsageRecord
-from worker.gateway.example_app import create_app
+from worker.contract.keys import Keys
+from worker.core.prices import load_price_book
 from worker.gateway.spool import spool_name
 from worker.gateway.tee import Tee
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine
-from worker.localservers.redis_server import PrivateRedis
-from worker.pipeline.keys import Keys
-from worker.prices import load_price_book
 
 from .harness import BillingWorker, oracle_charge, wait_decided
 from .serving import served

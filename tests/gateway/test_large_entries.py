@@ -38,6 +38,13 @@ from starlette.routing import Route
 from models.reservations import Reservation
 from models.usage import UsageRecord
 from worker.config import Settings
+from worker.consumer.consumer import Consumer
+from worker.contract import entries as entries_module
+from worker.contract import publisher as publisher_module
+from worker.contract.entries import MAX_ENTRY_BYTES, decode_call
+from worker.contract.keys import Keys
+from worker.contract.publisher import Command, Publisher, XAdd, frame_commands
+from worker.core.prices import load_price_book
 from worker.gateway import tee as tee_module
 from worker.gateway.events import events_of
 from worker.gateway.metadata import CallInfo
@@ -45,13 +52,6 @@ from worker.gateway.middleware import BillingMiddleware
 from worker.gateway.records import HEADER_BYTES, header
 from worker.gateway.spool import spool_name
 from worker.gateway.tee import Tee, coalesce
-from worker.pipeline import entries as entries_module
-from worker.pipeline import publisher as publisher_module
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.entries import MAX_ENTRY_BYTES, decode_call
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Command, Publisher, XAdd, frame_commands
-from worker.prices import load_price_book
 
 from .serving import served
 from .test_tee import meta, unreachable

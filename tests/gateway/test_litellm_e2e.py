@@ -20,9 +20,9 @@ import pytest
 from pipeline.waiting import wait_for
 from sqlalchemy.orm import Session, sessionmaker
 
-from worker.demo_gateway import litellm_config
+from devtools.demo_gateway import litellm_config
+from devtools.localservers.redis_server import PrivateRedis
 from worker.ledger.database import make_engine
-from worker.localservers.redis_server import PrivateRedis
 
 from .harness import MASTER_KEY, BillingWorker, Call, LiteLLMProxy, oracle_charge, wait_decided
 from .upstream import Sent, Upstream

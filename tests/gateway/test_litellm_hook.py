@@ -22,12 +22,12 @@ import redis
 from conftest import REDIS_URL
 from litellm import ModelResponse
 
+from worker.contract.keys import Keys
+from worker.core.prices import load_price_book
 from worker.gateway.litellm_hook import BillingHook, make_publisher
 from worker.gateway.reservation import reserve
 from worker.gateway.spool import spool_name
 from worker.gateway.tee import Tee
-from worker.pipeline.keys import Keys
-from worker.prices import load_price_book
 
 from .test_tee import unreachable
 

@@ -23,14 +23,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from worker.estimate import estimate_prompt
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
+from worker.core.estimate import estimate_prompt
+from worker.core.prices import load_price_book
 from worker.gateway.metadata import CallInfo
 from worker.gateway.middleware import HOLD_BYTES, HOLD_SECONDS, BillingMiddleware
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, SHORT_PROMPT_BYTES
 from worker.gateway.tee import Tee
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
-from worker.prices import load_price_book
 
 from .serving import served
 

@@ -1,7 +1,7 @@
 """End to end, the model served is the model billed: the real openai client asks the example ASGI
 gateway (the middleware and the tee) for one model, the recorded upstream answers with another, and
 a real worker process settles the call at the served model's price with the anomaly
-``model_substituted`` (``worker.substitution``), on SQLite and on PostgreSQL.
+``model_substituted`` (``worker.core.substitution``), on SQLite and on PostgreSQL.
 
 The middleware records the model the request names; the upstream's ``tool_calls`` recording (an
 OpenAI stream) answers ``gpt-4o-2024-08-06`` whatever was asked, and ``unpriced_fallback`` is the
@@ -23,12 +23,12 @@ from pipeline.waiting import wait_for
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import sessionmaker
 
+from devtools.example_app import create_app
+from devtools.recorded_upstream import Scenario
 from models import Anomaly, Failure, Reservation, UsageRecord
-from worker.gateway.example_app import create_app
-from worker.gateway.recorded_upstream import Scenario
+from worker.contract.keys import Keys
 from worker.gateway.tee import Tee
 from worker.ledger.balances import balance, ledger_is_balanced
-from worker.pipeline.keys import Keys
 
 from .harness import oracle_charge
 from .serving import served

@@ -16,6 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from worker.contract.entries import MAX_ENTRY_BYTES
+from worker.core.request import RequestMeta, parse_request
 from worker.gateway.image_header import Base64Bytes, data_url, image_size
 from worker.gateway.metadata import asks_to_stream, include_usage, read_body, usable_account
 from worker.gateway.refusals import refusal
@@ -26,8 +28,6 @@ from worker.gateway.request_budget import (
     entry_body,
     slim_messages,
 )
-from worker.pipeline.entries import MAX_ENTRY_BYTES
-from worker.request import RequestMeta, parse_request
 
 # Made by Pillow 13.0 (not a dependency: made once, kept here), each 37 x 21 pixels: a PNG, a GIF,
 # a baseline JPEG with an EXIF segment before its frame header, a progressive JPEG, and WebP's

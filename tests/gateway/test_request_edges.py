@@ -28,8 +28,8 @@ import pytest
 import redis
 from pipeline.waiting import wait_for
 
+from worker.contract.keys import Keys
 from worker.gateway.tee import Tee
-from worker.pipeline.keys import Keys
 
 from .edges import (
     ALIAS,
@@ -239,8 +239,8 @@ def test_the_hooks_entry_says_why_the_fallback_and_holds_the_image_as_its_placeh
     not taken; the image as detail, width and height."""
     from litellm import ModelResponse
 
+    from worker.core.prices import load_price_book
     from worker.gateway.litellm_hook import BillingHook
-    from worker.prices import load_price_book
 
     monkeypatch.setenv("BILLING_LITELLM_ACCOUNT", "end_user,team")
     keys = Keys(prefix)

@@ -8,7 +8,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.estimate import estimate_prompt
+from worker.core.estimate import estimate_prompt
 from worker.gateway.metadata import new_request_id
 from worker.gateway.reservation import SHORT_PROMPT_BYTES, prompt_tokens, short_prompt_bound
 

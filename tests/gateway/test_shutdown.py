@@ -17,8 +17,8 @@ import openai
 import pytest
 import redis
 
-from worker.localservers.ports import free_port
-from worker.pipeline.keys import Keys
+from devtools.localservers.ports import free_port
+from worker.contract.keys import Keys
 
 from .upstream import SCENARIO_HEADER, Upstream
 
@@ -45,7 +45,7 @@ def test_sigterm_right_after_a_call_loses_none_of_its_entries(
     port = free_port()
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "worker.gateway.example_app", "--upstream", upstream.base_url,
+        [sys.executable, "-m", "devtools.example_app", "--upstream", upstream.base_url,
          "--port", str(port), "--redis", url, "--prefix", prefix,
          "--spool-dir", str(tmp_path / "spool")],
     )  # fmt: skip

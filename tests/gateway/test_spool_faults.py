@@ -21,12 +21,12 @@ from prometheus_client import REGISTRY
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from devtools.localservers.processes import wait_for
+from devtools.localservers.redis_server import PrivateRedis
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 from worker.gateway import spool as spool_module
 from worker.gateway.tee import Tee
-from worker.localservers.processes import wait_for
-from worker.localservers.redis_server import PrivateRedis
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 
 from .test_tee import notes, shape
 

@@ -19,13 +19,10 @@ from prometheus_client import REGISTRY
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from worker.gateway.records import frame
-from worker.gateway.spool import spool_name
-from worker.gateway.tee import Tee, coalesce, wire
-from worker.localservers.redis_server import PrivateRedis
-from worker.pipeline.entries import decode_call
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import (
+from devtools.localservers.redis_server import PrivateRedis
+from worker.contract.entries import decode_call
+from worker.contract.keys import Keys
+from worker.contract.publisher import (
     Command,
     Publisher,
     XAdd,
@@ -35,6 +32,9 @@ from worker.pipeline.publisher import (
     queue_commands,
     response_commands,
 )
+from worker.gateway.records import frame
+from worker.gateway.spool import spool_name
+from worker.gateway.tee import Tee, coalesce, wire
 
 pytestmark = pytest.mark.redis
 

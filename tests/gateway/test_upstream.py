@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.recorded_upstream import DEMO_SCENARIOS, fold, unfold
+from devtools.recorded_upstream import reply as recorded_reply
 from worker.gateway.litellm_hook import account_sources
-from worker.gateway.recorded_upstream import DEMO_SCENARIOS, fold, unfold
-from worker.gateway.recorded_upstream import reply as recorded_reply
 
 from .upstream import SCENARIOS, load, reply
 

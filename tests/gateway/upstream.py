@@ -1,4 +1,4 @@
-"""The tests' recorded upstream: ``worker.gateway.recorded_upstream`` serving the tests' fixtures.
+"""The tests' recorded upstream: ``devtools.recorded_upstream`` serving the tests' fixtures.
 
 | scenario | recorded in (tests/fixtures) | what it is |
 |---|---|---|
@@ -19,8 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worker.gateway import recorded_upstream
-from worker.gateway.recorded_upstream import SCENARIO_HEADER, Recording, Scenario, Sent
+from devtools import recorded_upstream
+from devtools.recorded_upstream import SCENARIO_HEADER, Recording, Scenario, Sent
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 PROVIDERS = FIXTURES / "providers"

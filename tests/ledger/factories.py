@@ -6,9 +6,9 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from worker.money import Micros
-from worker.request import RequestMeta
-from worker.result import Choice, Estimate, Outcome, Reason, Result, Usage, UsageSource
+from worker.core.money import Micros
+from worker.core.request import RequestMeta
+from worker.core.result import Choice, Estimate, Outcome, Reason, Result, Usage, UsageSource
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 _ids = itertools.count(1)

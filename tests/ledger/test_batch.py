@@ -18,11 +18,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import AlertEvent, Anomaly, Entry, Failure, Reservation, Transaction, UsageRecord
+from worker.core.result import Outcome, Reason
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.batch import apply_common
 from worker.ledger.findings import columns_of, record_findings, record_findings_many
 from worker.ledger.operations import apply_result, hold
-from worker.result import Outcome, Reason
 
 from .factories import T0, make_meta, make_result
 

@@ -10,8 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import Entry, Transaction
+from worker.core.errors import LedgerError
 from worker.db import bulk
-from worker.errors import LedgerError
 from worker.ledger import operations
 from worker.ledger.postings import customer_ids, entries, transactions
 

@@ -107,8 +107,8 @@ def test_balance_of_every_account_and_at_a_moment(runner: CliRunner) -> None:
 def test_credit_refuses_ids_no_call_can_have(runner: CliRunner, account: str, said: str) -> None:
     """One id rule for calls and credits: an id a call's metadata would be refused with funds no
     call, so the credit is refused before the database is opened, in one line."""
-    from worker.errors import RequestMetaError
-    from worker.request import check_identifier
+    from worker.core.errors import RequestMetaError
+    from worker.core.request import check_identifier
 
     with pytest.raises(RequestMetaError):  # the calls' own rule refuses it too
         check_identifier(account, "account_id")

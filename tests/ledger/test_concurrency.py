@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ledger.factories import make_meta, settled, unsettled
 from models import Reservation, Transaction
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
+from worker.db.transient import is_transient
 from worker.ledger.balances import balance, unbalanced_transactions
 from worker.ledger.operations import apply_result, hold, resolve
-from worker.transient import is_transient
 
 pytestmark = pytest.mark.postgres
 GRACE = timedelta(hours=1)

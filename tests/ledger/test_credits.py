@@ -11,12 +11,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from models import AccountCredit, Entry, Kind, Transaction
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
+from worker.core.money import Micros
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.credits import Recorded, credit, reverse, set_limit
 from worker.ledger.funds import account_funds, funds_of
 from worker.ledger.operations import apply_result, hold
-from worker.money import Micros
 
 from .factories import T0, make_meta, settled
 

@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session
 
 from ledger.factories import T0, make_meta, settled, unsettled, voided
 from models import Failure, Reservation
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
+from worker.core.result import Result
 from worker.ledger.balances import balance, ledger_is_balanced, open_holds
 from worker.ledger.operations import HoldOutcome, apply_result, hold, resolve, resolve_expired
-from worker.result import Result
 
 GRACE = timedelta(hours=1)
 REQUESTS = 4

@@ -19,8 +19,8 @@ from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from models import MoneyDaily
+from worker.core.result import Outcome, Reason
 from worker.ledger.operations import apply_result, hold
-from worker.result import Outcome, Reason
 
 from .factories import T0, make_meta, make_result
 

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session
 
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
+from worker.core.result import Outcome, Reason
 from worker.ledger.batch import apply_common
 from worker.ledger.operations import apply_result, hold, resolve
 from worker.ledger.rollup import flush_money
@@ -27,7 +28,6 @@ from worker.reports.query import (
     ledger_money_statement,
     rollup_money_statement,
 )
-from worker.result import Outcome, Reason
 
 from .factories import make_meta, make_result
 

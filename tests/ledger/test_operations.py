@@ -8,7 +8,9 @@ from sqlalchemy.orm import Session
 
 from ledger.factories import T0, make_meta, settled, unsettled, voided
 from models import Failure, Reservation, Transaction, UsageRecord
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
+from worker.core.money import Micros
+from worker.core.result import Reason
 from worker.ledger.balances import Balance, balance, ledger_is_balanced, open_holds
 from worker.ledger.operations import (
     HoldOutcome,
@@ -20,8 +22,6 @@ from worker.ledger.operations import (
     settle,
     void,
 )
-from worker.money import Micros
-from worker.result import Reason
 
 GRACE = timedelta(hours=1)
 NOW = T0 + timedelta(seconds=30)

@@ -24,11 +24,11 @@ from ledger.factories import make_meta, settled
 from models import PriceRow
 from models.reservations import Reservation
 from worker.cli import main
+from worker.consumer.pricing import PriceSource
 from worker.db import engine as db_engine
 from worker.ledger.balances import balance
 from worker.ledger.database import make_engine, session_factory, upgrade
 from worker.ledger.operations import apply_result, hold
-from worker.pipeline.pricing import PriceSource
 from worker.reports import ReportSpec, build_report, snapshot
 
 SPEC = ReportSpec(datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC), ("day",))

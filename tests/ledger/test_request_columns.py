@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 
 from models.reservations import Reservation
 from models.rollup import MoneyDaily
-from worker.errors import RequestMetaError
+from worker.core.errors import RequestMetaError
+from worker.core.request import MAX_RESERVED_MICROS, request_from_dict
 from worker.ledger.batch import apply_common
 from worker.ledger.operations import hold
 from worker.ledger.rollup import flush_money
-from worker.request import MAX_RESERVED_MICROS, request_from_dict
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 _entries = itertools.count(1)

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models.reservations import Reservation
-from worker.errors import RequestIdReused
+from worker.core.errors import RequestIdReused
 from worker.ledger.batch import apply_common
 from worker.ledger.operations import HoldOutcome, hold
 

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 
 from models import Status
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
+from worker.core.result import Reason
 from worker.ledger.effects import Effect
 from worker.ledger.transitions import decide
-from worker.result import Reason
 
 from .factories import T0, unsettled, voided
 

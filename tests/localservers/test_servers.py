@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from worker import demo
-from worker.localservers import ServerStartError
-from worker.localservers.ports import cluster_ports, free_port, port_free
-from worker.localservers.processes import alive, wait_for
-from worker.localservers.redis_server import PrivateRedis
+from devtools import demo
+from devtools.localservers import ServerStartError
+from devtools.localservers.ports import cluster_ports, free_port, port_free
+from devtools.localservers.processes import alive, wait_for
+from devtools.localservers.redis_server import PrivateRedis
 
 
 def test_an_append_only_redis_keeps_its_keys_across_a_restart(tmp_path: Path) -> None:

@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session
 
+from worker.core.parity import fingerprint
+from worker.core.prices import load_price_book
+from worker.core.reconcile import reconcile_response, reconcile_stream
+from worker.core.request import request_from_dict
+from worker.core.result import Result
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, hold
-from worker.parity import fingerprint
-from worker.prices import load_price_book
-from worker.reconcile import reconcile_response, reconcile_stream
-from worker.request import request_from_dict
-from worker.result import Result
 
 BOOK = load_price_book()
 SALT = "test-salt"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from models import Verdict
-from worker.parity import Side, compare, drift_ppm, output_hash
-from worker.result import Choice, ToolCall
+from worker.core.parity import Side, compare, drift_ppm, output_hash
+from worker.core.result import Choice, ToolCall
 
 from .calls import fingerprint_of, meta_dict
 

@@ -13,8 +13,8 @@ from worker.alerts.config import AlertConfig
 from worker.alerts.messages import digest
 from worker.alerts.picture import picture
 from worker.alerts.sources import parity_mismatch
+from worker.core.parity import drift_ppm
 from worker.ledger.parity_ops import pair_twins
-from worker.parity import drift_ppm
 
 from .calls import BOOK, T0, fingerprint_of, meta_dict, run_call, usage
 

@@ -13,11 +13,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import Reservation, UsageRecord
+from worker.core.reconcile import reconcile_response, reconcile_stream
+from worker.core.request import request_from_dict
+from worker.core.result import Outcome
+from worker.core.usage import usage_from_block
 from worker.ledger.operations import apply_result
-from worker.reconcile import reconcile_response, reconcile_stream
-from worker.request import request_from_dict
-from worker.result import Outcome
-from worker.usage import usage_from_block
 
 from .calls import BOOK, T0, meta_dict, reconcile, response_body, sse_body
 

@@ -10,9 +10,9 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.config import Settings
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
+from worker.consumer.consumer import Consumer
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 
 
 @pytest.fixture

@@ -20,11 +20,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models.reservations import Reservation
 from worker.config import Settings
+from worker.consumer.calls import BatchStats
+from worker.consumer.consumer import Consumer
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 from worker.ledger.database import make_engine
-from worker.pipeline.calls import BatchStats
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 
 from .test_consumer import KEY, meta
 
@@ -61,7 +61,7 @@ def test_a_lock_timeout_reruns_the_batch_instead_of_deferring_a_call(
         publisher.close(blocked["request_id"], "upstream_error")
 
     stats: list[BatchStats] = []
-    caplog.set_level(logging.WARNING, logger="worker.pipeline.consumer")
+    caplog.set_level(logging.WARNING, logger="worker.consumer.consumer")
     with Session(pg_engine) as other, other.begin():
         other.execute(
             select(Reservation.id)

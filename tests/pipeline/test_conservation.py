@@ -14,9 +14,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from models import AlertEvent, Anomaly, Failure, Reservation
+from worker.consumer.sweeper import Sweeper
+from worker.contract.entries import MAX_ENTRY_BYTES
 from worker.ledger.balances import balance
-from worker.pipeline.entries import MAX_ENTRY_BYTES
-from worker.pipeline.sweeper import Sweeper
 
 from .test_consumer import drain, frames, meta, settings  # noqa: F401 (the fixture)
 

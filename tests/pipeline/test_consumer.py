@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models.reservations import Reservation
 from worker.config import Settings
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper
+from worker.contract.publisher import Publisher
 from worker.ledger.balances import balance
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.publisher import Publisher
-from worker.pipeline.sweeper import Sweeper
 
 CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "gpt-4o"}
 USAGE = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
@@ -30,7 +30,7 @@ def sse(obj: dict, model: str = CHUNK["model"]) -> str:
 def frames(
     finish: str | None = "stop", usage: bool = True, model: str = CHUNK["model"]
 ) -> list[str]:
-    """A call's frames, served by ``model`` (the model billed: ``worker.substitution``)."""
+    """A call's frames, served by ``model`` (the model billed: ``worker.core.substitution``)."""
     out = [
         sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}, model),
         sse({"choices": [{"index": 0, "delta": {"content": "Hello there."}}]}, model),
@@ -301,8 +301,8 @@ def test_late_usage_of_an_unpriced_model_turns_the_reason_to_unpriced(
 def test_a_call_that_always_fails_is_dead_lettered_after_max_deliveries(
     redis_client, sessions, settings, publisher, account, monkeypatch
 ) -> None:
-    import worker.pipeline.poison as poison_module
-    import worker.pipeline.reconciling as reconciling_module
+    import worker.consumer.poison as poison_module
+    import worker.consumer.reconciling as reconciling_module
 
     poison, good = meta(account), meta(account)
     real_reconcile = reconciling_module.reconcile_call
@@ -372,7 +372,7 @@ def test_sweeper_trims_notifications_every_consumer_is_done_with(
 def test_a_held_call_whose_stream_was_refused_becomes_an_unsettled_failure(
     consumer, publisher, sessions, redis_client, account
 ) -> None:
-    from worker.pipeline.entries import MAX_ENTRY_BYTES
+    from worker.contract.entries import MAX_ENTRY_BYTES
 
     m = meta(account)
     with publisher.batch():

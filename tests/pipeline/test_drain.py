@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models.reservations import Status
 from worker.config import Settings
+from worker.consumer.consumer import Consumer
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 from worker.ledger.balances import balance
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 
 from .test_consumer import frames, meta, play, status
 

@@ -19,10 +19,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.reservations import Reservation
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
 
 from .test_consumer import frames, meta
 from .waiting import wait_for

@@ -5,12 +5,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from worker.errors import InputError
-from worker.pipeline import entries as E
-from worker.pipeline import publisher as P
-from worker.pipeline.entries import decode_call, parse_notification
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import XAdd, frame_commands, response_commands
+from worker.contract import entries as E
+from worker.contract import publisher as P
+from worker.contract.entries import decode_call, parse_notification
+from worker.contract.keys import Keys
+from worker.contract.publisher import XAdd, frame_commands, response_commands
+from worker.core.errors import InputError
 
 META = {
     "request_id": "req_1",

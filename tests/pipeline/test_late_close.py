@@ -14,8 +14,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from models import AlertEvent, Failure, Reservation, Transaction
+from worker.consumer.sweeper import Sweeper
 from worker.ledger.balances import balance
-from worker.pipeline.sweeper import Sweeper
 from worker.reports.query import verify_calls
 
 from .test_consumer import drain, frames, meta, play, status

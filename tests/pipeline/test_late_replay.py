@@ -27,15 +27,15 @@ from redis.retry import Retry
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from devtools.localservers.redis_server import PrivateRedis
 from models import Anomaly, Failure, Reservation, UsageRecord
 from worker.config import Settings
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper
+from worker.contract.keys import Keys
+from worker.core.prices import load_price_book
 from worker.gateway.tee import Tee
 from worker.ledger.balances import balance, ledger_is_balanced
-from worker.localservers.redis_server import PrivateRedis
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.sweeper import Sweeper
-from worker.prices import load_price_book
 
 from .test_consumer import KEY, drain, frames, meta
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 import pytest
 import redis
 
-import worker.pipeline.gathering as gathering_module
-import worker.pipeline.sweeper as sweeper_module
+import worker.consumer.gathering as gathering_module
+import worker.consumer.sweeper as sweeper_module
 from worker.config import Settings
-from worker.pipeline import entries, reading
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.sweeper import Sweeper
+from worker.consumer import reading
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper
+from worker.contract import entries
+from worker.contract.keys import Keys
 
 from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import drain, frames, meta, play, status

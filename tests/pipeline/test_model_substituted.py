@@ -1,4 +1,4 @@
-"""The model served is the model billed (``worker.substitution``): the rule through the reconciler,
+"""The model served is the model billed (``worker.core.substitution``): the rule through the reconciler,
 streamed and not, then through the consumer and the sweeper into the ledger on both engines."""
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models import Anomaly, Failure, Reservation, UsageRecord
 from models.anomalies import AnomalyKind
-from worker.anomalies import classify
 from worker.config import Settings
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper
+from worker.contract.publisher import Publisher
+from worker.core.anomalies import classify
+from worker.core.prices import PriceBook, load_price_book, prices_from_toml
+from worker.core.reconcile import reconcile_response, reconcile_stream
+from worker.core.request import RequestMeta
+from worker.core.result import Outcome, Reason, Result, UsageSource
+from worker.core.substitution import Billed, billed_model, unusable_name
 from worker.ledger.balances import balance, ledger_is_balanced
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.publisher import Publisher
-from worker.pipeline.sweeper import Sweeper
-from worker.prices import PriceBook, load_price_book, prices_from_toml
-from worker.reconcile import reconcile_response, reconcile_stream
-from worker.request import RequestMeta
-from worker.result import Outcome, Reason, Result, UsageSource
-from worker.substitution import Billed, billed_model, unusable_name
 
 AT = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 # USD per 1M tokens = micro-USD per token; the usage below is 1,000 prompt and 500 completion tokens.

@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models import Anomaly, Reservation
 from worker.config import Settings
-from worker.pipeline import entries
-from worker.pipeline.sweeper import Sweeper
+from worker.consumer.sweeper import Sweeper
+from worker.contract import entries
 
 from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import drain, frames, meta, play, sse, status

@@ -18,13 +18,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models.reservations import Status
 from worker.config import MAX_PARTITIONS, Settings
+from worker.consumer import partitions
+from worker.consumer.backlog import read_backlog
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
 from worker.ledger.balances import balance
-from worker.pipeline import partitions
-from worker.pipeline.backlog import read_backlog
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
-from worker.pipeline.sweeper import Sweeper
 
 from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import frames, meta, play, status

@@ -16,10 +16,10 @@ import redis
 from chaos.fleet import Worker
 from sqlalchemy.orm import sessionmaker
 
+from worker.consumer.backlog import read_backlog
+from worker.contract.keys import Keys
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine
-from worker.pipeline.backlog import read_backlog
-from worker.pipeline.keys import Keys
 
 from .test_e2e import decided, env  # noqa: F401  (the env fixture)
 from .test_partitions import publish

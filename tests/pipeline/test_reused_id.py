@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from models.anomalies import Anomaly
 from models.reservations import Reservation
 from worker.config import Settings
+from worker.consumer.consumer import Consumer
+from worker.core.request import parse_request
 from worker.ledger.balances import balance
-from worker.pipeline.consumer import Consumer
-from worker.request import parse_request
 
 from .test_consumer import CHUNK, drain, frames, meta, play, status
 from .test_consumer import KEY as FINGERPRINT_KEY

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import orjson
 
+from worker.consumer.sweeper import Sweeper
 from worker.ledger.balances import balance
-from worker.pipeline.sweeper import Sweeper
 
 from .test_consumer import CHUNK, drain, frames, meta, play, status
 from .test_reused_id import settings

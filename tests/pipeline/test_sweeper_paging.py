@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.sweeper import Sweeper
+from worker.consumer.consumer import Consumer
+from worker.consumer.sweeper import Sweeper
 
 from .test_consumer import drain, frames, meta, play, settings, status
 

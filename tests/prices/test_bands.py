@@ -48,13 +48,13 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from worker.cli import main
-from worker.errors import PriceBookError
+from worker.consumer.pricing import PriceSource, import_prices, stored_prices
+from worker.core.errors import PriceBookError
+from worker.core.prices import MAX_PRICE, Band, Price, PriceBook, load_price_book, prices_from_toml
+from worker.core.prices.litellm import prices_from_litellm
+from worker.core.prices.price import bands_from_json, bands_to_json
+from worker.core.result import Usage
 from worker.ledger.database import downgrade, make_engine, session_factory, upgrade
-from worker.pipeline.pricing import PriceSource, import_prices, stored_prices
-from worker.prices import MAX_PRICE, Band, Price, PriceBook, load_price_book, prices_from_toml
-from worker.prices.litellm import prices_from_litellm
-from worker.prices.price import bands_from_json, bands_to_json
-from worker.result import Usage
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -408,7 +408,7 @@ def test_which_shows_the_bands(runner: CliRunner) -> None:
 
 # --- the property ---------------------------------------------------------------------------
 
-MOST = 10**8 * 128  # the most tokens a call's prompt or completion can count (worker.result)
+MOST = 10**8 * 128  # the most tokens a call's prompt or completion can count (worker.core.result)
 ORDER = (
     "input",
     "cached_input",

@@ -23,9 +23,9 @@ from decimal import Decimal
 
 import pytest
 
-from worker.prices import Layer, Price, PriceBook, load_price_book, prices_from_toml
-from worker.prices.price import EPOCH
-from worker.result import Usage
+from worker.core.prices import Layer, Price, PriceBook, load_price_book, prices_from_toml
+from worker.core.prices.price import EPOCH
+from worker.core.result import Usage
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 MILLION = Usage(1_000_000, 1_000_000, cached_tokens=400_000)
@@ -45,7 +45,7 @@ def bundled() -> PriceBook:
 
 
 def test_fine_tuned_ids_name_their_base() -> None:
-    from worker.prices.book import fine_tune_base  # here: the other tests run without it
+    from worker.core.prices.book import fine_tune_base  # here: the other tests run without it
 
     assert fine_tune_base("ft:gpt-4o-mini-2024-07-18:acme::AbC123") == "gpt-4o-mini-2024-07-18"
     assert fine_tune_base("ft:gpt-4o-2024-08-06:acme:support:XyZ") == "gpt-4o-2024-08-06"

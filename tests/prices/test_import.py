@@ -11,14 +11,14 @@ from freezegun import freeze_time
 from ledger.factories import make_meta, settled
 from sqlalchemy.orm import Session
 
-from worker.errors import PriceBookError
+from worker.consumer.pricing import PriceSource, effective_book, import_prices, stored_prices
+from worker.core.errors import PriceBookError
+from worker.core.prices import Layer, Price
+from worker.core.prices.litellm import prices_from_litellm
+from worker.core.prices.toml_book import prices_from_toml
+from worker.core.result import Usage
 from worker.ledger.balances import balance
 from worker.ledger.operations import apply_result, hold
-from worker.pipeline.pricing import PriceSource, effective_book, import_prices, stored_prices
-from worker.prices import Layer, Price
-from worker.prices.litellm import prices_from_litellm
-from worker.prices.toml_book import prices_from_toml
-from worker.result import Usage
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=5)

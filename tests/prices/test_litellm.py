@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from worker.errors import PriceBookError
-from worker.prices import Layer, PriceBook
-from worker.prices.litellm import prices_from_litellm
-from worker.result import Usage
+from worker.core.errors import PriceBookError
+from worker.core.prices import Layer, PriceBook
+from worker.core.prices.litellm import prices_from_litellm
+from worker.core.result import Usage
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "prices" / "litellm_excerpt.json"
 START = datetime(2026, 12, 1, tzinfo=UTC)

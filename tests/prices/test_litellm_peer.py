@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from worker.prices.book import PriceBook, normalize_provider
-from worker.prices.bundled import list_prices
-from worker.prices.price import DEFAULT_TIER, Price
-from worker.result import Usage
+from worker.core.prices.book import PriceBook, normalize_provider
+from worker.core.prices.bundled import list_prices
+from worker.core.prices.price import DEFAULT_TIER, Price
+from worker.core.result import Usage
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT / "worker" / "data" / "litellm_prices.json"

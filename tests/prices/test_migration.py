@@ -10,9 +10,9 @@ import pytest
 from conftest import create_pg_database, drop_pg_database
 from sqlalchemy import text
 
+from worker.consumer.pricing import stored_prices
+from worker.core.prices import Layer
 from worker.ledger.database import downgrade, make_engine, session_factory, upgrade
-from worker.pipeline.pricing import stored_prices
-from worker.prices import Layer
 
 OLD_ROWS = """
 INSERT INTO prices (pattern, effective_from, input, cached_input, output, created_at) VALUES

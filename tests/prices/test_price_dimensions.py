@@ -27,14 +27,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session
 
-from worker.errors import InputError, PriceBookError
-from worker.pipeline.pricing import import_prices, stored_prices
-from worker.prices import Price, PriceBook, load_price_book, prices_from_toml
-from worker.prices.litellm import prices_from_litellm, unapplied_keys
-from worker.prices.off_peak import OffPeak, Rule, rules_from
-from worker.prices.price import EPOCH, dimensions_from_json, dimensions_to_json
-from worker.result import Usage
-from worker.usage import Verdict, read_usage
+from worker.consumer.pricing import import_prices, stored_prices
+from worker.core.errors import InputError, PriceBookError
+from worker.core.prices import Price, PriceBook, load_price_book, prices_from_toml
+from worker.core.prices.litellm import prices_from_litellm, unapplied_keys
+from worker.core.prices.off_peak import OffPeak, Rule, rules_from
+from worker.core.prices.price import EPOCH, dimensions_from_json, dimensions_to_json
+from worker.core.result import Usage
+from worker.core.usage import Verdict, read_usage
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 BOOK = load_price_book()

@@ -8,9 +8,9 @@ from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 
-from worker.prices.bundled import list_prices, snapshot_info
-from worker.prices.litellm import DESCRIPTIVE, prices_from_litellm, skip_reason
-from worker.prices.snapshot import PROVIDERS, build, main
+from worker.core.prices.bundled import list_prices, snapshot_info
+from worker.core.prices.litellm import DESCRIPTIVE, prices_from_litellm, skip_reason
+from worker.core.prices.snapshot import PROVIDERS, build, main
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "prices" / "litellm_excerpt.json"
 SHA256 = "8943af58bf9f979c6a4bef815687117ffa341e462a41faed9be17b5c33d3dcc2"
@@ -27,7 +27,7 @@ def test_the_bundled_snapshot_says_where_it_comes_from() -> None:
     assert info["version"].startswith("litellm 1.110.2")
     assert info["sha256"] == SHA256
     assert info["retrieved"] == "2026-12-02"
-    assert info["generator"] == "python -m worker.prices.snapshot"
+    assert info["generator"] == "python -m worker.core.prices.snapshot"
     assert "litellm_provider in anthropic, azure" in info["filter"]
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from worker.prices import PriceBook, prices_from_toml
-from worker.reconcile import reconcile_response, reconcile_stream
-from worker.request import RequestMeta, request_from_dict
-from worker.result import Result
+from worker.core.prices import PriceBook, prices_from_toml
+from worker.core.reconcile import reconcile_response, reconcile_stream
+from worker.core.request import RequestMeta, request_from_dict
+from worker.core.result import Result
 
 PROVIDERS = Path(__file__).parent.parent / "fixtures" / "providers"
 AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

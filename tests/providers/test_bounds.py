@@ -14,12 +14,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import Anomaly, Failure, Reservation, UsageRecord
+from worker.core.reconcile import MAX_CALL_MICROS, reconcile_response, reconcile_stream
+from worker.core.request import request_from_dict
+from worker.core.result import Outcome, Reason
+from worker.core.usage import TOKEN_COLUMN_MAX, Verdict, read_usage
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, hold
-from worker.reconcile import MAX_CALL_MICROS, reconcile_response, reconcile_stream
-from worker.request import request_from_dict
-from worker.result import Outcome, Reason
-from worker.usage import TOKEN_COLUMN_MAX, Verdict, read_usage
 
 from .shapes import AT, BOOK, sse
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from models.anomalies import AnomalyKind
-from worker.anomalies import classify
-from worker.result import Outcome, Reason, UsageSource
+from worker.core.anomalies import classify
+from worker.core.result import Outcome, Reason, UsageSource
 
 from .shapes import fixture_names, load, reconcile
 
@@ -241,7 +241,7 @@ def test_n_ignored_settles_alike_streamed_and_not() -> None:
         ],
         "usage": document["frames"][2]["usage"],
     }
-    from worker.reconcile import reconcile_response
+    from worker.core.reconcile import reconcile_response
 
     from .shapes import BOOK, meta_of
 

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from worker.cli import main
+from worker.core.reconcile import reconcile_response
 from worker.ledger.database import make_engine, session_factory
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, hold
-from worker.reconcile import reconcile_response
 
 from .shapes import AT, BOOK, load, meta_of, reconcile
 

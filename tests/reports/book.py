@@ -17,12 +17,12 @@ from datetime import UTC, datetime, timedelta
 from ledger.factories import make_meta, make_result
 from sqlalchemy.orm import Session
 
+from worker.core.money import Micros
+from worker.core.result import Estimate, Outcome, Reason, Result, Usage, UsageSource
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, hold, resolve
 from worker.ledger.rollup import flush_money
-from worker.money import Micros
 from worker.reports.model import COUNT_FIELDS, MONEY_FIELDS, Tally
-from worker.result import Estimate, Outcome, Reason, Result, Usage, UsageSource
 
 GRACE = timedelta(hours=1)
 SINCE = datetime(2033, 5, 1, tzinfo=UTC)

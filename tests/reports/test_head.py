@@ -15,9 +15,9 @@ from conftest import create_pg_database, drop_pg_database
 from sqlalchemy import text
 
 from worker.cli import main
+from worker.db.schema import code_heads
 from worker.ledger.database import downgrade, make_engine, upgrade
 from worker.reports import ReportError, ReportSpec, run_rebuild, run_report, run_verify
-from worker.schema import code_heads
 
 SPEC = ReportSpec(datetime(2033, 5, 1, tzinfo=UTC), datetime(2033, 5, 3, tzinfo=UTC), ("day",))
 BEHIND = "0008"

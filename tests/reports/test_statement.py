@@ -21,13 +21,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import Entry, Failure, LedgerAccount, Reservation, Transaction
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
+from worker.core.money import Micros
+from worker.core.result import Outcome, Reason, UsageSource
 from worker.ledger.credits import credit, reverse
 from worker.ledger.operations import apply_result, hold, resolve
-from worker.money import Micros
 from worker.reports.spec import ReportError
 from worker.reports.statement_query import build_statement, parse_month
-from worker.result import Outcome, Reason, UsageSource
 
 GRACE = timedelta(hours=1)
 BASE = datetime(2032, 1, 25, tzinfo=UTC)  # five weeks either side of 2032-02

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from worker.prices import load_price_book
-from worker.request import parse_rfc3339, request_from_dict
-from worker.result import Outcome, Reason, Usage, UsageSource
+from worker.core.prices import load_price_book
+from worker.core.request import parse_rfc3339, request_from_dict
+from worker.core.result import Outcome, Reason, Usage, UsageSource
+from worker.core.usage import usage_from_block
 from worker.simulation import FaultRates, parse_faults, plan
 from worker.simulation.wire import Close, Deferred, Frames, Notify, Open, Response
-from worker.usage import usage_from_block
 
 from .wire_reading import chunks, events, finishes, split_events, usages
 

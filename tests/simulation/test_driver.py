@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import pytest
 import redis
 
-from worker.pipeline.keys import Keys
+from worker.contract.keys import Keys
 from worker.simulation import parse_faults, plan, play
 from worker.simulation.wire import Deferred, Frames, Notify, Open, Response
 

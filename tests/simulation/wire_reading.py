@@ -1,6 +1,6 @@
 """Reading the SSE text a simulated call put on the wire, with plain string splitting and ``json``.
 
-Not with ``worker.assembly``: the simulator's output is what the assembly is tested against, so it
+Not with ``worker.core.assembly``: the simulator's output is what the assembly is tested against, so it
 must not be checked by it.
 """
 

@@ -22,10 +22,10 @@ from models import OutboxAlert
 from worker.alerts.collect import collect
 from worker.alerts.config import AlertConfig
 from worker.cli import main
+from worker.core.prices import load_price_book
+from worker.core.result import Estimate, Usage
 from worker.ledger.database import make_engine, session_factory, upgrade
 from worker.ledger.operations import apply_result, hold
-from worker.prices import load_price_book
-from worker.result import Estimate, Usage
 from worker.upstream.routes import record_routes
 
 T = datetime(2031, 3, 4, 10, tzinfo=UTC)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker.errors import RequestMetaError
-from worker.request import request_from_dict
+from worker.core.errors import RequestMetaError
+from worker.core.request import request_from_dict
 
 BASE = {
     "request_id": "r1", "account_id": "a1", "model": "gpt-4o", "stream": True,

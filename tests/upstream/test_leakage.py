@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from worker.alerts.upstream_leakage import leakage_findings
-from worker.prices import load_price_book
+from worker.core.prices import load_price_book
 from worker.upstream.matching import Ledger, Upstream, reconcile
 
 AT = datetime(2025, 7, 1, 12, tzinfo=UTC)

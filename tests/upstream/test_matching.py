@@ -8,7 +8,7 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.prices import load_price_book
+from worker.core.prices import load_price_book
 from worker.upstream.matching import (
     ANY_KEY,
     Ledger,

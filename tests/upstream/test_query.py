@@ -10,9 +10,9 @@ from pathlib import Path
 from ledger.factories import make_meta, settled, unsettled, voided
 from sqlalchemy.orm import Session
 
+from worker.core.prices import load_price_book
+from worker.core.result import Estimate, Usage
 from worker.ledger.operations import apply_result, hold
-from worker.prices import load_price_book
-from worker.result import Estimate, Usage
 from worker.upstream.exports import read_export
 from worker.upstream.query import reconciliation
 from worker.upstream.routes import record_routes
@@ -85,7 +85,7 @@ def test_both_sides_from_the_database(session: Session, unique_id: str) -> None:
 def test_a_substituted_call_is_matched_under_the_model_that_served_it(
     session: Session, unique_id: str
 ) -> None:
-    """A call held for gpt-4o-mini that the upstream answered as gpt-4o (``worker.substitution``:
+    """A call held for gpt-4o-mini that the upstream answered as gpt-4o (``worker.core.substitution``:
     billed at gpt-4o, the usage record names it) is the provider's gpt-4o usage, not a mini call."""
     served = replace(
         settled(f"{unique_id}-f", model="gpt-4o", usage=Usage(600, 150), charge=3000,

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.config import Settings
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.keys import Keys
-from worker.pipeline.pricing import effective_book
+from worker.consumer.consumer import Consumer
+from worker.consumer.pricing import effective_book
+from worker.contract.keys import Keys
 from worker.simulation import parse_faults, plan, play
 from worker.upstream import simulated
 from worker.upstream.exports import read_export

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from statistics import median_low
 from typing import Any
 
-from worker.terminal import printable
+from worker.core.terminal import printable
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -47,7 +47,7 @@ def span(window: timedelta) -> str:
 
 
 def webhook_text(text: str) -> str:
-    """``text`` for a chat webhook: each line's controls escaped (``worker.terminal``), and ``&``,
+    """``text`` for a chat webhook: each line's controls escaped (``worker.core.terminal``), and ``&``,
     ``<``, ``>`` written as entities, Slack's rule, so an account or model name holding
     ``<!channel>`` or ``<https://x|click>`` shows as typed instead of pinging everyone or hiding a
     link. Only the ``\n`` between lines stays; messages escape the values they put in a line."""

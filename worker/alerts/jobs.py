@@ -17,9 +17,9 @@ from worker.alerts.collect import collect
 from worker.alerts.config import AlertConfig
 from worker.alerts.webhook import DeliveryStats, deliver
 from worker.config import Settings
+from worker.core.prices import PriceBook
 from worker.ledger.findings import record_true_ups
 from worker.ledger.parity_ops import pair_twins
-from worker.prices import PriceBook
 
 
 def run_pairing(

@@ -19,8 +19,8 @@ from datetime import datetime
 from models.alerts import AlertKind
 from worker.alerts.aggregation import span
 from worker.alerts.picture import Finding
+from worker.core.money import Micros
 from worker.ledger.funds import Level
-from worker.money import Micros
 
 OK, LOW, EXHAUSTED = "ok", "low", "exhausted"
 RANK = {OK: 0, LOW: 1, EXHAUSTED: 2}

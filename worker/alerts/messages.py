@@ -17,8 +17,8 @@ from typing import Any
 
 from worker.alerts.aggregation import Alert, plural, span
 from worker.alerts.picture import Picture, Ranked
-from worker.money import Micros
-from worker.terminal import printable
+from worker.core.money import Micros
+from worker.core.terminal import printable
 
 PAGE, DIGEST, RESOLVED = "page", "digest", "resolved"
 TOP = 5

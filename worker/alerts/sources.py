@@ -21,8 +21,8 @@ from worker.alerts.aggregation import median, span, window_start
 from worker.alerts.config import AlertConfig
 from worker.alerts.low_balance import low_balance_findings
 from worker.alerts.picture import Finding, Rate
+from worker.core.money import Micros
 from worker.ledger.funds import levels_at
-from worker.money import Micros
 
 alert_events = AlertEvent.__table__
 anomalies = Anomaly.__table__

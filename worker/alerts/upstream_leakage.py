@@ -1,7 +1,7 @@
 """The ``upstream_leakage`` alert: a day on which a provider's export shows usage the ledger has no
 call for, past a threshold — as findings, paged, digested and resolved like every kind's
 (``worker.alerts.sources.upstream_leakage`` reads them; ``worker.alerts.paging``). The price book
-comes from ``worker.pipeline.pricing`` (the prices table over the file rows), imported when the
+comes from ``worker.consumer.pricing`` (the prices table over the file rows), imported when the
 reader runs.
 
 A finding is one (UTC day, provider) of an export imported in the alert window: its ``at`` is the
@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from models import AlertKind, UpstreamUsage
 from worker.alerts.config import AlertConfig
 from worker.alerts.picture import Finding
-from worker.money import Micros
+from worker.core.money import Micros
 from worker.upstream.matching import Reconciliation, daily_leak
 
 
@@ -80,7 +80,7 @@ def imported_leakage(
     session: Session, start: datetime, end: datetime, config: AlertConfig
 ) -> list[Finding]:
     """The findings of the exports imported in [start, end) (read-only)."""
-    from worker.pipeline.pricing import effective_book
+    from worker.consumer.pricing import effective_book
     from worker.upstream.query import reconciliation
 
     u = UpstreamUsage.__table__

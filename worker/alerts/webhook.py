@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from models import OutboxStatus
 from worker.alerts.config import AlertConfig, redact
 from worker.alerts.outbox import claim_one, finish
-from worker.terminal import printable
+from worker.core.terminal import printable
 
 
 def _metrics() -> ModuleType:

@@ -10,9 +10,9 @@ from worker.alerts.jobs import run_alerts, run_pairing
 from worker.alerts.outbox import listing
 from worker.cli import main
 from worker.cli.db import database_error, echo_json, fail, ledger_session, settings
+from worker.consumer.pricing import PriceSource
+from worker.core.terminal import printable
 from worker.ledger import database
-from worker.pipeline.pricing import PriceSource
-from worker.terminal import printable
 
 
 @main.group("alerts")

@@ -11,7 +11,7 @@ import click
 
 from worker.cli import main
 from worker.cli.db import echo_json, fail
-from worker.terminal import printable
+from worker.core.terminal import printable
 
 FIGURES = ("funded", "held", "charged", "available")
 

@@ -1,5 +1,5 @@
 """``billing credit`` and ``billing account limit``: fund a customer account, reverse a credit, set
-a credit limit. Amounts are USD as typed (``worker.money.parse_usd``), checked before the database
+a credit limit. Amounts are USD as typed (``worker.core.money.parse_usd``), checked before the database
 is opened. A write that lost a race on a unique key is retried in a new transaction, where it finds
 the winner's row (``worker.ledger.credits``).
 
@@ -17,8 +17,8 @@ import click
 
 from worker.cli import main
 from worker.cli.db import fail, settings
-from worker.money import parse_usd
-from worker.terminal import printable
+from worker.core.money import parse_usd
+from worker.core.terminal import printable
 
 T = TypeVar("T")
 ATTEMPTS = 3
@@ -44,9 +44,9 @@ def in_transaction(command: str, work: Callable[[Any], T]) -> T:
     from sqlalchemy.exc import SQLAlchemyError
 
     from worker.cli.db import database_error
-    from worker.errors import BillingError
+    from worker.core.errors import BillingError
+    from worker.db.transient import is_transient
     from worker.ledger import database
-    from worker.transient import is_transient
 
     engine = database.make_engine(settings(command).database_url)
     try:
@@ -98,7 +98,7 @@ def add_command(
     account: str, amount: str, note: str, key: str, who: str | None, new_account: bool
 ) -> None:
     """Credit AMOUNT USD (up to 6 decimals) to ACCOUNT's available balance."""
-    from worker.errors import LedgerError
+    from worker.core.errors import LedgerError
     from worker.ledger.credits import account_id_of
 
     micros = _usd("credit", amount)

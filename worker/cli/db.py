@@ -20,8 +20,8 @@ import orjson
 
 from worker.cli import main
 from worker.config import Settings, redact_url
-from worker.errors import BillingError
-from worker.terminal import printable
+from worker.core.errors import BillingError
+from worker.core.terminal import printable
 
 if TYPE_CHECKING:
     from sqlalchemy.exc import SQLAlchemyError

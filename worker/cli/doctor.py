@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from worker import doctor
 from worker.cli import main
-from worker.terminal import printable
+from worker.core.terminal import printable
+from worker.service import doctor
 
 MARKS = {"ok": "ok", "problem": "PROBLEM", "skip": "skip"}
 

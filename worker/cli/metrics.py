@@ -97,7 +97,7 @@ def serve_command(port: int, host: str, backlog: bool) -> None:
 
     from worker import metrics
     from worker.config import redact_url
-    from worker.pipeline.keys import Keys
+    from worker.contract.keys import Keys
     from worker.service.runtime import redis_client
 
     if directory:

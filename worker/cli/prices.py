@@ -10,13 +10,13 @@ import click
 
 from worker.cli import main
 from worker.cli.db import echo_json, fail, ledger_session, settings
-from worker.errors import BillingError
-from worker.pipeline.pricing import effective_book, import_prices, stored_prices
-from worker.prices import Price
-from worker.prices.bundled import file_prices, snapshot_info
-from worker.prices.litellm import prices_from_litellm
-from worker.prices.price import KINDS
-from worker.prices.toml_book import prices_from_toml, timestamp
+from worker.consumer.pricing import effective_book, import_prices, stored_prices
+from worker.core.errors import BillingError
+from worker.core.prices import Price
+from worker.core.prices.bundled import file_prices, snapshot_info
+from worker.core.prices.litellm import prices_from_litellm
+from worker.core.prices.price import KINDS
+from worker.core.prices.toml_book import prices_from_toml, timestamp
 
 IMPORT_LEAD = timedelta(minutes=5)
 """How far ahead an import's rows start by default: longer than a worker's price refresh (60 s), so

@@ -11,12 +11,12 @@ import click
 import orjson
 
 from worker.cli import main
-from worker.errors import BillingError
-from worker.prices import PriceBook, load_price_book
-from worker.reconcile import reconcile_response, reconcile_stream
-from worker.request import RequestMeta, parse_request, request_from_dict
-from worker.result import Result
-from worker.terminal import printable
+from worker.core.errors import BillingError
+from worker.core.prices import PriceBook, load_price_book
+from worker.core.reconcile import reconcile_response, reconcile_stream
+from worker.core.request import RequestMeta, parse_request, request_from_dict
+from worker.core.result import Result
+from worker.core.terminal import printable
 
 
 def sidecar_request(path: Path) -> Path:

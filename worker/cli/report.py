@@ -26,15 +26,15 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from worker.cli import main
 from worker.cli.db import database_error, fail, settings
-from worker.errors import BillingError
-from worker.prices import PriceBook
+from worker.core.errors import BillingError
+from worker.core.prices import PriceBook
+from worker.core.terminal import printable
 from worker.reports import ReportError, run_rebuild, run_report, run_verify
 from worker.reports.render_csv import render_csv
 from worker.reports.render_html import render_html
 from worker.reports.render_json import render_json
 from worker.reports.render_table import render_table
 from worker.reports.spec import ReportSpec, parse_spec
-from worker.terminal import printable
 
 RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "html": render_html}
 
@@ -186,7 +186,7 @@ def _effective_book(price_book: str | None) -> Callable[[Connection], PriceBook]
     def book(conn: Connection) -> PriceBook:
         from sqlalchemy.orm import Session
 
-        from worker.pipeline.pricing import effective_book
+        from worker.consumer.pricing import effective_book
 
         return effective_book(Session(bind=conn), price_book)
 

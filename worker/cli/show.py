@@ -8,8 +8,8 @@ import click
 
 from worker.cli import main
 from worker.cli.db import echo_json, fail, ledger_session
-from worker.money import Micros
-from worker.terminal import printable
+from worker.core.money import Micros
+from worker.core.terminal import printable
 
 
 def _usd(micros: int | None) -> str:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from worker.cli import main
 from worker.config import Settings, redact_url
-from worker.pipeline.keys import Keys
+from worker.contract.keys import Keys
 from worker.simulation.calls import iter_calls
 from worker.simulation.driver import PlayReport, play
 from worker.simulation.faults import FaultSpecError, parse_faults

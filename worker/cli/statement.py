@@ -13,7 +13,7 @@ import click
 
 from worker.cli import main
 from worker.cli.db import fail, settings
-from worker.terminal import printable
+from worker.core.terminal import printable
 
 FORMATS = ("table", "csv", "json", "html")
 

@@ -10,10 +10,10 @@ import click
 from worker.cli import main
 from worker.cli.db import echo_json, fail, ledger_session, settings
 from worker.config import RESOLVE_POLICIES
+from worker.core.money import Micros
+from worker.core.terminal import printable
 from worker.ledger.operations import resolve, resolve_expired
 from worker.ledger.queries import unsettled
-from worker.money import Micros
-from worker.terminal import printable
 
 
 def _default_who() -> str:

@@ -33,7 +33,7 @@ def import_command(provider: str, files: tuple[Path, ...]) -> None:
     """Import FILE... (JSON pages as downloaded); importing a period again changes nothing."""
     from datetime import UTC, datetime
 
-    from worker.errors import BillingError
+    from worker.core.errors import BillingError
     from worker.upstream.exports import read_export
     from worker.upstream.store import ImportStats, import_export
 

@@ -35,7 +35,7 @@ from sqlalchemy import Connection, Table, bindparam, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
 
 _PG = postgresql.dialect()
 

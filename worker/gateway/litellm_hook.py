@@ -10,7 +10,7 @@ It is a ``CustomLogger`` whose proxy hooks write docs/events.md's entries throug
 * ``async_pre_call_hook`` gives the call its request id (``metadata["billing_request_id"]``) and
   remembers who pays (``BILLING_LITELLM_ACCOUNT``: the key's team, else its user, else the key's
   hash; ``end_user`` first to bill LiteLLM's customers, the request's ``user``). The first source
-  the call has is checked by the worker's own identifier rule (``worker.request.check_identifier``):
+  the call has is checked by the worker's own identifier rule (``worker.core.request.check_identifier``):
   an id the worker would refuse (a control character, more than 200 characters, a space at either
   end) is billed to the fallback account instead (``fallback_account``, ``litellm-anonymous`` by
   default, also the account of a call no source names), the request entry's ``account_fallback``
@@ -79,16 +79,16 @@ import orjson
 from litellm.integrations.custom_logger import CustomLogger
 
 from worker.config import Settings
-from worker.errors import RequestMetaError
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher
+from worker.core.errors import RequestMetaError
+from worker.core.prices import PriceBook, load_price_book
+from worker.core.request import check_identifier, request_from_dict
 from worker.gateway.metadata import usable_account
 from worker.gateway.request_budget import entry_body, slim_messages
 from worker.gateway.reservation import reserve
 from worker.gateway.spool import probe
 from worker.gateway.tee import Tee
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher
-from worker.prices import PriceBook, load_price_book
-from worker.request import check_identifier, request_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ class BillingHook(CustomLogger):
             "temperature": _optional(data, "temperature", (int, float)),
             "seed": _optional(data, "seed", int),
             "provider": provider,
-            # a search its usage will not count (``worker.searches``)
+            # a search its usage will not count (``worker.core.searches``)
             "web_search_options": data.get("web_search_options"),
         }
         return within_contract({k: v for k, v in meta.items() if v is not None})

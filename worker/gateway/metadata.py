@@ -11,7 +11,7 @@ Everything else comes from the body (docs/events.md §1): ``model``, ``stream``,
 it is recorded as false and the worker bills the estimate), ``messages``, ``tools``, ``n``,
 ``max_tokens`` (``max_completion_tokens`` first), ``temperature``, ``seed``, and the
 ``Idempotency-Key`` header. The entry is checked by the worker's own reader
-(``worker.request.request_from_dict``) before anything is published, so a value the worker would
+(``worker.core.request.request_from_dict``) before anything is published, so a value the worker would
 dead-letter is answered at once with an HTTP 400 instead. Its messages are published with their
 media replaced by placeholders and, past the budget, cut (``request_budget``).
 
@@ -37,9 +37,9 @@ from typing import Any
 
 import orjson
 
-from worker.errors import RequestMetaError
+from worker.core.errors import RequestMetaError
+from worker.core.request import check_identifier, request_from_dict
 from worker.gateway.request_budget import clean, slim_messages
-from worker.request import check_identifier, request_from_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +169,7 @@ FALLBACK_ACCOUNT = "unattributed"
 def usable_account(
     account: object, fallback: str, key: str = "account_id"
 ) -> tuple[str, str | None]:
-    """``account`` if the worker takes it as an account id (``worker.request.check_identifier``:
+    """``account`` if the worker takes it as an account id (``worker.core.request.check_identifier``:
     1 to 200 characters, no control character, no whitespace at either end), else ``fallback``
     with the reason, which the entry carries as ``account_fallback`` (never the id itself: it may
     be anything a client sent). ``key`` names where the id came from in the reason."""

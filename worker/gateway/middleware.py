@@ -51,7 +51,9 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from worker.errors import RequestMetaError
+from worker.core.errors import RequestMetaError
+from worker.core.prices import PriceBook, load_price_book
+from worker.core.request import check_identifier
 from worker.gateway.events import EventSplitter
 from worker.gateway.metadata import (
     FALLBACK_ACCOUNT,
@@ -67,8 +69,6 @@ from worker.gateway.refusals import NOT_JSON, Refusal, refusal
 from worker.gateway.request_budget import entry_body
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, reserve
 from worker.gateway.routes import is_chat_completion
-from worker.prices import PriceBook, load_price_book
-from worker.request import check_identifier
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from worker.anomalies import is_non_streamable
+from worker.core.anomalies import is_non_streamable
 from worker.gateway.metadata import asks_to_stream
 
 

@@ -41,8 +41,8 @@ from typing import Any
 
 import orjson
 
+from worker.contract.entries import MAX_ENTRY_BYTES
 from worker.gateway.image_header import MAX_SIDE, Base64Bytes, data_url, image_size
-from worker.pipeline.entries import MAX_ENTRY_BYTES
 
 # The request entry's budget: three quarters of what the worker accepts, so the entry never meets
 # the limit whatever the fields beside the prompt hold.

@@ -1,6 +1,6 @@
 """The hold a call needs when the gateway does not state one (pure).
 
-``reserved_micros`` = the price of the prompt estimate (``worker.estimate``, the cookbook's rules;
+``reserved_micros`` = the price of the prompt estimate (``worker.core.estimate``, the cookbook's rules;
 for a short prompt a bound of it, ``prompt_tokens``) as input tokens plus ``max_tokens`` x ``n``
 output tokens, at the row of the price book that would price the call (same model, provider and
 time; the default tier). ``max_completion_tokens`` is read
@@ -16,11 +16,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from worker.estimate import REPLY_PRIMER, TOKENS_PER_MESSAGE, TOKENS_PER_NAME, estimate_prompt
-from worker.money import Micros
-from worker.prices import PriceBook
-from worker.request import MAX_CHOICES, MAX_RESERVED_MICROS
-from worker.result import Usage
+from worker.core.estimate import REPLY_PRIMER, TOKENS_PER_MESSAGE, TOKENS_PER_NAME, estimate_prompt
+from worker.core.money import Micros
+from worker.core.prices import PriceBook
+from worker.core.request import MAX_CHOICES, MAX_RESERVED_MICROS
+from worker.core.result import Usage
 
 DEFAULT_MAX_TOKENS = 4096
 # No choice of any model produces more (the worker's own bound on a call's counts without a known

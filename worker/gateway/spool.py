@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import msgspec
 
-    from worker.pipeline.publisher import Command, XAdd
+    from worker.contract.publisher import Command, XAdd
 
     parser = argparse.ArgumentParser(
         description=main.__doc__.split("\n\n")[0] if main.__doc__ else ""

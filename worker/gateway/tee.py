@@ -1,6 +1,6 @@
 """The tee: the gateway's publisher that never makes the user wait and never loses a call.
 
-``Tee`` has the methods of ``worker.pipeline.publisher.Publisher`` (``open``, ``frames``,
+``Tee`` has the methods of ``worker.contract.publisher.Publisher`` (``open``, ``frames``,
 ``response``, ``close``, and a ``batch`` that changes nothing), and builds the same commands with the
 same functions; a gateway written against ``Publisher`` switches by changing its constructor.
 The differences:
@@ -51,7 +51,7 @@ rule; it is written as those entries live and spooled alike: the same entries un
 (1 MiB). An event (or a response body) larger than that is written in pieces (docs/events.md §1):
 a ``frame`` (``response``) entry with ``more=1``, then its ``part`` entries, each piece under an
 id of its own. The pieces are made once, when the event is queued (``frames``, ``response``:
-``worker.pipeline.publisher.pieces``) or its run of chunks is cut, and are the same entries under
+``worker.contract.publisher.pieces``) or its run of chunks is cut, and are the same entries under
 the same ids live and in the spool: a replay after a write that stopped between two pieces writes
 only the pieces missing. ``coalesce`` never merges a piece.
 
@@ -115,12 +115,9 @@ import redis
 from hiredis import pack_command
 
 from worker.config import TEE_LINGER_MS
-from worker.gateway import metrics
-from worker.gateway.events import EventSplitter, events_of
-from worker.gateway.spool import QUARANTINE_SUFFIX, Spool, orphans, probe
-from worker.pipeline.entries import MAX_ENTRY_BYTES
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import (
+from worker.contract.entries import MAX_ENTRY_BYTES
+from worker.contract.keys import Keys
+from worker.contract.publisher import (
     Command,
     XAdd,
     close_commands,
@@ -131,6 +128,9 @@ from worker.pipeline.publisher import (
     request_body,
     response_commands,
 )
+from worker.gateway import metrics
+from worker.gateway.events import EventSplitter, events_of
+from worker.gateway.spool import QUARANTINE_SUFFIX, Spool, orphans, probe
 
 log = logging.getLogger(__name__)
 

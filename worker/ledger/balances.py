@@ -13,8 +13,8 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from models import OPEN_STATUSES, Entry, LedgerAccount, LedgerKind, Reservation, Transaction
+from worker.core.money import Micros
 from worker.ledger.postings import system_account_id
-from worker.money import Micros
 
 entries = Entry.__table__
 ledger_accounts = LedgerAccount.__table__

@@ -35,16 +35,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import LedgerKind, Status
+from worker.core.errors import LedgerError
+from worker.core.request import RequestMeta
+from worker.core.result import Outcome, Reason, Result
 from worker.db import bulk
 from worker.db.dialect import dialect, one_of
-from worker.errors import LedgerError
 from worker.ledger import legs, postings, transitions
 from worker.ledger.effects import Effect
 from worker.ledger.operations import other_call
 from worker.ledger.rollup import CallDeltas, CallState, add_calls, move_call
 from worker.ledger.rows import failure_values, reservation_values, usage_values
-from worker.request import RequestMeta
-from worker.result import Outcome, Reason, Result
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,11 @@ from sqlalchemy import bindparam, insert, select
 from sqlalchemy.orm import Session
 
 from models import AccountCredit, CreditKind, CreditLimit, Kind, LedgerKind
-from worker.errors import LedgerError, RequestMetaError
+from worker.core.errors import LedgerError, RequestMetaError
+from worker.core.money import MAX_AMOUNT, Micros
+from worker.core.request import check_identifier
 from worker.ledger import postings
 from worker.ledger.rows import aware
-from worker.money import MAX_AMOUNT, Micros
-from worker.request import check_identifier
 
 account_credits = AccountCredit.__table__
 credit_limits = CreditLimit.__table__

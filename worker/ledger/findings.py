@@ -19,15 +19,15 @@ from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from models import Anomaly, AnomalyKind, Kind, Reservation, Transaction, UsageRecord
-from worker.anomalies import classify
+from worker.core.anomalies import classify
+from worker.core.parity import drift_ppm, fingerprint, output_hash
+from worker.core.request import RequestMeta
+from worker.core.result import Outcome, Result, UsageSource
 from worker.db import bulk
 from worker.db.dialect import insert_ignore
 from worker.ledger.alert_events import record_unsettled_event, record_unsettled_events
 from worker.ledger.batch import Columns
 from worker.ledger.effects import NO_CHANGE, SETTLED_EFFECTS, Effect
-from worker.parity import drift_ppm, fingerprint, output_hash
-from worker.request import RequestMeta
-from worker.result import Outcome, Result, UsageSource
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def record_findings(
     Never blocks settlement: the writes run in their own savepoint, and an error is logged and
     swallowed (returns False) so the call's ledger effect stands. ``meta`` (the request metadata)
     fills in the fingerprint; ``reservation`` is its (id, fingerprint) when the caller has read it
-    already. ``closed`` / ``opened``: see ``worker.anomalies.classify``.
+    already. ``closed`` / ``opened``: see ``worker.core.anomalies.classify``.
     """
     try:
         with session.begin_nested():

@@ -32,9 +32,9 @@ from models import (
     Reservation,
     Transaction,
 )
+from worker.core.money import Micros
 from worker.ledger.balances import SIGNED
 from worker.ledger.postings import system_account_id
-from worker.money import Micros
 
 entries = Entry.__table__
 transactions = Transaction.__table__

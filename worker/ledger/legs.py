@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from models import Kind
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
 from worker.ledger.rollup import Grain
 
 Leg = tuple[int, int]

@@ -12,7 +12,7 @@ every writer of a reservation, its transactions, usage record and failure first 
 processes settling the same request post one charge; the other sees ``settled`` and returns
 ``duplicate``. UNIQUE (reservation_id, kind) is the backstop if a path ever forgets the lock.
 
-What may be retried after a rollback is decided in one place, ``worker.transient``.
+What may be retried after a rollback is decided in one place, ``worker.db.transient``.
 
 ``LedgerError`` is never transient: the input contradicts the ledger (a hold repeated with another
 amount, a second resolution, charging an unpriced estimate). A CHECK violation or an unbalanced
@@ -31,14 +31,14 @@ from sqlalchemy.orm import Session
 
 from models import Action, Failure, Kind, LedgerKind, Status
 from worker.config import DELIVERED_REASONS, RESOLVE_POLICIES
-from worker.errors import LedgerError, RequestIdReused
+from worker.core.errors import LedgerError, RequestIdReused
+from worker.core.money import Micros
+from worker.core.request import RequestMeta
+from worker.core.result import Outcome, Reason, Result
 from worker.ledger import legs, postings, transitions
 from worker.ledger.alert_events import correct_unsettled_event
 from worker.ledger.effects import Effect
 from worker.ledger.rows import aware, failure_values, micros, reservation_values, usage_values
-from worker.money import Micros
-from worker.request import RequestMeta
-from worker.result import Outcome, Reason, Result
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from sqlalchemy import Float, and_, cast, func, literal, select
 from sqlalchemy.orm import Session
 
 from models import ParityPair, Reservation, Status, UsageRecord, Verdict
+from worker.core.parity import Side, compare
+from worker.core.prices import PriceBook
+from worker.core.result import Usage
 from worker.db.dialect import insert_ignore
-from worker.parity import Side, compare
-from worker.prices import PriceBook
-from worker.result import Usage
 
 reservations = Reservation.__table__
 usage_records = UsageRecord.__table__

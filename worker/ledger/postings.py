@@ -39,9 +39,9 @@ from models import (
     UsageRecord,
     ledger_account_name,
 )
+from worker.core.errors import LedgerError
 from worker.db import bulk
 from worker.db.dialect import dialect, insert_ignore_on, one_of
-from worker.errors import LedgerError
 from worker.ledger.legs import Customer, Posting, check_balanced, check_legs
 from worker.ledger.rollup import (
     CallDeltas,

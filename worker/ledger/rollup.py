@@ -36,8 +36,8 @@ from sqlalchemy.orm import Session
 
 from models import CallsDaily, Kind, MoneyDaily
 from models.rollup import CALL_COLUMNS, CALL_STATE_KEY, MONEY_COLUMNS
+from worker.core.errors import LedgerError
 from worker.db import bulk
-from worker.errors import LedgerError
 
 money_daily = MoneyDaily.__table__
 calls_daily = CallsDaily.__table__

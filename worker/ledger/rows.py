@@ -10,10 +10,10 @@ from datetime import datetime
 from typing import Any
 
 from models import Status
-from worker.errors import LedgerError
-from worker.money import Micros
-from worker.request import RequestMeta
-from worker.result import Reason, Result
+from worker.core.errors import LedgerError
+from worker.core.money import Micros
+from worker.core.request import RequestMeta
+from worker.core.result import Reason, Result
 
 
 def micros(value: Any) -> Micros:

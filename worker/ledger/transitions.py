@@ -20,9 +20,9 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from models import Status
-from worker.errors import LedgerError
+from worker.core.errors import LedgerError
+from worker.core.result import Outcome, Reason, Result
 from worker.ledger.effects import Effect
-from worker.result import Outcome, Reason, Result
 
 
 class Decision(NamedTuple):

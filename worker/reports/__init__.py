@@ -18,8 +18,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from worker.core.prices import PriceBook
+from worker.db.schema import revisions
 from worker.ledger.database import make_engine
-from worker.prices import PriceBook
 from worker.reports.model import Report
 from worker.reports.query import (
     MoneyDifference,
@@ -32,7 +33,6 @@ from worker.reports.query import (
     verify_money,
 )
 from worker.reports.spec import ReportError, ReportSpec
-from worker.schema import revisions
 
 __all__ = [
     "MoneyDifference",

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from worker.money import Micros
-from worker.result import Reason
+from worker.core.money import Micros
+from worker.core.result import Reason
 from worker.upstream.matching import Reconciliation
 
 # Every reason a call can be unsettled for: a column each, so no unsettled call is left uncounted.
@@ -147,7 +147,7 @@ class ProviderUsage:
 @dataclass(frozen=True, slots=True)
 class UnpricedComponent:
     """Calls of ``model`` unsettled ``unpriced_component`` whose usage named ``usage_field``, a
-    count the price book has no price for (``worker.usage``): the price an operator has to add. A
+    count the price book has no price for (``worker.core.usage``): the price an operator has to add. A
     call naming two fields is counted under each."""
 
     model: str

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, case, func, select
 
 from models import CallsDaily, UsageRecord
-from worker.money import Micros
+from worker.core.money import Micros
 from worker.reports.model import ProviderUsage
 from worker.reports.spec import ReportSpec
 

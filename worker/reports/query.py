@@ -82,7 +82,9 @@ from models import (
     Transaction,
     UsageRecord,
 )
-from worker.prices import PriceBook
+from worker.core.prices import PriceBook
+from worker.core.result import Reason
+from worker.core.usage import unpriced_field_names
 from worker.reports import drift as drift_query
 from worker.reports import providers as providers_query
 from worker.reports.model import (
@@ -97,9 +99,7 @@ from worker.reports.model import (
     UnpricedComponent,
 )
 from worker.reports.spec import ReportError, ReportSpec
-from worker.result import Reason
 from worker.upstream import query as upstream_query
-from worker.usage import unpriced_field_names
 
 reservations = Reservation.__table__
 usage_records = UsageRecord.__table__
@@ -629,7 +629,7 @@ UNNAMED_FIELD = "(not named)"
 
 def unpriced_statement(spec: ReportSpec) -> Any:
     """The window's failures of reason ``unpriced_component`` per model and the detail of their
-    ``unpriced_component`` anomaly (the fields and values ``worker.usage`` named): a few rows, these
+    ``unpriced_component`` anomaly (the fields and values ``worker.core.usage`` named): a few rows, these
     calls being few (``failures`` ⋈ ``reservations`` by primary key, as ``failures_statement``)."""
     f, r, a = failures, reservations, anomalies
     reason = str(Reason.UNPRICED_COMPONENT)

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from worker.core.terminal import printable
 from worker.reports import upstream as upstream_section
 from worker.reports.model import (
     COUNTS,
@@ -23,7 +24,6 @@ from worker.reports.model import (
     Tally,
     ratio,
 )
-from worker.terminal import printable
 from worker.upstream.matching import Reconciliation
 
 CALL_COLUMNS = tuple(c for c in COUNTS if not c[0].startswith(("unsettled_", "resolved_")))
@@ -32,7 +32,7 @@ UNSETTLED_COLUMNS = tuple(c for c in COUNTS if c[0].startswith(("unsettled_", "r
 
 def _cell(text: str) -> str:
     """Text from the ledger (account ids, model names, kinds) as a cell: terminal controls escaped
-    (``worker.terminal``), then rich markup escaped."""
+    (``worker.core.terminal``), then rich markup escaped."""
     return escape(printable(text))
 
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from worker.errors import InputError
+from worker.core.errors import InputError
 
 KEYS = ("day", "account", "model")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from worker.money import Micros
+from worker.core.money import Micros
 
 # (field, label) of a charge row's money, in every renderer's order.
 CHARGE_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -27,9 +27,9 @@ from models import (
     Transaction,
     UsageRecord,
 )
+from worker.core.money import Micros
 from worker.ledger.funds import SIGNED, Funds, funds_of
 from worker.ledger.postings import system_account_id
-from worker.money import Micros
 from worker.reports.spec import ReportError
 from worker.reports.statement_model import (
     CHARGE_FIELDS,

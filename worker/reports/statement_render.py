@@ -1,7 +1,7 @@
 """An account's statement as a table, CSV, JSON or one self-contained HTML page.
 
 The report renderers' conventions: money as USD with six decimals (JSON and CSV also carry
-``*_micros`` integers), times in UTC with ``Z``, names through ``worker.terminal.printable`` on a
+``*_micros`` integers), times in UTC with ``Z``, names through ``worker.core.terminal.printable`` on a
 table, ``html.escape`` in HTML, and a CSV text cell a spreadsheet would run as a formula prefixed
 with ``'``. Every format shows the same figures: each is read off ``statement_dict``.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
-from worker.money import Micros
+from worker.core.money import Micros
+from worker.core.terminal import printable
 from worker.reports.render_csv import safe_text
 from worker.reports.statement_model import CHARGE_COLUMNS, RELEASES, Position, Statement
-from worker.terminal import printable
 
 POSITION_FIELDS = ("funded", "charged", "balance", "held", "available")
 

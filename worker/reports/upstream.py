@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from worker.money import Micros
+from worker.core.money import Micros
 from worker.upstream.matching import Margin, Reconciliation, Row
 
 

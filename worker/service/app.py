@@ -60,7 +60,7 @@ app.conf.update(
             "schedule": ALERTS_INTERVAL_SECONDS,
             "options": {"expires": ALERTS_INTERVAL_SECONDS},
         },
-        # Retention (``worker.retention``): bounded batches each run, so a backlog takes a few runs.
+        # Retention (``worker.service.retention``): bounded batches each run, so a backlog takes a few runs.
         "purge": {
             "task": "billing.purge",
             "schedule": PURGE_INTERVAL_SECONDS,

@@ -16,11 +16,11 @@ from redis.cluster import RedisCluster
 from sqlalchemy import Engine
 
 from worker.config import Settings
+from worker.consumer.consumer import Consumer
+from worker.consumer.pricing import PriceSource
+from worker.consumer.sweeper import Sweeper
 from worker.fingerprint_key import with_key
 from worker.ledger.database import make_engine, session_factory
-from worker.pipeline.consumer import Consumer
-from worker.pipeline.pricing import PriceSource
-from worker.pipeline.sweeper import Sweeper
 
 # CPython collects cyclic garbage every 700 net allocations by default. A batch allocates a few
 # hundred thousand short-lived objects (the entries of 200 calls' streams as Redis replies become

@@ -11,13 +11,13 @@ import logging
 from worker import metrics
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
-from worker.pipeline import partitions
-from worker.retention import purge as purge_retained
+from worker.consumer import partitions
+from worker.db.transient import is_transient
 from worker.service import runtime
 from worker.service.app import RETIRED_INTERVAL_SECONDS, app
-from worker.transient import is_transient
+from worker.service.retention import purge as purge_retained
 
-log = logging.getLogger("worker.pipeline")
+log = logging.getLogger("worker.consumer")
 
 # A retired stream's drain is sent again at the next look if it expired unstarted.
 RETIRED_DRAIN_EXPIRES = 2 * RETIRED_INTERVAL_SECONDS

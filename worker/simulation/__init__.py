@@ -1,7 +1,7 @@
 """A deterministic gateway simulator: realistic calls, injected faults, and the fate each should meet.
 
 ``plan`` generates a run's calls with their ``Expected`` fates without IO; ``play`` publishes them
-through the gateway contract (``worker.pipeline.publisher``). ``billing simulate`` is the CLI shell.
+through the gateway contract (``worker.contract.publisher``). ``billing simulate`` is the CLI shell.
 """
 
 from worker.simulation.calls import DEFAULT_START, SimCall, iter_calls, plan

@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from worker.money import Micros
-from worker.prices import PriceBook, load_price_book
+from worker.core.money import Micros
+from worker.core.prices import PriceBook, load_price_book
 from worker.simulation import expected as fate
 from worker.simulation.conversation import (
     Conversation,

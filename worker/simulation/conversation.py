@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from worker.result import Usage
+from worker.core.result import Usage
 from worker.simulation import prompts
 
 # Where a stream reports usage: a usage-only chunk with ``choices: []`` (OpenAI), on the finish chunk
@@ -49,7 +49,7 @@ MODELS = (
     # The gateway's self-hosted vLLM, started with ``--served-model-name llama-3.1-8b``: it
     # answers the name the book prices. Without it vLLM answers its model path
     # (``meta-llama/Llama-3.1-8B-Instruct``), which the book prices only as an alias of the row:
-    # the model served is the model billed (``worker.substitution``), unpriced otherwise.
+    # the model served is the model billed (``worker.core.substitution``), unpriced otherwise.
     ModelSpec("llama-3.1-8b", 10, "llama-3.1-8b", (VLLM, OPENAI), provider="vllm"),
     ModelSpec(
         "mixtral-8x7b-instruct", 0.6, "open-mixtral-8x7b", (MISTRAL,), provider="mistral"

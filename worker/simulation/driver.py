@@ -20,8 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from worker.pipeline.keys import Keys
-from worker.pipeline.publisher import Publisher, now_ms
+from worker.contract.keys import Keys
+from worker.contract.publisher import Publisher, now_ms
 from worker.simulation.calls import SimCall
 from worker.simulation.summary import Summary
 from worker.simulation.wire import Close, Deferred, Frames, Notify, Op, Open, Response

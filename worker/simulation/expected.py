@@ -1,6 +1,6 @@
 """The fate a simulated call should meet, derived from what the simulator generated.
 
-This restates the billing rules (seeds 000 and 001) independently of ``worker.outcome`` on purpose:
+This restates the billing rules (seeds 000 and 001) independently of ``worker.core.outcome`` on purpose:
 a test compares the ledger against these expectations, so they must not share code with the
 reconciler they check.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from worker.money import Micros
-from worker.prices import PriceBook
-from worker.result import Outcome, Reason, Usage, UsageSource
+from worker.core.money import Micros
+from worker.core.prices import PriceBook
+from worker.core.result import Outcome, Reason, Usage, UsageSource
 
 # Why a call ends (also) as a dead letter; the values are the malformed fault's variants.
 REQUEST_NOT_JSON = "request_not_json"

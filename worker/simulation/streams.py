@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from worker.result import Usage
+from worker.core.result import Usage
 from worker.simulation.conversation import MISTRAL, OPENAI, VLLM, Choice, Conversation
 from worker.simulation.faults import (
     DROPPED_CONNECTION,

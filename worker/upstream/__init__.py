@@ -5,6 +5,6 @@
 day, provider, model and upstream key (pure), ``query`` reads both sides from the database,
 and ``simulated`` writes the export of a simulated run. Above this package: the report's section
 (``worker.reports.upstream``), the alert (``worker.alerts.upstream_leakage``), ``make demo``'s step
-(``worker.demo_upstream``); the consumer records routes through ``routes``. This package imports
+(``devtools.demo_upstream``); the consumer records routes through ``routes``. This package imports
 none of them. See docs/reports.md, "Upstream reconciliation".
 """

@@ -33,8 +33,8 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
-from worker.errors import InputError
-from worker.request import parse_rfc3339
+from worker.core.errors import InputError
+from worker.core.request import parse_rfc3339
 
 PROVIDERS = ("openai", "anthropic")
 USAGE_OBJECT = "organization.usage.completions.result"

@@ -4,7 +4,7 @@ Both sides are aggregated per **grain** = (UTC day, provider, model, upstream ke
 
 * **Model**: the export's provider model id (``gpt-4o-mini-2024-07-18``) and the ledger's model
   name (``gpt-4o-mini``) are both mapped by the price book's normalisation (``match_model``): the
-  book's own name for an alias, then a dated snapshot to its base (``worker.prices.book.
+  book's own name for an alias, then a dated snapshot to its base (``worker.core.prices.book.
   snapshot_base``). One table of names, the book's.
 * **Upstream key**: a day, provider and model whose calls carry an ``upstream_key`` label in the
   ledger is matched per key: the label against the export's ``api_key_id`` (its ``project_id`` /
@@ -33,10 +33,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, date, datetime
 
-from worker.money import Micros
-from worker.prices import PriceBook
-from worker.prices.book import normalize_provider, snapshot_base
-from worker.result import Usage
+from worker.core.money import Micros
+from worker.core.prices import PriceBook
+from worker.core.prices.book import normalize_provider, snapshot_base
+from worker.core.result import Usage
 
 ANY_KEY = "*"
 UNKNOWN = "unknown"

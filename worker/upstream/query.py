@@ -3,7 +3,7 @@
 * **Ledger**: the window's ``reservations`` (by ``created_at``, as every report section) LEFT JOIN
   ``call_routes``, ``usage_records`` and ``failures``, grouped in SQL by UTC day, provider (the
   route's, else the usage record's), model (the usage record's: the model billed, which is the one
-  the upstream served when it substituted another, ``worker.substitution``; else the
+  the upstream served when it substituted another, ``worker.core.substitution``; else the
   reservation's), upstream key and outcome class; a few rows per grain.
 * **Upstream**: ``upstream_usage`` and ``upstream_costs`` whose bucket starts in the window, grouped
   by day, provider, model and key.
@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Date, case, cast, func, literal_column, selec
 
 from models import CallRoute, Failure, Reservation, UpstreamCost, UpstreamUsage, UsageRecord
 from models.reservations import Status
-from worker.prices import PriceBook
+from worker.core.prices import PriceBook
 from worker.upstream.matching import (
     Grain,
     Ledger,

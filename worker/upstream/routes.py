@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from sqlalchemy.orm import Session
 
 from models import CallRoute
+from worker.core.request import RequestMeta
 from worker.db import bulk
-from worker.request import RequestMeta
 
 
 def record_routes(session: Session, metas: Iterable[RequestMeta]) -> int:

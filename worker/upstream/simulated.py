@@ -31,7 +31,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import Failure, Reservation, UsageRecord
-from worker.result import Outcome, Reason, UsageSource
+from worker.core.result import Outcome, Reason, UsageSource
 from worker.simulation.calls import SimCall, iter_calls
 from worker.simulation.conversation import MODELS
 from worker.simulation.faults import NO_FAULTS

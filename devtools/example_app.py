@@ -1,0 +1,118 @@
+"""A small OpenAI-compatible gateway built on the middleware: it proxies chat completions to one
+upstream and bills them. The end-to-end tests and the benchmark run it; it shows the few lines a
+gateway needs (``create_app``). Needs the ``gateway`` extra (Starlette, httpx, uvicorn).
+
+    python -m devtools.example_app --upstream http://127.0.0.1:8001/v1 --port 8000 \\
+        --redis redis://127.0.0.1:6379/0 --spool-dir var/spool [--no-billing]
+
+The account is the client's API key (``Authorization: Bearer <key>``), a stand-in for the gateway's
+own key-to-account lookup; the provider is ``openai``. Request headers other than hop-by-hop ones
+and ``authorization`` go upstream as they came (an ``X-Upstream-Scenario`` picks a recorded reply).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+from worker.contract.keys import Keys
+from worker.gateway.metadata import CallInfo
+from worker.gateway.middleware import BillingMiddleware
+from worker.gateway.tee import DEFAULT_SPOOL_DIR, Tee
+
+_NOT_FORWARDED = {"host", "content-length", "connection", "authorization", "accept-encoding"}
+
+
+def account_from_key(scope: dict[str, Any], body: dict[str, Any]) -> CallInfo | None:
+    """The example's hook: the bearer token names the account; no token, not billed."""
+    for key, value in scope.get("headers") or ():
+        if key == b"authorization" and value.lower().startswith(b"bearer "):
+            return CallInfo(account_id=value[7:].decode("latin-1").strip(), provider="openai")
+    return None
+
+
+def proxy_app(upstream: str, *, on_shutdown: Callable[[], object] | None = None) -> Starlette:
+    """The gateway without billing: forwards ``POST /v1/chat/completions`` to ``upstream``.
+    ``on_shutdown`` runs (in a thread) when the server shuts down: uvicorn runs the lifespan's end
+    on SIGTERM and SIGINT before it exits, which a ``finally`` around ``uvicorn.run`` is not."""
+    client = httpx.AsyncClient(base_url=upstream, timeout=httpx.Timeout(60.0, connect=5.0))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await client.aclose()
+            if on_shutdown is not None:
+                await asyncio.get_running_loop().run_in_executor(None, on_shutdown)
+
+    async def chat_completions(request: Request) -> StreamingResponse:
+        headers = {k: v for k, v in request.headers.items() if k not in _NOT_FORWARDED}
+        sent = client.build_request(
+            "POST", "/chat/completions", content=await request.body(), headers=headers
+        )
+        reply = await client.send(sent, stream=True)
+
+        async def body() -> AsyncIterator[bytes]:
+            async for chunk in reply.aiter_raw():
+                yield chunk
+
+        kept = {
+            k: v for k, v in reply.headers.items() if k.lower() in ("content-type", "x-request-id")
+        }
+        return StreamingResponse(
+            body(),
+            status_code=reply.status_code,
+            headers=kept,
+            background=BackgroundTask(reply.aclose),
+        )
+
+    return Starlette(
+        routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"])],
+        lifespan=lifespan,
+    )
+
+
+def create_app(upstream: str, publisher: Any, **options: Any) -> BillingMiddleware:
+    """The billed gateway: ``proxy_app`` inside the middleware (``options``: its keywords)."""
+    options.setdefault("hook", account_from_key)
+    app = proxy_app(upstream, on_shutdown=getattr(publisher, "stop", None))
+    return BillingMiddleware(app, publisher=publisher, **options)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--upstream", required=True, help="the upstream's OpenAI base URL")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--prefix", default="billing")
+    parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--spool-dir", default=DEFAULT_SPOOL_DIR)
+    parser.add_argument("--no-billing", action="store_true", help="serve the bare proxy")
+    args = parser.parse_args(argv)
+    if args.no_billing:
+        uvicorn.run(proxy_app(args.upstream), host=args.host, port=args.port, log_level="warning")
+        return
+    tee = Tee.from_url(args.redis, Keys(args.prefix, args.partitions), spool_dir=args.spool_dir)
+    try:
+        app = create_app(args.upstream, tee)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        tee.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Step 2 of a batch: group the notification entries by call and read the calls' streams.
+
+Contract of ``gather``: Redis reads only, nothing written anywhere (safe to run while another batch
+is applied). A notification that does not parse is a dead letter at once; every call's stream is
+sized first, and a stream past the size limits is refused unread; the calls past the batch's byte
+budget are left for the next batch (``Batch.rest``, still pending). Calls come out in request-id
+order, the order the transaction locks their reservations in.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from worker.consumer.calls import Batch, BatchStats, CallState
+from worker.consumer.reading import StreamSize, read_streams, size_streams, within_budget
+from worker.contract.entries import Entry, dead_letter_fields, parse_notification
+from worker.contract.keys import Keys
+from worker.core.errors import InputError
+from worker.core.prices import PriceBook
+
+
+def group(batch: Batch, entries: list[tuple[bytes, Any]]) -> list[CallState]:
+    """The entries' calls in request-id order; unusable notifications go to ``batch.dead``."""
+    now_ms = int(time.time() * 1000)
+    calls: dict[str, CallState] = {}
+    for entry_id, fields in entries:
+        if fields is None:  # deleted from the stream while pending
+            batch.ack.append(entry_id)
+            continue
+        try:
+            note = parse_notification(entry_id, fields)
+        except InputError as exc:
+            batch.dead.append(
+                dead_letter_fields("notification", str(exc), fields, now_ms, entry_id)
+            )
+            batch.ack.append(entry_id)
+            continue
+        call = calls.setdefault(note.request_id, CallState(note.request_id))
+        call.notes.append(note)
+        if note.kind == "close" and note.ts is not None:
+            call.close_ts = note.ts
+    # Request-id order, so that two consumers whose batches share calls (an open read by one, its
+    # close by the other) take their reservation locks in the same order: in arrival order, each
+    # batch-long transaction waited for the other's and PostgreSQL broke the cycle with a deadlock.
+    return sorted(calls.values(), key=lambda call: call.request_id)
+
+
+def fetch(
+    client: redis.Redis, keys: Keys, calls: list[CallState], sizes: list[StreamSize]
+) -> list[list[Entry]]:
+    """Each call's stream as far as it was sized: whole for a close, the request entry for an
+    open; nothing for a refused call or a missing stream."""
+    reads = []
+    for call, size in zip(calls, sizes, strict=True):
+        count = 0 if call.dead_reason is not None else size.entries
+        reads.append((call.request_id, count if call.closing else min(count, 1)))
+    return read_streams(client, keys, reads)
+
+
+def gather(
+    client: redis.Redis,
+    keys: Keys,
+    stream: str,
+    entries: list[tuple[bytes, Any]],
+    book: PriceBook,
+    batch_bytes: int,
+) -> tuple[Batch, list[list[Entry]]]:
+    """A batch of the calls within ``batch_bytes``, and each one's stream as read."""
+    batch = Batch(stream, BatchStats(), book)
+    ordered = group(batch, entries)
+    sizes = size_streams(client, keys, [call.request_id for call in ordered])
+    for call, size in zip(ordered, sizes, strict=True):
+        call.dead_reason = size.refusal
+    taken = within_budget([size.cost for size in sizes], batch_bytes)
+    later = {note.entry_id for call in ordered[taken:] for note in call.notes}
+    batch.rest = [entry for entry in entries if entry[0] in later]
+    batch.stats.read = len(entries) - len(batch.rest)
+    batch.calls = ordered[:taken]
+    return batch, fetch(client, keys, batch.calls, sizes[:taken])

@@ -1,1 +1,0 @@
-"""The Redis and Celery edges: the gateway contract (keys, publisher), the consumer, the tasks."""

@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml native/Cargo.toml native/Cargo.lock native/src/lib.rs
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 # Debian's chromium, which the HTML report test renders in: installed when missing and we are root,
 # otherwise a one-line message with the command to run; instant when it is there.

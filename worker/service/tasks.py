@@ -1,12 +1,16 @@
 """Celery tasks: thin shells over the consumer and the sweeper.
 
-A task that meets a broken Redis or database connection logs it and returns; the next beat tick tries
-again. Nothing is acknowledged that was not committed (see ``Consumer``), so giving up is always safe.
+Every task is declared with ``billing_task``, the one guard: a task that meets a broken Redis or
+database connection (``worker.db.transient``) logs it, counts it (``billing_task_interruptions``) and
+returns; the next beat tick tries again. Nothing is acknowledged that was not committed (see
+``Consumer``), so giving up is always safe. Any other exception propagates, as Celery reports it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from worker import metrics
 from worker.alerts.config import AlertConfig
@@ -23,42 +27,52 @@ log = logging.getLogger("worker.consumer")
 RETIRED_DRAIN_EXPIRES = 2 * RETIRED_INTERVAL_SECONDS
 
 
-def _runtime(task: str) -> runtime.Runtime | None:
-    """This process's runtime, built on first use (it reads the fingerprint key from the database):
-    None, with the usual warning, when the database or Redis is down; beat sends the task again."""
-    try:
-        return runtime.current()
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        log.warning("%s not started: %s", task, type(exc).__name__)
-        metrics.interrupted(task)
-        return None
+def _interrupted(label: str, what: str, exc: Exception) -> None:
+    if not is_transient(exc):
+        raise exc
+    log.warning("%s: %s", what, type(exc).__name__)
+    metrics.interrupted(label)
 
 
-@app.task(name="billing.drain")
-def drain(partition: int = 0, stream: str | None = None) -> None:
+def billing_task(name: str, label: str) -> Callable[[Callable[..., None]], Any]:
+    """Declare the Celery task ``name`` whose body takes this process's runtime first, then the
+    task's own arguments. The runtime is built on first use (it reads the fingerprint key from the
+    database); a transient error building it or running the body is logged and counted under
+    ``label``, and the task returns."""
+
+    def declare(body: Callable[..., None]) -> Any:
+        def run(*args: Any, **kwargs: Any) -> None:
+            try:
+                rt = runtime.current()
+            except Exception as exc:
+                _interrupted(label, f"{label} not started", exc)
+                return
+            try:
+                body(rt, *args, **kwargs)
+            except Exception as exc:
+                _interrupted(label, f"{name} interrupted", exc)
+
+        run.__name__ = run.__qualname__ = body.__name__
+        run.__doc__ = body.__doc__
+        run.__module__ = body.__module__
+        return app.task(name=name)(run)
+
+    return declare
+
+
+@billing_task("billing.drain", "drain")
+def drain(rt: runtime.Runtime, partition: int = 0, stream: str | None = None) -> None:
     """Drain a partition for ``BILLING_DRAIN_MS``. Given ``stream`` (a retired one, sent by
     ``drain_retired``): that stream, for as long at most, ending at the first read that finds
     nothing."""
-    rt = _runtime("drain")
-    if rt is None:
-        return
     name = stream or rt.consumer.keys.events(partition)
-    try:
-        stats = rt.consumer.drain(
-            partition,
-            seconds=rt.settings.drain_ms / 1000,
-            block_ms=rt.settings.block_ms,
-            until_idle=stream is not None,
-            stream=stream,
-        )
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        log.warning("drain of %s interrupted: %s", name, type(exc).__name__)
-        metrics.interrupted("drain")
-        return
+    stats = rt.consumer.drain(
+        partition,
+        seconds=rt.settings.drain_ms / 1000,
+        block_ms=rt.settings.block_ms,
+        until_idle=stream is not None,
+        stream=stream,
+    )
     metrics.record_batch(name, stats)
     if stats.read:
         log.info(
@@ -68,88 +82,39 @@ def drain(partition: int = 0, stream: str | None = None) -> None:
         )  # fmt: skip
 
 
-@app.task(name="billing.drain_retired")
-def drain_retired() -> None:
+@billing_task("billing.drain_retired", "drain")
+def drain_retired(rt: runtime.Runtime) -> None:
     """Find the notification streams the configured partitions do not name (``partitions``): send
     a drain for each with work waiting, delete each that is drained and quiet."""
-    rt = _runtime("drain_retired")
-    if rt is None:
-        return
-    try:
-        for stream in partitions.to_drain(rt.client, rt.consumer.keys):
-            drain.apply_async(kwargs={"stream": stream}, expires=RETIRED_DRAIN_EXPIRES)
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        log.warning("retired streams interrupted: %s", type(exc).__name__)
-        metrics.interrupted("drain")
+    for stream in partitions.to_drain(rt.client, rt.consumer.keys):
+        drain.apply_async(kwargs={"stream": stream}, expires=RETIRED_DRAIN_EXPIRES)
 
 
-@app.task(name="billing.sweep")
-def sweep() -> None:
-    rt = _runtime("sweep")
-    if rt is None:
-        return
-    try:
-        stats = rt.sweeper.run()
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        log.warning("sweep interrupted: %s", type(exc).__name__)
-        metrics.interrupted("sweep")
-        return
+@billing_task("billing.sweep", "sweep")
+def sweep(rt: runtime.Runtime) -> None:
+    stats = rt.sweeper.run()
     metrics.record_sweep(stats)
     if stats.finalized or stats.rechecked or stats.resolved or stats.dead:
         log.info("sweep: %s", stats)
 
 
-@app.task(name="billing.parity")
-def parity() -> None:
-    rt = _runtime("parity")
-    if rt is None:
-        return
-    try:
-        book = rt.consumer.prices.current()  # before the transaction (SQLite: one writer)
-        counts = run_pairing(rt.consumer.sessions, rt.settings, book=book)
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        log.warning("parity pairing interrupted: %s", type(exc).__name__)
-        metrics.interrupted("parity")
-        return
+@billing_task("billing.parity", "parity")
+def parity(rt: runtime.Runtime) -> None:
+    book = rt.consumer.prices.current()  # before the transaction (SQLite: one writer)
+    counts = run_pairing(rt.consumer.sessions, rt.settings, book=book)
     if any(counts.values()):
         log.info("parity: %s", counts)
 
 
-@app.task(name="billing.alerts")
-def alerts() -> None:
-    rt = _runtime("alerts")
-    if rt is None:
-        return
-    try:
-        run = run_alerts(rt.consumer.sessions, AlertConfig.from_settings(rt.settings))
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        log.warning("alerts interrupted: %s", type(exc).__name__)
-        metrics.interrupted("alerts")
-        return
+@billing_task("billing.alerts", "alerts")
+def alerts(rt: runtime.Runtime) -> None:
+    run = run_alerts(rt.consumer.sessions, AlertConfig.from_settings(rt.settings))
     if run.queued or run.delivery.delivered or run.delivery.failed or run.delivery.logged:
         log.info("alerts: queued=%d %s", run.queued, run.delivery)
 
 
-@app.task(name="billing.purge")
-def purge() -> None:
-    rt = _runtime("purge")
-    if rt is None:
-        return
-    try:
-        stats = purge_retained(rt.consumer.sessions, rt.client, rt.settings)
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        log.warning("purge interrupted: %s", type(exc).__name__)
-        metrics.interrupted("purge")
-        return
+@billing_task("billing.purge", "purge")
+def purge(rt: runtime.Runtime) -> None:
+    stats = purge_retained(rt.consumer.sessions, rt.client, rt.settings)
     if any(vars(stats).values()):
         log.info("purge: %s", stats)

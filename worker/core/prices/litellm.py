@@ -62,7 +62,7 @@ from typing import Any
 
 from worker.core.errors import PriceBookError
 from worker.core.prices.book import normalize_provider
-from worker.core.prices.off_peak import OffPeak, rules_from
+from worker.core.prices.off_peak import OffPeak, off_peak_block
 from worker.core.prices.price import Band, Layer, Price, check_fee, check_price, plain
 
 MODES = frozenset({"chat", "responses"})
@@ -247,20 +247,13 @@ def _off_peak(entry: dict[str, Any], where: str) -> OffPeak | None:
         for key, kind in OFF_PEAK_KEYS.items()
         if block.get(key) is not None
     }
-    zone = block.get("weekday_timezone", "UTC")
-    if not isinstance(zone, str):
-        raise PriceBookError(f"{here}: weekday_timezone must be an IANA name")
-    try:
-        return OffPeak(
-            rules=rules_from(block.get("hours_utc"), block.get("windows"), here),
-            weekday_timezone=zone,
-            **rates,  # type: ignore[arg-type]
-        )
-    except PriceBookError as exc:
-        message = str(exc)
-        raise PriceBookError(
-            message if message.startswith(here) else f"{here}: {message}"
-        ) from None
+    return off_peak_block(
+        block.get("hours_utc"),
+        block.get("windows"),
+        block.get("weekday_timezone", "UTC"),
+        rates,
+        here,
+    )
 
 
 def _read(key: str) -> bool:

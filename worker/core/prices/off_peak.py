@@ -17,7 +17,6 @@ Pure; no IO. Values are validated here, once: a window, weekday or zone the book
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -162,6 +161,22 @@ def rules_from(hours: object, windows: object, where: str) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+def off_peak_block(
+    hours: object, windows: object, zone: object, rates: dict[str, Decimal], where: str
+) -> OffPeak:
+    """An ``OffPeak`` from a source's parts (``rules_from``'s ``hours`` and ``windows``, the
+    weekdays' calendar, the rates by kind); every error names ``where``."""
+    try:
+        if not isinstance(zone, str):
+            raise PriceBookError("weekday_timezone must be an IANA name")
+        return OffPeak(rules_from(hours, windows, where), zone, **rates)
+    except PriceBookError as exc:
+        message = str(exc)
+        raise PriceBookError(
+            message if message.startswith(where) else f"{where}: {message}"
+        ) from None
+
+
 def _windows(hours: object, where: str) -> tuple[tuple[int, int], ...]:
     items = [hours] if isinstance(hours, str) else hours
     if not isinstance(items, list) or not items:
@@ -180,9 +195,6 @@ def off_peak_from_json(data: object, where: str) -> OffPeak:
                 rates[kind] = Decimal(str(data[kind]))
             except ArithmeticError:
                 raise PriceBookError(f"{where}: off_peak {kind} is not a decimal") from None
-    rules = rules_from(None, data.get("rules"), where)
-    return OffPeak(rules=rules, weekday_timezone=str(data.get("weekday_timezone", "UTC")), **rates)
-
-
-def off_peak_text(block: OffPeak | None) -> str:
-    return "" if block is None else json.dumps(block.to_json(), separators=(",", ":"))
+    return off_peak_block(
+        None, data.get("rules"), data.get("weekday_timezone", "UTC"), rates, where
+    )

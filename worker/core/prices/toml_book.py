@@ -58,7 +58,7 @@ from typing import Any
 
 from worker.core.errors import PriceBookError
 from worker.core.prices.book import normalize_provider, normalize_tier
-from worker.core.prices.off_peak import OFF_PEAK_KINDS, OffPeak, rules_from
+from worker.core.prices.off_peak import OFF_PEAK_KINDS, OffPeak, off_peak_block
 from worker.core.prices.price import (
     KINDS,
     SEARCH_SIZES,
@@ -160,21 +160,14 @@ def _off_peak(entry: dict[str, Any], where: str) -> OffPeak | None:
     unknown = sorted(set(table) - OFF_PEAK_KEYS)
     if unknown:
         raise PriceBookError(f"{here}: unknown key {unknown[0]!r}")
-    zone = table.get("weekday_timezone", "UTC")
-    if not isinstance(zone, str):
-        raise PriceBookError(f"{here}: weekday_timezone must be an IANA name")
     rates = {key: _decimal(table, key, here) for key in OFF_PEAK_KINDS if key in table}
-    try:
-        return OffPeak(
-            rules=rules_from(table.get("hours_utc"), table.get("window"), here),
-            weekday_timezone=zone,
-            **rates,
-        )
-    except PriceBookError as exc:
-        message = str(exc)
-        raise PriceBookError(
-            message if message.startswith(here) else f"{here}: {message}"
-        ) from None
+    return off_peak_block(
+        table.get("hours_utc"),
+        table.get("window"),
+        table.get("weekday_timezone", "UTC"),
+        rates,
+        here,
+    )
 
 
 def _price(entry: Any, where: str, source: str, default_from: datetime) -> Price:

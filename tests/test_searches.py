@@ -19,7 +19,7 @@ from worker.core.reconcile import reconcile_response
 from worker.core.request import request_from_dict
 from worker.core.result import Outcome, Reason, Usage
 from worker.core.searches import always_searches, with_searches
-from worker.gateway.metadata import CallInfo, request_entry
+from worker.gateway.metadata import CallInfo, request_entry, search_options
 
 AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BOOK = load_price_book()
@@ -158,3 +158,23 @@ def test_the_gateway_publishes_web_search_options() -> None:
         streamed=False,
     )
     assert "web_search_options" not in entry and request_from_dict(entry).web_search is None
+
+
+@pytest.mark.parametrize(
+    ("given", "published", "size"),
+    [
+        (None, None, None),
+        ({"search_context_size": "high"}, {"search_context_size": "high"}, "high"),
+        ({}, {}, "medium"),
+        ("medium", {}, "medium"),  # malformed: still a request for web search
+        ({"search_context_size": "huge", "x": 1}, {}, "medium"),
+    ],
+)
+def test_the_litellm_hook_publishes_search_options_the_worker_accepts(
+    given: Any, published: Any, size: str | None
+) -> None:
+    """The LiteLLM proxy may serve a request the ASGI middleware would refuse with 400: its entry
+    must still be one the worker reads, the search billed, never a refused entry."""
+    assert search_options(given) == published
+    extra = {} if published is None else {"web_search_options": published}
+    assert _meta("gpt-4o", **extra).web_search == size

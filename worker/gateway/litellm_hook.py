@@ -84,7 +84,7 @@ from worker.contract.publisher import Publisher
 from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier, request_from_dict
-from worker.gateway.metadata import usable_account
+from worker.gateway.metadata import search_options, usable_account
 from worker.gateway.request_budget import entry_body, slim_messages
 from worker.gateway.reservation import reserve
 from worker.gateway.spool import probe
@@ -321,7 +321,7 @@ class BillingHook(CustomLogger):
             "seed": _optional(data, "seed", int),
             "provider": provider,
             # a search its usage will not count (``worker.core.searches``)
-            "web_search_options": data.get("web_search_options"),
+            "web_search_options": search_options(data.get("web_search_options")),
         }
         return within_contract({k: v for k, v in meta.items() if v is not None})
 

@@ -181,6 +181,17 @@ def usable_account(
         return fallback, str(exc)
 
 
+def search_options(value: Any) -> dict[str, Any] | None:
+    """``web_search_options`` as the LiteLLM hook publishes it: None when absent; otherwise an
+    object the worker accepts. A malformed one (not an object, an unknown context size) still asked
+    for web search: it becomes ``{}``, one search at the default size, never a refused entry
+    (``worker.core.searches``). The ASGI middleware refuses such a request with 400 instead."""
+    if value is None:
+        return None
+    size = value.get("search_context_size") if isinstance(value, dict) else None
+    return {"search_context_size": size} if size in ("low", "medium", "high") else {}
+
+
 def request_entry(
     body: dict[str, Any],
     info: CallInfo,

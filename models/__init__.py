@@ -4,6 +4,7 @@ from models.accounts import Account, LedgerAccount, LedgerKind, ledger_account_n
 from models.alerts import AlertEvent, AlertKind, OutboxAlert, OutboxStatus
 from models.anomalies import ANOMALY_KINDS, Anomaly, AnomalyKind
 from models.base import NAMING_CONVENTION, Base
+from models.budgets import AuthorizationCorrection, Budget
 from models.credits import AccountCredit, CreditKind, CreditLimit
 from models.failures import Action, Failure
 from models.ledger import Direction, Entry, Kind, LedgerCheck, Transaction
@@ -29,7 +30,9 @@ __all__ = [
     "AlertKind",
     "Anomaly",
     "AnomalyKind",
+    "AuthorizationCorrection",
     "Base",
+    "Budget",
     "CallRoute",
     "CallsDaily",
     "CreditKind",

@@ -339,6 +339,52 @@ class Settings:
         "LiteLLM proxy hook: who pays, the first found of `team`, `user`, `key`, `end_user`"
         " ([gateway](docs/gateway.md))",
     )
+    # Spend control (docs/gateway.md "Spend control"): read by the gateway and by the sync task.
+    authorize: bool = flag(
+        "BILLING_AUTHORIZE",
+        "spend control: the gateway takes each call's hold from the Redis authorization store"
+        " before the upstream call (402 when it does not fit); the worker keeps the store in sync",
+    )
+    auth_unreachable: str = choice(
+        "BILLING_AUTH_UNREACHABLE",
+        ("open", "closed"),
+        "when Redis cannot authorize: `open` serves the call unchecked (counted, flagged"
+        " `admitted_unchecked`), `closed` refuses it with 503",
+    )
+    auth_unknown_account: str = choice(
+        "BILLING_AUTH_UNKNOWN_ACCOUNT",
+        ("refuse", "default_budget"),
+        "an account with no funds, credit limit or budget: `refuse` (402) or give it"
+        " `BILLING_AUTH_DEFAULT_BUDGET_USD`",
+    )
+    auth_default_budget_micros: int = usd(
+        "BILLING_AUTH_DEFAULT_BUDGET_USD",
+        0,
+        "the budget of an account with no funds, credit limit or budget of its own"
+        " (with `default_budget`)",
+    )
+    auth_default_period: str = choice(
+        "BILLING_AUTH_DEFAULT_PERIOD", ("day", "month"), "the default budget's period (UTC)"
+    )
+    auth_timeout_ms: int = integer(
+        "BILLING_AUTH_TIMEOUT_MS",
+        100,
+        "the gateway's Redis timeout for an authorization; past it, `BILLING_AUTH_UNREACHABLE`",
+        minimum=1,
+    )
+    auth_sync_seconds: int = integer(
+        "BILLING_AUTH_SYNC_SECONDS",
+        5,
+        "how often the worker recomputes the authorization store from the ledger (and rebuilds"
+        " it after a Redis loss); top-ups and budgets take effect within this",
+        minimum=1,
+    )
+    auth_stale_seconds: int = integer(
+        "BILLING_AUTH_STALE_SECONDS",
+        3_600,
+        "a hold authorized but never recorded by the worker is dropped (and reported) after this",
+        minimum=60,
+    )
     # Limits and retention (docs/operations.md "Limits and retention").
     batch_bytes: int = integer(
         "BILLING_BATCH_BYTES",

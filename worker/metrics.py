@@ -122,6 +122,20 @@ DRIFT = Gauge(
     multiprocess_mode="mostrecent",
 )
 
+AUTH_CORRECTIONS = Counter(
+    "billing_authorization_corrections_total",
+    "Corrections the sync task made to the authorization store, by kind (a rebuild counts none).",
+    ["kind"],
+)
+AUTH_CORRECTED = Counter(
+    "billing_authorization_corrected_micros_total",
+    "Micro-USD the sync task moved in the authorization store to match the ledger.",
+)
+AUTH_REBUILDS = Counter(
+    "billing_authorization_rebuilds_total",
+    "Times the authorization store was rebuilt from the ledger (its ready key was gone).",
+)
+
 SWEEP_ACTIONS = ("finalized", "rechecked", "settled_late", "expired", "resolved")
 
 
@@ -171,6 +185,19 @@ def record_sweep(stats: Any) -> None:
         LAST_SWEEP.set(time.time())
     except Exception:
         log.exception("could not record sweep metrics")
+
+
+def record_authorization_sync(stats: Any) -> None:
+    """Count what one sync of the authorization store did; ``stats`` is a ``SyncStats``."""
+    try:
+        for correction in stats.corrections:
+            AUTH_CORRECTIONS.labels(correction["kind"]).inc()
+        if stats.corrections:
+            AUTH_CORRECTED.inc(stats.corrected_micros())
+        if stats.rebuilt:
+            AUTH_REBUILDS.inc()
+    except Exception:
+        log.exception("could not record authorization metrics")
 
 
 def interrupted(task: str) -> None:

@@ -34,6 +34,8 @@ TABLES = {
     "upstream_costs",
     "upstream_revisions",
     "call_routes",
+    "budgets",
+    "authorization_corrections",
 }
 
 

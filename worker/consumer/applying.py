@@ -40,10 +40,10 @@ from worker.ledger.batch import apply_common
 from worker.ledger.effects import NO_CHANGE, SETTLED_EFFECTS, Effect
 from worker.ledger.findings import (
     columns_of,
-    record_account_fallbacks,
     record_anomalies,
     record_findings,
     record_findings_many,
+    record_gateway_notes,
     reservation_of,
     withdraw,
 )
@@ -142,7 +142,7 @@ class Applier:
                 and call.effect not in (None, Effect.DEFERRED)
             ]
             record_routes(session, applied)
-            record_account_fallbacks(session, applied, now)
+            record_gateway_notes(session, applied, now)
 
     def _apply_common(self, session: Session, calls: list[CallState], now: datetime) -> None:
         """The batch's fresh holds, plain settlements and failures in a few statements."""

@@ -40,6 +40,9 @@ class AnomalyKind(StrEnum):
     # the upstream answered with another model than the request named, one the book prices
     # differently: the call is priced at the served model; the detail names both models
     MODEL_SUBSTITUTED = "model_substituted"
+    # the gateway served the call without a spend check: Redis was unreachable (or the store not
+    # built yet) and BILLING_AUTH_UNREACHABLE is ``open``
+    ADMITTED_UNCHECKED = "admitted_unchecked"
 
 
 def is_non_streamable(model: str, prefixes: Iterable[str]) -> bool:

@@ -67,6 +67,10 @@ class RequestMeta:
     # Why the gateway billed the call to its fallback account (the payer's own id was unusable):
     # recorded as the anomaly ``account_fallback``; never the id itself.
     account_fallback: str | None = None
+    # The gateway served the call without a spend check (Redis unreachable or the authorization
+    # store not built, and the gateway set to fail open): entry ``"authorization": "unchecked"``,
+    # recorded as the anomaly ``admitted_unchecked``.
+    admitted_unchecked: bool = False
     # The search context size of a request that asked for web search (``web_search_options``;
     # ``medium`` when it names none): ``worker.core.searches`` bills the search its usage may not count.
     web_search: str | None = None
@@ -205,6 +209,20 @@ def _note(data: dict[str, Any], key: str) -> str | None:
     return _NOT_IN_IDS.sub("\ufffd", value)[:MAX_NOTE_CHARS] or None
 
 
+AUTHORIZATION_VALUES = ("unchecked",)
+
+
+def _authorization(data: dict[str, Any]) -> bool:
+    """The entry's ``authorization``: absent (the call was checked, or the gateway does not
+    authorize) or ``unchecked``; anything else is refused."""
+    value = data.get("authorization")
+    if value is None:
+        return False
+    if value not in AUTHORIZATION_VALUES:
+        raise RequestMetaError('authorization: expected "unchecked" or nothing')
+    return True
+
+
 def _created_at(data: dict[str, Any]) -> datetime:
     created_at = parse_rfc3339(data.get("created_at"))
     if not EARLIEST_CREATED_AT <= created_at < LATEST_CREATED_AT:
@@ -305,6 +323,7 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
         provider=provider,
         upstream_key=upstream_key,
         account_fallback=_note(data, "account_fallback"),
+        admitted_unchecked=_authorization(data),
         web_search=_web_search(data),
         digest=None
         if entry_id is None

@@ -58,7 +58,7 @@ KEPT_KEYS = frozenset({"role", "type", "detail", "format", "id", "tool_call_id",
 MONEY_FIELDS = (
     "request_id", "account_id", "model", "stream", "include_usage", "reserved_micros",
     "created_at", "n", "max_tokens", "temperature", "seed", "provider", "upstream_key",
-    "account_fallback",
+    "account_fallback", "authorization",
 )  # fmt: skip
 # Short labels (an image's detail, an audio's format) are kept as sent up to this length.
 MAX_LABEL_CHARS = 32

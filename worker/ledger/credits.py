@@ -59,7 +59,7 @@ class Credited:
     at: datetime
 
 
-def _text(value: str, what: str) -> str:
+def checked_text(value: str, what: str) -> str:
     if not value or not value.strip():
         raise LedgerError(f"{what} must not be empty")
     if len(value) > MAX_TEXT:
@@ -79,7 +79,7 @@ def account_id_of(value: str) -> str:
 ACCOUNT_SEEN = select(postings.accounts.c.id).where(postings.accounts.c.id == bindparam("b_id"))
 
 
-def _seen(session: Session, account_id: str, new_account: bool) -> None:
+def check_seen(session: Session, account_id: str, new_account: bool) -> None:
     """Refuse an account the ledger has never seen (no call, credit or limit named it) unless the
     caller says it is new: a typo in an id would fund an account no call reaches."""
     if new_account:
@@ -91,7 +91,7 @@ def _seen(session: Session, account_id: str, new_account: bool) -> None:
         )
 
 
-def _note(value: str, what: str) -> str:
+def checked_note(value: str, what: str) -> str:
     if not value or not value.strip():
         raise LedgerError(f"{what} needs a note (why)")
     if len(value) > MAX_NOTE:
@@ -99,7 +99,7 @@ def _note(value: str, what: str) -> str:
     return value
 
 
-def _amount(amount: Micros, *, allow_zero: bool = False) -> int:
+def checked_amount(amount: Micros, *, allow_zero: bool = False) -> int:
     if not isinstance(amount, Micros):
         raise LedgerError(f"an amount must be Micros, not {type(amount).__name__}")
     if amount < 0 or (amount == 0 and not allow_zero) or amount > MAX_AMOUNT:
@@ -134,9 +134,9 @@ def credit(
     docstring). ``account_id`` follows the calls' id rule (``account_id_of``); an account never
     seen before is created only with ``new_account`` (``_seen``)."""
     now = aware(now)
-    account_id, key = account_id_of(account_id), _text(key, "idempotency key")
-    note, who = _note(note, "a credit"), _text(who, "who")
-    micros = _amount(amount)
+    account_id, key = account_id_of(account_id), checked_text(key, "idempotency key")
+    note, who = checked_note(note, "a credit"), checked_text(who, "who")
+    micros = checked_amount(amount)
     found = session.execute(BY_KEY, {"b_key": key}).first()
     if found is not None:
         same = (found.account_id, found.amount_micros, found.note) == (account_id, micros, note)
@@ -149,7 +149,7 @@ def credit(
             )
         return Credited(Recorded.DUPLICATE, found.id, account_id, Micros(micros), key,
                         found.created_at)  # fmt: skip
-    _seen(session, account_id, new_account)
+    check_seen(session, account_id, new_account)
     available_id, _ = postings.customer_ids(session, account_id, now)
     source = postings.system_account_id(session, LedgerKind.CREDIT)
     txn_id = _fund(session, [(source, -micros), (available_id, micros)], now)
@@ -166,7 +166,11 @@ def reverse(session: Session, key: str, *, note: str, who: str, now: datetime) -
     """Reverse the credit recorded under ``key`` in full: a new ``fund`` transaction moving its
     amount back from the account's available balance (which may go negative) to ``credit``."""
     now = aware(now)
-    key, note, who = _text(key, "idempotency key"), _note(note, "a reversal"), _text(who, "who")
+    key, note, who = (
+        checked_text(key, "idempotency key"),
+        checked_note(note, "a reversal"),
+        checked_text(who, "who"),
+    )
     found = session.execute(BY_KEY.with_for_update(), {"b_key": key}).first()
     if found is None:
         raise LedgerError(f"no credit was recorded under the idempotency key {key!r}")
@@ -206,9 +210,9 @@ def set_limit(
     """Set ``account_id``'s credit limit (0: none below zero) from ``now`` on; the same limit and
     note as the one in force is a no-op."""
     now = aware(now)
-    account_id, who = account_id_of(account_id), _text(who, "who")
-    note = _note(note, "a credit limit")
-    micros = _amount(limit, allow_zero=True)
+    account_id, who = account_id_of(account_id), checked_text(who, "who")
+    note = checked_note(note, "a credit limit")
+    micros = checked_amount(limit, allow_zero=True)
     current = session.execute(LIMIT_NOW, {"b_account": account_id}).first()
     if current is not None and (current.limit_micros, current.note) == (micros, note):
         return Recorded.DUPLICATE

@@ -304,15 +304,23 @@ FALLBACK_RESERVATIONS = select(Reservation.id, Reservation.request_id).where(
 )
 
 
-def record_account_fallbacks(session: Session, metas: Iterable[RequestMeta], now: datetime) -> None:
-    """The anomaly ``account_fallback`` of each call the gateway billed to its fallback account
-    (``RequestMeta.account_fallback``: why), once per reservation; one statement when there is
-    none, two when there are."""
-    why = {meta.request_id: meta.account_fallback for meta in metas if meta.account_fallback}
-    if not why:
+def record_gateway_notes(session: Session, metas: Iterable[RequestMeta], now: datetime) -> None:
+    """What the gateway said about a call in its request entry, as anomalies, once per
+    reservation: ``account_fallback`` (billed to the fallback account: why) and
+    ``admitted_unchecked`` (served without a spend check). One statement when there is none."""
+    notes: dict[str, dict[AnomalyKind, str]] = {}
+    for meta in metas:
+        if meta.account_fallback:
+            notes.setdefault(meta.request_id, {})[AnomalyKind.ACCOUNT_FALLBACK] = (
+                f"billed to the fallback account {meta.account_fallback}"
+            )
+        if meta.admitted_unchecked:
+            notes.setdefault(meta.request_id, {})[AnomalyKind.ADMITTED_UNCHECKED] = (
+                f"served without a spend check (hold of {int(meta.reserved_micros)} micros)"
+            )
+    if not notes:
         return
     for reservation_id, request_id in session.execute(
-        FALLBACK_RESERVATIONS, {"b_ids": sorted(why)}
+        FALLBACK_RESERVATIONS, {"b_ids": sorted(notes)}
     ):
-        detail = f"billed to the fallback account {why[request_id]}"
-        record_anomalies(session, reservation_id, {AnomalyKind.ACCOUNT_FALLBACK: detail}, now)
+        record_anomalies(session, reservation_id, notes[request_id], now)

@@ -60,6 +60,18 @@ app.conf.update(
             "schedule": ALERTS_INTERVAL_SECONDS,
             "options": {"expires": ALERTS_INTERVAL_SECONDS},
         },
+        # Spend control (``worker.service.authorization``); a no-op unless BILLING_AUTHORIZE.
+        **(
+            {
+                "authorization-sync": {
+                    "task": "billing.authorization_sync",
+                    "schedule": float(settings.auth_sync_seconds),
+                    "options": {"expires": float(settings.auth_sync_seconds)},
+                }
+            }
+            if settings.authorize
+            else {}
+        ),
         # Retention (``worker.service.retention``): bounded batches each run, so a backlog takes a few runs.
         "purge": {
             "task": "billing.purge",

@@ -16,9 +16,12 @@ from worker import metrics
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
 from worker.consumer import partitions
+from worker.contract.authorization import AuthorizationStore
 from worker.db.transient import is_transient
 from worker.service import runtime
 from worker.service.app import RETIRED_INTERVAL_SECONDS, app
+from worker.service.authorization import SyncPolicy
+from worker.service.authorization import sync as sync_authorizations
 from worker.service.retention import purge as purge_retained
 
 log = logging.getLogger("worker.consumer")
@@ -111,6 +114,21 @@ def alerts(rt: runtime.Runtime) -> None:
     run = run_alerts(rt.consumer.sessions, AlertConfig.from_settings(rt.settings))
     if run.queued or run.delivery.delivered or run.delivery.failed or run.delivery.logged:
         log.info("alerts: queued=%d %s", run.queued, run.delivery)
+
+
+@billing_task("billing.authorization_sync", "authorization")
+def authorization_sync(rt: runtime.Runtime) -> None:
+    """Recompute the authorization store from the ledger (``worker.service.authorization``)."""
+    if not rt.settings.authorize:
+        return
+    stats = sync_authorizations(
+        rt.consumer.sessions,
+        AuthorizationStore(rt.client, rt.settings.prefix),
+        SyncPolicy.from_settings(rt.settings),
+    )
+    metrics.record_authorization_sync(stats)
+    if stats.rebuilt:
+        log.warning("authorization store rebuilt from the ledger: %d accounts", stats.accounts)
 
 
 @billing_task("billing.purge", "purge")

@@ -1,0 +1,171 @@
+"""The sync task on both engines and the real Redis: the store rebuilt from the ledger, and each
+kind of correction found, made and recorded with its amount."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+from ledger.factories import make_meta, settled
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from models import AuthorizationCorrection
+from worker.contract.authorization import AuthorizationStore, Verdict
+from worker.core.money import Micros
+from worker.ledger.budgets import set_budget
+from worker.ledger.credits import credit, set_limit
+from worker.ledger.operations import apply_result, hold
+from worker.service.authorization import SyncPolicy, sync
+
+pytestmark = pytest.mark.redis
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+GRACE = timedelta(hours=1)
+POLICY = SyncPolicy()
+
+
+@pytest.fixture
+def account() -> str:
+    return f"acct-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def store(redis_client: redis.Redis, prefix: str) -> AuthorizationStore:
+    return AuthorizationStore(redis_client, prefix)
+
+
+def fund(sessions: sessionmaker[Session], account: str, usd_micros: int, limit: int = 0) -> None:
+    with sessions() as session, session.begin():
+        credit(session, account, Micros(usd_micros), key=f"{account}-{uuid.uuid4().hex[:6]}",
+               note="top-up", who="t", now=NOW - timedelta(hours=2), new_account=True)  # fmt: skip
+        if limit:
+            set_limit(
+                session, account, Micros(limit), note="n", who="t", now=NOW - timedelta(hours=2)
+            )
+
+
+def spendable(store: AuthorizationStore, account: str) -> int:
+    f = store.figures(account)
+    return int(f["funds"]) - int(f["charged"]) - int(f["held"])
+
+
+def corrections(sessions: sessionmaker[Session], account: str) -> list[tuple[str, int]]:
+    with sessions() as session:
+        rows = session.execute(
+            select(AuthorizationCorrection.kind, AuthorizationCorrection.amount_micros)
+            .where(AuthorizationCorrection.account_id == account)
+            .order_by(AuthorizationCorrection.id)
+        )
+        return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+def test_a_lost_store_is_rebuilt_from_the_ledger_before_anything_is_admitted(
+    sessions: sessionmaker[Session], store: AuthorizationStore, account: str
+) -> None:
+    fund(sessions, account, 1_000_000, limit=500_000)
+    with sessions() as session, session.begin():
+        hold(session, make_meta(f"{account}-open", account_id=account, reserved=300_000,
+                                created_at=NOW - timedelta(minutes=5)), now=NOW)  # fmt: skip
+        meta = make_meta(f"{account}-done", account_id=account, reserved=100_000,
+                         created_at=NOW - timedelta(minutes=5))  # fmt: skip
+        hold(session, meta, now=NOW)
+        apply_result(session, settled(meta.request_id, account_id=account, reserved=100_000,
+                     charge=40_000, created_at=meta.created_at), now=NOW, grace=GRACE)  # fmt: skip
+    assert store.authorize(account, "r", 1, NOW, "m").verdict is Verdict.NOT_READY
+    stats = sync(sessions, store, POLICY, now=NOW)
+    assert stats.rebuilt and store.is_ready()
+    assert stats.corrections == []  # building is not correcting
+    # funded 1.0 + limit 0.5 - charged 0.04 - the open hold 0.3
+    assert spendable(store, account) == 1_160_000
+    assert store.authorize(account, "big", 1_160_001, NOW, "m").verdict is (
+        Verdict.INSUFFICIENT_FUNDS
+    )
+    assert store.authorize(account, "fits", 1_160_000, NOW, "m").verdict is Verdict.ADMITTED
+
+
+def test_a_missed_release_is_corrected_and_recorded_with_its_amount(
+    sessions: sessionmaker[Session], store: AuthorizationStore, account: str
+) -> None:
+    fund(sessions, account, 1_000_000)
+    sync(sessions, store, POLICY, now=NOW)  # built (every account)
+    assert store.authorize(account, f"{account}-1", 200_000, NOW, "gpt-4o-mini").admitted
+    with sessions() as session, session.begin():
+        meta = make_meta(f"{account}-1", account_id=account, reserved=200_000, created_at=NOW)
+        hold(session, meta, now=NOW)
+        apply_result(session, settled(meta.request_id, account_id=account, reserved=200_000,
+                     charge=70_000, created_at=NOW), now=NOW, grace=GRACE)  # fmt: skip
+    # The worker's release never came; within ``missed_after`` that is not yet a correction.
+    sync(sessions, store, POLICY, now=NOW + timedelta(seconds=5), accounts=[account])
+    assert corrections(sessions, account) == []
+    assert spendable(store, account) == 930_000
+    assert store.calls(account) == {}
+
+
+def test_late_releases_unrecorded_holds_and_unseen_charges_are_corrections(
+    sessions: sessionmaker[Session], store: AuthorizationStore, account: str
+) -> None:
+    fund(sessions, account, 1_000_000)
+    store.mark_ready()
+    sync(sessions, store, POLICY, now=NOW, accounts=[account])
+    later = NOW + timedelta(minutes=10)
+    # 1. authorized, settled by the worker, never released in the store
+    assert store.authorize(account, f"{account}-1", 200_000, NOW, "gpt-4o-mini").admitted
+    # 2. authorized, never published: no reservation ever comes
+    assert store.authorize(account, f"{account}-lost", 50_000, NOW, "gpt-4o-mini").admitted
+    with sessions() as session, session.begin():
+        meta = make_meta(f"{account}-1", account_id=account, reserved=200_000, created_at=NOW)
+        hold(session, meta, now=NOW)
+        apply_result(session, settled(meta.request_id, account_id=account, reserved=200_000,
+                     charge=70_000, created_at=NOW), now=NOW, grace=GRACE)  # fmt: skip
+        # 3. a call the store never authorized, still open, and 4. one settled past it
+        hold(session, make_meta(f"{account}-2", account_id=account, reserved=30_000,
+                                created_at=NOW), now=NOW)  # fmt: skip
+        meta = make_meta(f"{account}-3", account_id=account, reserved=9_000, created_at=NOW)
+        hold(session, meta, now=NOW)
+        apply_result(session, settled(meta.request_id, account_id=account, reserved=9_000,
+                     charge=4_000, created_at=NOW), now=NOW, grace=GRACE)  # fmt: skip
+    policy = SyncPolicy(stale_after=timedelta(minutes=5))
+    stats = sync(sessions, store, policy, now=later, accounts=[account])
+    assert not stats.rebuilt
+    assert sorted(corrections(sessions, account)) == sorted([
+        ("missed_release", 70_000 - 200_000),
+        ("never_recorded", -50_000),
+        ("unauthorized_hold", 30_000),
+        ("unseen_charge", 4_000),
+    ])  # fmt: skip
+    assert spendable(store, account) == 1_000_000 - 70_000 - 4_000 - 30_000
+    assert sorted(store.calls(account)) == [f"{account}-2"]
+    # Nothing left to correct: the next run records none.
+    sync(sessions, store, policy, now=later, accounts=[account])
+    assert len(corrections(sessions, account)) == 4
+
+
+def test_budgets_and_this_months_spend_come_from_the_ledger(
+    sessions: sessionmaker[Session], store: AuthorizationStore, account: str
+) -> None:
+    fund(sessions, account, 10_000_000)
+    with sessions() as session, session.begin():
+        set_budget(session, account, "day", Micros(100_000), note="n", who="t", now=NOW)
+        set_budget(session, account, "month", Micros(500_000), model="gpt-4o", note="n",
+                   who="t", now=NOW)  # fmt: skip
+        meta = make_meta(f"{account}-1", account_id=account, reserved=90_000, model="gpt-4o",
+                         created_at=NOW)  # fmt: skip
+        hold(session, meta, now=NOW)
+        apply_result(session, settled(meta.request_id, account_id=account, reserved=90_000,
+                     charge=60_000, model="gpt-4o", created_at=NOW), now=NOW, grace=GRACE)  # fmt: skip
+    store.mark_ready()
+    sync(sessions, store, POLICY, now=NOW, accounts=[account])
+    refused = store.authorize(account, "r2", 40_001, NOW, "o3")
+    assert (refused.verdict, refused.budget, refused.used) == (
+        Verdict.BUDGET_EXCEEDED, "day", 60_000
+    )  # fmt: skip
+    assert store.authorize(account, "r3", 40_000, NOW, "o3").verdict is Verdict.ADMITTED
+    with sessions() as session, session.begin():
+        set_budget(session, account, "day", None, note="cleared", who="t", now=NOW)
+    sync(sessions, store, POLICY, now=NOW, accounts=[account])
+    assert store.authorize(account, "r4", 400_000, NOW, "o3").verdict is Verdict.ADMITTED
+    refused = store.authorize(account, "r5", 440_001, NOW, "gpt-4o")
+    assert (refused.verdict, refused.budget) == (Verdict.BUDGET_EXCEEDED, "month for gpt-4o")

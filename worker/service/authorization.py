@@ -1,0 +1,241 @@
+"""The sync task of spend control: the Redis authorization store recomputed from the ledger.
+
+The ledger stays the truth (``worker.contract.authorization`` is its fast copy). Each run, under a
+Redis lock so that two runs never interleave:
+
+1. one database snapshot (REPEATABLE READ on PostgreSQL; one read transaction on SQLite) gives each
+   account's funds, charges, budgets, the current day's and month's spend, and its open holds;
+2. then the store's calls are read, and their state looked up in that same snapshot. A call the
+   gateway authorized after the snapshot was taken cannot be closed in it (a call is authorized
+   before it is published), so nothing is counted twice;
+3. each account's figures are installed in one script (``AuthorizationStore.install``): the calls
+   the ledger closed leave the store (their charge is in ``charged`` now), a call authorized but
+   never recorded is dropped after ``stale_after``, an open hold the store lacks is added.
+
+Every correction is a row in ``authorization_corrections`` with its amount: ``missed_release`` (the
+ledger closed the call more than ``missed_after`` ago and the store still held it),
+``never_recorded`` (authorized, never published), ``unauthorized_hold`` (a hold the store never
+took: a call admitted unchecked, or a gateway without authorization), ``unseen_charge`` (a charge
+that moved the ledger past what the store accounted for). A rebuild (the store's ``ready`` key
+absent: Redis restarted or lost its data) records none, and sets ``ready`` only once every
+account is installed, so authorizations resume on a whole store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.orm import Session
+
+from models import AuthorizationCorrection
+from worker.config import Settings
+from worker.contract.authorization import (
+    AuthorizationStore,
+    budget_field,
+    day_scope,
+    month_scope,
+    spent_field,
+)
+from worker.ledger.spend import AccountSpend, call_states, spend_snapshot
+
+log = logging.getLogger(__name__)
+
+corrections = AuthorizationCorrection.__table__
+LOCK_SECONDS = 120
+
+
+@dataclass
+class SyncStats:
+    accounts: int = 0
+    rebuilt: bool = False
+    removed: int = 0
+    corrections: list[dict[str, Any]] = field(default_factory=list)
+
+    def corrected_micros(self) -> int:
+        return sum(abs(c["amount_micros"]) for c in self.corrections)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPolicy:
+    unknown: str = "refuse"  # BILLING_AUTH_UNKNOWN_ACCOUNT
+    default_budget: int = 0  # micros, for an account without funds under ``default_budget``
+    default_period: str = "day"
+    stale_after: timedelta = timedelta(hours=1)  # an authorized call never recorded is dropped
+    missed_after: timedelta = timedelta(seconds=60)  # a release later than this is a correction
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SyncPolicy:
+        return cls(
+            unknown=settings.auth_unknown_account,
+            default_budget=settings.auth_default_budget_micros,
+            default_period=settings.auth_default_period,
+            stale_after=timedelta(seconds=settings.auth_stale_seconds),
+        )
+
+
+def _fields(spend: AccountSpend, now: datetime, policy: SyncPolicy) -> dict[str, int]:
+    found = {budget_field(period, model): limit for (period, model), limit in spend.budgets.items()}
+    if spend.funds is None and policy.unknown == "default_budget":
+        found.setdefault(budget_field(policy.default_period), policy.default_budget)
+    scopes = {"day": day_scope(now), "month": month_scope(now)}
+    for (period, model), amount in spend.spent.items():
+        found[spent_field(scopes[period], model)] = amount
+    return found
+
+
+def _entry(request_id: str, amount: int, created_at: datetime, model: str) -> dict[str, Any]:
+    return {
+        "r": request_id,
+        "a": str(amount),
+        "s": "h",
+        "d": day_scope(created_at),
+        "m": month_scope(created_at),
+        "o": model,
+        "t": str(int(created_at.timestamp() * 1000)),
+    }
+
+
+def _governed(spend: AccountSpend, policy: SyncPolicy) -> bool:
+    return spend.funds is not None or bool(spend.budgets) or policy.unknown == "default_budget"
+
+
+def _snapshot(session: Session) -> None:
+    """The transaction's first statement: on PostgreSQL, one snapshot for all its reads."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+
+
+def sync(
+    sessions: Callable[[], Session],
+    store: AuthorizationStore,
+    policy: SyncPolicy,
+    *,
+    now: datetime | None = None,
+    accounts: Sequence[str] | None = None,
+) -> SyncStats:
+    """One run (see the module docstring); returns what it did. Another run holding the lock:
+    nothing done. ``accounts``: only these (a test, an operator's look at one account); a
+    rebuild always takes every account."""
+    lock = store.client.lock(f"{store.prefix}:auth:sync-lock", timeout=LOCK_SECONDS)
+    if not lock.acquire(blocking=False):
+        return SyncStats()
+    try:
+        return _sync(sessions, store, policy, now or datetime.now(UTC), accounts)
+    finally:
+        try:
+            lock.release()
+        except Exception:  # expired or Redis gone: the next run takes it again
+            log.warning("authorization sync: lock not released")
+
+
+def _sync(
+    sessions: Callable[[], Session],
+    store: AuthorizationStore,
+    policy: SyncPolicy,
+    now: datetime,
+    only: Sequence[str] | None,
+) -> SyncStats:
+    stats = SyncStats(rebuilt=not store.is_ready())
+    if stats.rebuilt:
+        only = None
+    with sessions() as session, session.begin():
+        _snapshot(session)
+        snapshot = spend_snapshot(session, now, only)
+        in_store = set(store.accounts()) if only is None else set(only)
+        accounts = sorted(
+            in_store | {a for a, spend in snapshot.items() if _governed(spend, policy)}
+        )
+        calls = {account: store.calls(account) for account in accounts}
+        states = call_states(session, [rid for found in calls.values() for rid in found])
+    for account in accounts:
+        spend = snapshot.get(account) or AccountSpend(account, funds=None, charged=0)
+        stats.corrections.extend(_install(store, spend, calls[account], states, policy, now, stats))
+        stats.accounts += 1
+    if stats.rebuilt:
+        store.mark_ready()
+        stats.corrections = []  # a rebuild's additions are the store being built, not corrected
+    if stats.corrections:
+        with sessions() as session, session.begin():
+            session.execute(insert(corrections), stats.corrections)
+        log.warning(
+            "authorization sync: %d corrections, %d micros",
+            len(stats.corrections),
+            stats.corrected_micros(),
+        )
+    return stats
+
+
+def _install(
+    store: AuthorizationStore,
+    spend: AccountSpend,
+    calls: dict[str, dict[str, Any]],
+    states: dict[str, Any],
+    policy: SyncPolicy,
+    now: datetime,
+    stats: SyncStats,
+) -> Iterable[dict[str, Any]]:
+    account = spend.account_id
+    closed = [rid for rid in calls if rid in states and not states[rid].open]
+    stale = int((now - policy.stale_after).timestamp() * 1000)
+    dropped = [
+        rid
+        for rid, call in calls.items()
+        if rid not in states and call.get("s") == "h" and int(call.get("t", 0)) < stale
+    ]
+    added = [
+        _entry(rid, amount, created_at, model)
+        for rid, (amount, created_at, model) in spend.open_holds.items()
+        if rid not in calls
+    ]
+    done = store.install(
+        account,
+        funds=spend.funds,
+        charged=spend.charged,
+        fields=_fields(spend, now, policy),
+        closed=closed,
+        dropped=dropped,
+        added=added,
+    )
+    stats.removed += len(closed)
+
+    def correction(kind: str, amount: int, request_id: str | None, detail: str) -> dict[str, Any]:
+        return {
+            "account_id": account,
+            "kind": kind,
+            "amount_micros": amount,
+            "request_id": request_id,
+            "detail": detail,
+            "detected_at": now,
+        }
+
+    found = []
+    for rid in done.missed:
+        state = states[rid]
+        if state.updated_at < now - policy.missed_after:
+            hold = int(calls[rid]["a"])
+            found.append(correction(
+                "missed_release", state.charged - hold, rid,
+                f"closed at {state.updated_at.isoformat()}, still held ({hold} micros)"))  # fmt: skip
+    for rid in done.dropped:
+        hold = int(calls[rid]["a"])
+        found.append(correction(
+            "never_recorded", -hold, rid,
+            f"authorized {hold} micros over {policy.stale_after} ago; no call recorded"))  # fmt: skip
+    for rid in done.added:
+        amount = spend.open_holds[rid][0]
+        found.append(correction(
+            "unauthorized_hold", amount, rid, f"open hold of {amount} micros the store never took"))  # fmt: skip
+    if done.old_charged is not None:
+        counted = sum(states[rid].charged for rid in closed)
+        unseen = spend.charged - done.old_charged - counted
+        if unseen:
+            found.append(correction(
+                "unseen_charge", unseen, None,
+                f"the ledger charged {spend.charged} micros, the store accounted for "
+                f"{done.old_charged + counted}"))  # fmt: skip
+    return found

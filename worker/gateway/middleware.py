@@ -15,7 +15,10 @@ app unchanged), then, in this order:
    an account id the worker would refuse is billed to ``fallback_account`` instead, the entry's
    ``account_fallback`` saying why;
 3. checks the ``request`` entry as the worker will (a field outside the contract: HTTP 400);
-4. calls the app, watching what it sends. Once the response's first body bytes went to the client
+   with spend control on (``authorizer``), prices the hold now and takes it from the
+   authorization store: a call that does not fit is answered HTTP 402 (``authorize``) and never
+   reaches the app nor the publisher;
+4. calls the app (every response carries the call's ``X-Billing-Request-Id``), watching what it sends. Once the response's first body bytes went to the client
    (so not on the time to first byte) it prices the hold from the price book when the hook gave
    none (``reservation``; any price it gives is within the contract, so the check of step 3
    stands) and publishes the ``request`` entry (within its byte budget, media replaced by
@@ -54,6 +57,7 @@ from typing import Any
 from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier
+from worker.gateway.authorize import Authorizer
 from worker.gateway.events import EventSplitter
 from worker.gateway.metadata import (
     FALLBACK_ACCOUNT,
@@ -100,18 +104,15 @@ def close_reason_of(exc: BaseException) -> str:
     return "upstream_error"
 
 
+REQUEST_ID_HEADER = b"x-billing-request-id"
+
+
 async def _answer(send: Send, refused: Refusal) -> None:
     body = refused.body()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": refused.status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if refused.request_id is not None:
+        headers.append((REQUEST_ID_HEADER, refused.request_id.encode()))
+    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -257,7 +258,9 @@ class BillingMiddleware:
     ``non_streamable``: model prefixes that must not stream (``BILLING_NON_STREAMABLE_MODELS``).
     ``default_max_tokens``: the output limit a hold assumes when the request states none.
     ``fallback_account``: the account a call is billed to when the hook's account id is one the
-    worker would refuse (``metadata.usable_account``)."""
+    worker would refuse (``metadata.usable_account``). ``authorizer``: spend control
+    (``authorize``): the hold is priced and taken before the app is called, and a call that does
+    not fit is answered 402 without reaching the app; None (the default): not checked."""
 
     def __init__(
         self,
@@ -269,7 +272,9 @@ class BillingMiddleware:
         non_streamable: Iterable[str] = (),
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         fallback_account: str = FALLBACK_ACCOUNT,
+        authorizer: Authorizer | None = None,
     ) -> None:
+        self.authorizer = authorizer
         self.fallback_account = check_identifier(fallback_account, "fallback_account")
         self.app = app
         self.publisher = publisher
@@ -348,7 +353,13 @@ class BillingMiddleware:
                 entry["account_fallback"],
             )
         price: Callable[[], int] | None = None
-        if reserved is None:
+        if self.authorizer is not None:
+            refused = self._authorize(
+                self.authorizer, body, entry, info.provider, reserved, created_at
+            )
+            if refused is not None:
+                return refused
+        elif reserved is None:
             # Priced after the first body bytes went out (``_Call.open``), from the messages as
             # published (an image as its placeholder, not its bytes).
             price = partial(
@@ -361,6 +372,37 @@ class BillingMiddleware:
             )
         return _Call(self.publisher, request_id, entry, price, usage_asked(body))
 
+    def _authorize(
+        self,
+        authorizer: Authorizer,
+        body: dict[str, Any],
+        entry: dict[str, Any],
+        provider: str | None,
+        reserved: int | None,
+        created_at: datetime,
+    ) -> Refusal | None:
+        """Price the hold now (before the app: it is what is taken) and take it; the refusal
+        the client gets, or None with the entry updated (its hold, ``authorization``)."""
+        amount = 0 if reserved is None else int(reserved)
+        if reserved is None:
+            try:
+                amount = reserve(
+                    self.prices,
+                    {**body, "messages": entry["messages"]},
+                    created_at,
+                    provider=provider,
+                    default_max_tokens=self.default_max_tokens,
+                )
+            except Exception:  # held at 0 and said, as when it is priced after the first bytes
+                log.exception("billing: the hold of %s not priced; held at 0", entry["request_id"])
+        entry["reserved_micros"] = amount
+        admission = authorizer.admit(
+            entry["account_id"], entry["request_id"], amount, created_at, entry["model"]
+        )
+        if admission.unchecked:
+            entry["authorization"] = "unchecked"
+        return admission.refusal
+
     async def _run(self, scope: Scope, receive: Receive, send: Send, call: _Call) -> None:
         async def watch(message: Message) -> None:
             body = message["type"] == "http.response.body"
@@ -370,6 +412,9 @@ class BillingMiddleware:
                     if key.lower() == b"content-type":
                         content_type = value
                 call.start(message["status"], content_type.lower().startswith(_SSE))
+                headers = list(message.get("headers") or ())
+                headers.append((REQUEST_ID_HEADER, call.request_id.encode()))
+                message = {**message, "headers": headers}
             try:
                 await send(message)
             except OSError:  # uvicorn's ClientDisconnected: the client went away

@@ -28,18 +28,16 @@ class Refusal:
     message: str
     param: str | None
     code: str
+    type: str = "invalid_request_error"
+    # Figures beside OpenAI's four keys (a spend refusal's account and amounts), never text of
+    # the request.
+    extra: tuple[tuple[str, Any], ...] = ()
+    request_id: str | None = None  # sent as X-Billing-Request-Id when the call had one
 
     def body(self) -> bytes:
-        return orjson.dumps(
-            {
-                "error": {
-                    "message": self.message,
-                    "type": "invalid_request_error",
-                    "param": self.param,
-                    "code": self.code,
-                }
-            }
-        )
+        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        error.update(self.extra)
+        return orjson.dumps({"error": error})
 
 
 NOT_JSON = Refusal(

@@ -17,6 +17,7 @@ class UsageRecord(Base):
         CheckConstraint("charge_micros >= 0", name="charge_not_negative"),
         Index(None, "created_at"),  # windows: drift medians, unsettled rate, reports
         Index(None, "requested_at"),  # the report's window on the call's creation
+        Index(None, "completion_id"),  # ``billing show`` finds a call by its completion id
         # The report counts settled calls at the estimate: a few rows, found without a scan.
         Index(
             "ix_usage_records_estimated",

@@ -1,6 +1,7 @@
 """Spend control: ``budgets`` (each account's day and month budgets, per model or for all),
 ``authorization_corrections`` (what the sync task had to correct in the Redis authorization
-store), and ``anomalies.kind`` admits ``admitted_unchecked`` (a call served without a spend check
+store), an index on ``usage_records.completion_id`` (``billing show`` finds a call by the id
+the client saw), and ``anomalies.kind`` admits ``admitted_unchecked`` (a call served without a spend check
 while Redis was unreachable).
 
 Downgrade drops both tables and deletes the anomalies of the new kind (the old constraint would
@@ -104,10 +105,12 @@ def upgrade() -> None:
         "authorization_corrections",
         ["detected_at"],
     )
+    op.create_index(op.f("ix_usage_records_completion_id"), "usage_records", ["completion_id"])
     _swap(_within("kind", NEW_KINDS))
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_usage_records_completion_id"), table_name="usage_records")
     op.execute("DELETE FROM anomalies WHERE kind = 'admitted_unchecked'")
     _swap(_within("kind", OLD_KINDS))
     op.drop_index(

@@ -68,6 +68,11 @@ def test_balance_show_and_unsettled(runner: CliRunner, tmp_path: Path) -> None:
     assert shown["usage"]["prompt_tokens"] == 100
     assert (shown["reserved_micros"], shown["charge_micros"]) == (10_000, 4_000)
     assert [e["kind"] for e in shown["entries"]] == ["hold", "hold", "charge", "charge", "charge"]
+    # Support has the completion id the client saw: it finds the same call, when it names one.
+    # (The unsettled req-bad has no usage row: chatcmpl-1 names req-ok alone.)
+    by_completion = runner.invoke(main, ["show", "chatcmpl-1", "--json"])
+    assert by_completion.exit_code == 0, by_completion.output
+    assert json.loads(by_completion.output)["request_id"] == "req-ok"
     text = runner.invoke(main, ["show", "req-bad"])
     assert text.exit_code == 0 and "error_finish" in text.output
 
@@ -96,7 +101,7 @@ def test_balance_show_and_unsettled(runner: CliRunner, tmp_path: Path) -> None:
 def test_show_unknown_request(runner: CliRunner) -> None:
     result = runner.invoke(main, ["show", "nope"])
     assert result.exit_code == 2
-    assert result.stderr == "billing show: nope: no such request\n"
+    assert result.stderr == "billing show: nope: no such request or completion id\n"
 
 
 def test_unmigrated_database_is_a_one_line_error(

@@ -132,3 +132,68 @@ def test_crediting_an_unseen_account_needs_new_account(runner: CliRunner) -> Non
     again = runner.invoke(main, ["credit", "acct-new", "2", "--note", "y", "--key", "kn2"])
     assert again.exit_code == 0, again.output
     assert balance(runner, "acct-new")["funded_micros"] == 7_000_000
+
+
+def test_a_budget_is_set_shown_and_cleared(runner: CliRunner) -> None:
+    set_it = ["account", "budget", "acct-b", "2.50", "--period", "day", "--note", "trial"]
+    result = runner.invoke(main, [*set_it, "--new-account"])
+    assert result.exit_code == 0, result.output
+    assert "day budget of acct-b: 2.500000 USD set" in result.output
+    again = runner.invoke(main, set_it)
+    assert "already in force; nothing changed" in again.output
+    model = ["account", "budget", "acct-b", "1", "--period", "month", "--model", "gpt-4o",
+             "--note", "cap"]  # fmt: skip
+    assert runner.invoke(main, model).exit_code == 0
+    shown = balance(runner, "acct-b")["budgets"]
+    assert shown == [
+        {"period": "day", "model": None, "limit_micros": 2_500_000, "charged_micros": 0},
+        {"period": "month", "model": "gpt-4o", "limit_micros": 1_000_000, "charged_micros": 0},
+    ]
+    cleared = runner.invoke(
+        main, ["account", "budget", "acct-b", "--clear", "--period", "day", "--note", "over"]
+    )
+    assert cleared.exit_code == 0, cleared.output
+    assert "day budget of acct-b: none cleared" in cleared.output
+    assert [b["period"] for b in balance(runner, "acct-b")["budgets"]] == ["month"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-1"], "negative"),
+        (["1.0000001"], "decimal"),
+        ([], "give amount, or --clear"),
+        (["1", "--clear"], "give amount, or --clear"),
+    ],
+)
+def test_a_bad_budget_is_refused_before_the_database(runner, args, message) -> None:
+    result = runner.invoke(
+        main, ["account", "budget", "acct-c", *args, "--period", "day", "--note", "n"]
+    )
+    assert result.exit_code == 2
+    assert message in result.output.lower() or message in (result.stderr or "").lower()
+
+
+@pytest.mark.redis
+def test_balance_shows_what_the_gateway_holds_in_flight(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, redis_client, prefix: str
+) -> None:
+    from datetime import UTC, datetime
+
+    from worker.contract.authorization import AuthorizationStore
+
+    monkeypatch.setenv("BILLING_AUTHORIZE", "1")
+    monkeypatch.setenv("BILLING_PREFIX", prefix)
+    add = ["credit", "add", "acct-f", "1", "--note", "n", "--key", "k", "--new-account"]
+    assert runner.invoke(main, add).exit_code == 0
+    store = AuthorizationStore(redis_client, prefix)
+    store.mark_ready()
+    store.install("acct-f", funds=1_000_000, charged=0, fields={})
+    at = datetime.now(UTC)
+    assert store.authorize("acct-f", "r1", 300_000, at, "gpt-4o").admitted
+    assert store.authorize("acct-f", "r2", 200_000, at, "gpt-4o").admitted
+    assert store.release("acct-f", "r2", 50_000)
+    flight = balance(runner, "acct-f")["in_flight"]
+    assert flight == {"calls": 1, "held_micros": 300_000, "spendable_micros": 650_000}
+    text = runner.invoke(main, ["balance", "acct-f"]).output
+    assert "in flight: 1 calls holding 300000 micros" in text

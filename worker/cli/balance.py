@@ -1,4 +1,6 @@
-"""``billing balance``: what each customer account holds, from the ledger (``worker.ledger.funds``).
+"""``billing balance``: what each customer account holds, from the ledger (``worker.ledger.funds``),
+its budgets and what it spent of them (``worker.ledger.spend``), and, with spend control on, what
+the gateway holds in flight for it in the authorization store (calls not recorded yet).
 
 Heavy modules (SQLAlchemy, the ledger) are imported inside the command, when it runs.
 """
@@ -14,6 +16,51 @@ from worker.cli.db import echo_json, fail
 from worker.core.terminal import printable
 
 FIGURES = ("funded", "held", "charged", "available")
+
+
+def budgets_list(spend: Any) -> list[dict[str, Any]]:
+    """Each budget in force with what the ledger charged of it in the current period."""
+    if spend is None:
+        return []
+    return [
+        {
+            "period": period,
+            "model": model or None,
+            "limit_micros": limit,
+            "charged_micros": int(spend.spent.get((period, model), 0)),
+        }
+        for (period, model), limit in sorted(spend.budgets.items())
+    ]
+
+
+def in_flight(account: str) -> dict[str, Any] | None:
+    """What the authorization store holds for ``account`` beyond the ledger: the calls authorized
+    and not yet closed by the ledger, their holds, and the store's spendable. None when spend
+    control is off; ``{"error": …}`` when Redis cannot answer."""
+    from worker.cli.db import settings
+    from worker.contract.authorization import AuthorizationStore
+
+    config = settings("balance")
+    if not config.authorize:
+        return None
+    import redis
+
+    client = redis.Redis.from_url(config.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        store = AuthorizationStore(client, config.prefix)
+        figures = store.figures(account)
+        calls = store.calls(account)
+        held = [int(c["a"]) for c in calls.values() if c.get("s") == "h"]
+        found: dict[str, Any] = {"calls": len(held), "held_micros": sum(held)}
+        if "funds" in figures:
+            found["spendable_micros"] = (
+                int(figures["funds"]) - int(figures.get("charged", 0)) - int(figures.get("held", 0))
+            )
+        return found
+    except redis.RedisError as exc:
+        return {"error": f"authorization store unreachable: {type(exc).__name__}"}
+    finally:
+        client.close()
 
 
 def funds_dict(funds: Any) -> dict[str, Any]:
@@ -47,9 +94,25 @@ def balance_command(account: str | None, at: str | None, as_json: bool) -> None:
             as_of = parse_time(at, "at")
         except ReportError as exc:
             fail("balance", str(exc))
+    from datetime import UTC, datetime
+
+    from worker.ledger.spend import spend_snapshot
+
     with ledger_session("balance", readonly=True) as session:
         found = account_funds(session, None if account is None else [account], as_of=as_of)
-    rows = [funds_dict(funds) for funds in found.values()]
+        spends = (
+            spend_snapshot(session, datetime.now(UTC), None if account is None else [account])
+            if as_of is None
+            else {}
+        )
+    flights = {a: in_flight(a) for a in found} if account is not None and as_of is None else {}
+    rows = []
+    for funds in found.values():
+        row = funds_dict(funds)
+        row["budgets"] = budgets_list(spends.get(funds.account_id))
+        if flights.get(funds.account_id) is not None:
+            row["in_flight"] = flights[funds.account_id]
+        rows.append(row)
     if as_json:
         echo_json(rows[0] if account is not None else rows)
         return
@@ -67,3 +130,20 @@ def balance_command(account: str | None, at: str | None, as_json: bool) -> None:
             click.echo(
                 f"  {'spendable':<12} {int(funds.spendable):>18} micros  ${funds.spendable.usd():>18}"
             )
+        for budget in budgets_list(spends.get(funds.account_id)):
+            scope = budget["period"] + (f" {budget['model']}" if budget["model"] else "")
+            click.echo(
+                printable(
+                    f"  budget {scope}: {budget['charged_micros']} of {budget['limit_micros']}"
+                    " micros charged this period"
+                )
+            )
+        flight = flights.get(funds.account_id)
+        if flight is not None:
+            if "error" in flight:
+                click.echo(f"  in flight: {flight['error']}")
+            else:
+                click.echo(
+                    f"  in flight: {flight['calls']} calls holding {flight['held_micros']} micros"
+                    " (authorized, not yet recorded)"
+                )

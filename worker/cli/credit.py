@@ -169,3 +169,48 @@ def limit_command(account: str, amount: str, note: str, who: str | None) -> None
     outcome = in_transaction("account limit", work)
     said = "already in force; nothing changed" if outcome == "duplicate" else "set"
     click.echo(printable(f"credit limit of {account}: {micros.usd()} USD {said}"))
+
+
+@account_group.command("budget", context_settings=NEGATIVE_AMOUNTS)
+@click.argument("account")
+@click.argument("amount", required=False)
+@click.option(
+    "--period", type=click.Choice(["day", "month"]), required=True, help="UTC day or month."
+)
+@click.option("--model", default="", help="Only this model's calls (default: every model).")
+@click.option("--clear", is_flag=True, help="Remove the budget instead of setting AMOUNT.")
+@click.option("--note", required=True, help="Why (kept with the budget's history).")
+@click.option("--by", "who", default=None, help="Who sets it (default: the login name).")
+@click.option("--new-account", is_flag=True, help="ACCOUNT has never been seen: create it.")
+def budget_command(
+    account: str,
+    amount: str | None,
+    period: str,
+    model: str,
+    clear: bool,
+    note: str,
+    who: str | None,
+    new_account: bool,
+) -> None:
+    """Let ACCOUNT spend at most AMOUNT USD per UTC day or month (charged plus held in flight),
+    for every model or one (--model). Enforced by the gateway when BILLING_AUTHORIZE is on, from
+    the next sync of the authorization store (BILLING_AUTH_SYNC_SECONDS)."""
+    if clear == (amount is not None):
+        fail("account budget", "give AMOUNT, or --clear, not both")
+    micros = None if amount is None else _usd("account budget", amount, allow_zero=True)
+
+    def work(session: Any) -> Any:
+        from worker.ledger.budgets import set_budget
+
+        return set_budget(session, account, period, micros, model=model, note=note,
+                          who=who or _default_who(), now=datetime.now(UTC),
+                          new_account=new_account)  # fmt: skip
+
+    outcome = in_transaction("account budget", work)
+    scope = f"{period} budget of {account}" + (f" for {model}" if model else "")
+    if outcome == "duplicate":
+        said = "already in force; nothing changed"
+    else:
+        said = "cleared" if micros is None else "set"
+    value = "none" if micros is None else f"{micros.usd()} USD"
+    click.echo(printable(f"{scope}: {value} {said}"))

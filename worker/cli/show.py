@@ -107,13 +107,23 @@ def _text(answer: dict[str, Any]) -> list[str]:
 @click.argument("request_id")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def show_command(request_id: str, as_json: bool) -> None:
-    """Everything the ledger knows about REQUEST_ID: status, usage, charge, entries, failure."""
-    from worker.ledger.queries import show
+    """Everything the ledger knows about REQUEST_ID: status, usage, charge, entries, failure.
+
+    REQUEST_ID is the billing request id (the X-Billing-Request-Id header of the response) or
+    the completion id the client got (``chatcmpl-…``)."""
+    from worker.ledger.queries import requests_of_completion, show
 
     with ledger_session("show", readonly=True) as session:
         answer = show(session, request_id)
+        if answer is None:
+            found = requests_of_completion(session, request_id)
+            if len(found) == 1:
+                answer = show(session, found[0])
     if answer is None:
-        fail("show", f"{request_id}: no such request")
+        if found:
+            listed = ", ".join(found[:20])
+            fail("show", f"{request_id}: the completion id of {len(found)} calls: {listed}")
+        fail("show", f"{request_id}: no such request or completion id")
     if as_json:
         echo_json(answer)
         return

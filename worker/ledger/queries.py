@@ -68,6 +68,19 @@ def _failure(row: Any) -> dict[str, Any]:
     }
 
 
+def requests_of_completion(session: Session, completion_id: str) -> list[str]:
+    """The request ids whose recorded usage came with ``completion_id`` (the ``id`` of the
+    provider's answer, what a client sees), oldest first; usually one."""
+    return list(
+        session.execute(
+            select(reservations.c.request_id)
+            .select_from(usage_records.join(reservations))
+            .where(usage_records.c.completion_id == completion_id)
+            .order_by(reservations.c.created_at, reservations.c.id)
+        ).scalars()
+    )
+
+
 def show(session: Session, request_id: str) -> dict[str, Any] | None:
     """The support answer for one request, or None when the ledger has never seen it."""
     res = session.execute(

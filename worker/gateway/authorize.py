@@ -20,6 +20,7 @@ from datetime import datetime
 
 import redis
 
+from worker.config import Settings
 from worker.contract.authorization import (
     UNKNOWN_POLICIES,
     AuthorizationStore,
@@ -120,6 +121,20 @@ class Authorizer:
         self.default_period = default_period
         self.unchecked = 0  # calls admitted without a check (Redis away, store not built)
         self.refused = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Authorizer:
+        """The gateway's authorizer as ``BILLING_AUTH_*`` configure it (``REDIS_URL``,
+        ``BILLING_PREFIX``)."""
+        return cls.for_url(
+            settings.redis_url,
+            settings.prefix,
+            timeout_ms=settings.auth_timeout_ms,
+            unreachable=settings.auth_unreachable,
+            unknown=settings.auth_unknown_account,
+            default_budget=settings.auth_default_budget_micros,
+            default_period=settings.auth_default_period,
+        )
 
     @classmethod
     def for_url(

@@ -15,6 +15,14 @@ It is a ``CustomLogger`` whose proxy hooks write docs/events.md's entries throug
   end) is billed to the fallback account instead (``fallback_account``, ``litellm-anonymous`` by
   default, also the account of a call no source names), the request entry's ``account_fallback``
   saying why (never the id: a client may send anything).
+  With spend control on (``BILLING_AUTHORIZE``), it then prices the hold (for the model the
+  client named: the deployment is not chosen yet) and takes it from the authorization store
+  (``authorize``); a call that does not fit is refused as LiteLLM refuses its own budgets, a
+  ``ProxyException`` of type ``budget_exceeded``, here with status 402 (the body's ``code``, as
+  LiteLLM writes it) and, in ``provider_specific_fields``, ``billing_code`` (``insufficient_funds``,
+  ``budget_exceeded`` or ``unknown_account``), the account and the amounts. The hold is priced at
+  the most any deployment of the model name could cost (the router has not chosen one yet), and
+  the hold taken is the one published. ``async_post_call_response_headers_hook`` adds ``X-Billing-Request-Id``.
 * ``async_post_call_streaming_iterator_hook`` wraps the stream the proxy sends on: ``open`` with the
   first chunk (whose ``model`` is the deployment's model, the one priced), one ``frame`` per chunk,
   serialized as the proxy serializes it, then ``data: [DONE]`` and ``close done``. A client that
@@ -77,6 +85,7 @@ from typing import Any
 
 import orjson
 from litellm.integrations.custom_logger import CustomLogger
+from litellm.proxy._types import ProxyException
 
 from worker.config import Settings
 from worker.contract.keys import Keys
@@ -84,6 +93,7 @@ from worker.contract.publisher import Publisher
 from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier, request_from_dict
+from worker.gateway.authorize import Authorizer
 from worker.gateway.metadata import search_options, usable_account
 from worker.gateway.request_budget import entry_body, slim_messages
 from worker.gateway.reservation import reserve
@@ -94,6 +104,9 @@ log = logging.getLogger(__name__)
 
 REQUEST_ID_KEY = "billing_request_id"
 FALLBACK_KEY = "billing_account_fallback"  # why the call is billed to the fallback account
+HOLD_KEY = "billing_reserved_micros"  # the hold the authorization took (spend control)
+UNCHECKED_KEY = "billing_unchecked"  # served without a spend check (Redis away, fail open)
+HOOK_KEYS = (FALLBACK_KEY, HOLD_KEY, UNCHECKED_KEY)  # only the hook sets them, never a client
 DONE_EVENT = b"data: [DONE]\n\n"
 STOP_TIMEOUT_SECONDS = 5.0
 CHAT_CALL_TYPES = ("acompletion", "completion")
@@ -241,8 +254,10 @@ class BillingHook(CustomLogger):
         publisher_factory: Callable[[], Publisher | Tee] = make_publisher,
         book: PriceBook | None = None,
         fallback_account: str = FALLBACK_ACCOUNT,
+        authorizer: Authorizer | None = None,
     ) -> None:
         super().__init__()
+        self.authorizer = authorizer
         self.fallback_account = check_identifier(fallback_account, "fallback_account")
         self._publisher_factory = publisher_factory
         self._publisher: Publisher | Tee | None = None
@@ -303,14 +318,18 @@ class BillingHook(CustomLogger):
         # Priced for the deployment's model (the one the worker prices), not the alias asked, and
         # from the messages as published (an image as its placeholder, not its bytes).
         priced = {**data, "model": model, "messages": messages}
+        held = metadata.get(HOLD_KEY)
         meta: dict[str, Any] = {
             "request_id": rid,
             "account_id": metadata.get("billing_account_id") or self.fallback_account,
             "account_fallback": metadata.get(FALLBACK_KEY),
+            "authorization": "unchecked" if metadata.get(UNCHECKED_KEY) else None,
             "model": model,
             "stream": stream,
             "include_usage": include_usage,
-            "reserved_micros": int(reserve(self.book, priced, at, provider=provider)),
+            "reserved_micros": held
+            if isinstance(held, int)
+            else int(reserve(self.book, priced, at, provider=provider)),
             "created_at": now_rfc3339(),
             "messages": messages,
             "tools": data.get("tools") or data.get("functions") or [],
@@ -382,11 +401,71 @@ class BillingHook(CustomLogger):
                 user_api_key_dict, data, self._accounts, self.fallback_account
             )
             metadata["billing_account_id"] = account
-            metadata.pop(FALLBACK_KEY, None)  # only the hook says so, never the client's metadata
+            for key in HOOK_KEYS:  # only the hook says so, never the client's metadata
+                metadata.pop(key, None)
             if problem is not None:  # the reason only: the id may be anything a client sent
                 metadata[FALLBACK_KEY] = problem
                 log.warning("billing: %s billed to %s: %s", rid, account, problem)
+            if self.authorizer is not None:
+                self._authorize(self.authorizer, data, metadata, rid, account)
         return data
+
+    def _authorize(
+        self,
+        authorizer: Authorizer,
+        data: dict[str, Any],
+        metadata: dict[str, Any],
+        rid: str,
+        account: str,
+    ) -> None:
+        """Take the call's hold, or raise the refusal (see the module docstring)."""
+        at = datetime.now(UTC)
+        model = str(data.get("model") or "unknown")
+        try:
+            priced = {**data, "messages": slim_messages(data.get("messages") or [])}
+            # The router has not chosen the deployment yet: the most any of them could cost.
+            amount = max(
+                int(reserve(self.book, {**priced, "model": name}, at))
+                for name in (model, *deployment_models(model))
+            )
+        except Exception as exc:  # held at 0 and said, as the middleware does
+            log.error("billing: the hold of %s not priced: %s", rid, type(exc).__name__)
+            amount = 0
+        admission = authorizer.admit(account, rid, amount, at, model)
+        if admission.refusal is not None:
+            refused = admission.refusal
+            error = orjson.loads(refused.body())["error"]
+            raise ProxyException(
+                message=refused.message,
+                type="budget_exceeded",
+                param=None,
+                code=refused.status,
+                headers={"x-billing-request-id": rid},
+                openai_code=refused.code,
+                # LiteLLM's error body keeps ``code`` for the status; the reason is here.
+                provider_specific_fields={
+                    "billing_code": refused.code,
+                    **{
+                        k: v
+                        for k, v in error.items()
+                        if k not in ("message", "type", "param", "code")
+                    },
+                },
+            )
+        metadata[HOLD_KEY] = amount
+        if admission.unchecked:
+            metadata[UNCHECKED_KEY] = True
+
+    async def async_post_call_response_headers_hook(
+        self,
+        data: dict[str, Any],
+        user_api_key_dict: Any,
+        response: Any,
+        request_headers: dict[str, str] | None = None,
+        litellm_call_info: dict[str, object] | None = None,
+    ) -> dict[str, str] | None:
+        rid = self._request_id(data)
+        return None if rid is None else {"x-billing-request-id": rid}
 
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
@@ -460,5 +539,29 @@ class BillingHook(CustomLogger):
         return None
 
 
+def deployment_models(alias: str) -> list[str]:
+    """The models the proxy's router may send a call for ``alias`` to (``litellm_params.model``
+    without its provider prefix); none outside a proxy or for a name it does not route."""
+    try:
+        from litellm.proxy.proxy_server import llm_router
+    except Exception:  # not inside a proxy
+        return []
+    if llm_router is None:
+        return []
+    found = []
+    for deployment in llm_router.get_model_list(model_name=alias) or []:
+        params = deployment.get("litellm_params") or {}
+        name = params.get("model") if isinstance(params, dict) else None
+        if isinstance(name, str) and name:
+            found.append(name.split("/", 1)[-1])
+    return found
+
+
+def make_authorizer() -> Authorizer | None:
+    """The hook's spend control: an ``Authorizer`` when ``BILLING_AUTHORIZE`` is on, else None."""
+    settings = Settings.from_env()
+    return Authorizer.from_settings(settings) if settings.authorize else None
+
+
 check_spool_dir()  # the proxy's start-up: it loads this module from its config
-billing_hook = BillingHook()
+billing_hook = BillingHook(authorizer=make_authorizer())

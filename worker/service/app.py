@@ -66,7 +66,8 @@ app.conf.update(
                 "authorization-sync": {
                     "task": "billing.authorization_sync",
                     "schedule": float(settings.auth_sync_seconds),
-                    "options": {"expires": float(settings.auth_sync_seconds)},
+                    # Not the interval: behind a busy pool's drains a sync would always expire.
+                    "options": {"expires": max(2.0 * settings.auth_sync_seconds, 10.0)},
                 }
             }
             if settings.authorize

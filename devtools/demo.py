@@ -26,6 +26,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import sessionmaker
 
 from devtools.demo_funds import fund_demo_account, print_demo_statement
+from devtools.demo_spend import show_spend_control
 from devtools.demo_upstream import show_upstream
 from devtools.demo_webhook import WebhookReceiver
 from devtools.localservers import MissingBinaryError, ServerStartError
@@ -178,6 +179,8 @@ def run() -> int:
         print_demo_statement(database_url)
         if not show_upstream(sessions, calls, console, WORKDIR, seed=SEED):
             raise DemoError("the upstream reconciliation did not find exactly the injected leakage")
+        if not show_spend_control(sessions, client, PREFIX, WORKDIR / "spool", Console()):
+            raise DemoError("spend control did not serve, refuse and serve again as it must")
         show_alerts(sessions, env, webhook)
         engine.dispose()
         clear_keys(client, PREFIX)

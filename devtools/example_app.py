@@ -3,7 +3,7 @@ upstream and bills them. The end-to-end tests and the benchmark run it; it shows
 gateway needs (``create_app``). Needs the ``gateway`` extra (Starlette, httpx, uvicorn).
 
     python -m devtools.example_app --upstream http://127.0.0.1:8001/v1 --port 8000 \\
-        --redis redis://127.0.0.1:6379/0 --spool-dir var/spool [--no-billing]
+        --redis redis://127.0.0.1:6379/0 --spool-dir var/spool [--no-billing] [--authorize]
 
 The account is the client's API key (``Authorization: Bearer <key>``), a stand-in for the gateway's
 own key-to-account lookup; the provider is ``openai``. Request headers other than hop-by-hop ones
@@ -102,13 +102,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--spool-dir", default=DEFAULT_SPOOL_DIR)
     parser.add_argument("--no-billing", action="store_true", help="serve the bare proxy")
+    parser.add_argument(
+        "--authorize", action="store_true", help="spend control: take each hold before the call"
+    )
     args = parser.parse_args(argv)
     if args.no_billing:
         uvicorn.run(proxy_app(args.upstream), host=args.host, port=args.port, log_level="warning")
         return
     tee = Tee.from_url(args.redis, Keys(args.prefix, args.partitions), spool_dir=args.spool_dir)
     try:
-        app = create_app(args.upstream, tee)
+        options: dict[str, Any] = {}
+        if args.authorize:
+            from worker.gateway.authorize import Authorizer
+
+            options["authorizer"] = Authorizer.for_url(args.redis, args.prefix)
+        app = create_app(args.upstream, tee, **options)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         tee.stop()

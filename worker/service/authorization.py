@@ -18,7 +18,10 @@ ledger closed the call more than ``missed_after`` ago and the store still held i
 took: a call admitted unchecked, or a gateway without authorization), ``unseen_charge`` (a charge
 that moved the ledger past what the store accounted for). A rebuild (the store's ``ready`` key
 absent: Redis restarted or lost its data) records none, and sets ``ready`` only once every
-account is installed, so authorizations resume on a whole store.
+account is installed, so authorizations resume on a whole store. Before it starts, the calls
+authorized before the loss must be in the ledger: the first rebuilding run notes the tip of every
+notification stream (``events``) and does nothing more; a later run rebuilds once the consumer
+group has read and acknowledged everything up to those tips (``backlog_passed``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import redis
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
@@ -41,6 +45,7 @@ from worker.contract.authorization import (
     month_scope,
     spent_field,
 )
+from worker.contract.keys import Keys
 from worker.ledger.spend import AccountSpend, call_states, spend_snapshot
 
 log = logging.getLogger(__name__)
@@ -53,6 +58,7 @@ LOCK_SECONDS = 120
 class SyncStats:
     accounts: int = 0
     rebuilt: bool = False
+    waiting: bool = False  # a rebuild waits for the calls published before it to be recorded
     removed: int = 0
     corrections: list[dict[str, Any]] = field(default_factory=list)
 
@@ -110,6 +116,47 @@ def _snapshot(session: Session) -> None:
         session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
 
 
+def _stream_id(value: bytes | str) -> tuple[int, int]:
+    text = value.decode() if isinstance(value, bytes) else value
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def backlog_passed(store: AuthorizationStore, events: tuple[Any, Keys] | None) -> bool:
+    """Whether the notifications published before the rebuild began are all acknowledged (their
+    calls are in the ledger). The first call notes each stream's tip and answers False."""
+    if events is None:
+        return True
+    client, keys = events
+    noted_key = f"{store.prefix}:auth:rebuild-tips"
+    noted = store.client.hgetall(noted_key)
+    if not noted:
+        tips = {}
+        for stream in keys.all_events():
+            try:
+                tips[stream] = client.xinfo_stream(stream)["last-generated-id"]
+            except redis.ResponseError:  # no such stream: nothing to wait for
+                continue
+        store.client.hset(noted_key, mapping={"": "", **tips})
+        return False
+    for stream, tip in noted.items():
+        name = stream.decode() if isinstance(stream, bytes) else stream
+        if not name:
+            continue
+        try:
+            groups = {g["name"]: g for g in client.xinfo_groups(name)}
+            group = groups.get(keys.group.encode()) or groups.get(keys.group)
+            if group is None or _stream_id(group["last-delivered-id"]) < _stream_id(tip):
+                return False
+            pending = client.xpending(name, keys.group)
+            if pending["pending"] and _stream_id(pending["min"]) <= _stream_id(tip):
+                return False
+        except redis.ResponseError:  # the stream went away: nothing left of it to wait for
+            continue
+    store.client.delete(noted_key)
+    return True
+
+
 def sync(
     sessions: Callable[[], Session],
     store: AuthorizationStore,
@@ -117,14 +164,18 @@ def sync(
     *,
     now: datetime | None = None,
     accounts: Sequence[str] | None = None,
+    events: tuple[Any, Keys] | None = None,
 ) -> SyncStats:
     """One run (see the module docstring); returns what it did. Another run holding the lock:
     nothing done. ``accounts``: only these (a test, an operator's look at one account); a
-    rebuild always takes every account."""
+    rebuild always takes every account. ``events``: the Redis client and keys of the notification
+    streams, whose backlog a rebuild waits for (``backlog_passed``)."""
     lock = store.client.lock(f"{store.prefix}:auth:sync-lock", timeout=LOCK_SECONDS)
     if not lock.acquire(blocking=False):
         return SyncStats()
     try:
+        if not store.is_ready() and not backlog_passed(store, events):
+            return SyncStats(rebuilt=False, waiting=True)
         return _sync(sessions, store, policy, now or datetime.now(UTC), accounts)
     finally:
         try:

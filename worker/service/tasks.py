@@ -125,6 +125,7 @@ def authorization_sync(rt: runtime.Runtime) -> None:
         rt.consumer.sessions,
         AuthorizationStore(rt.client, rt.settings.prefix),
         SyncPolicy.from_settings(rt.settings),
+        events=(rt.client, rt.consumer.keys),
     )
     metrics.record_authorization_sync(stats)
     if stats.rebuilt:

@@ -43,18 +43,18 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine, event, text
 
-import worker.consumer.reconciling as reconciling
 from benchmarks import capacity_model as model
 from benchmarks.harness import cpu, history, services, speed, workload
 from benchmarks.harness.consumer import make_consumer, time_steps, warm
 from benchmarks.harness.traffic import Traffic, counting_client
 from worker.consumer.calls import BatchStats
 from worker.consumer.consumer import Consumer
+from worker.consumer.reconciling import Reconcile, reconcile_call
+from worker.consumer.steps import Step
 from worker.contract.keys import Keys
 from worker.ledger.database import make_engine
 
@@ -63,7 +63,7 @@ CALLS = int(os.environ.get("BENCH_E2E_CALLS", "2000"))  # row 2's count: the sam
 # the noise), as the row's own figure is the median round's. Fewer plays leave the median to a
 # few draws of the stalls (5 plays gave 100 ms where 41 and 101 gave 108 ms, the same polls).
 PLAYS = 101
-STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply")
+STEPS = ("read", "prepare", "fetch", "reconcile", "apply")
 TABLE_WRITES = text(
     "SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0), "
     "coalesce(sum(n_tup_del), 0) FROM pg_stat_user_tables"
@@ -151,27 +151,28 @@ def _wal_bytes(url: str, start: str, end: str, oid: int) -> tuple[float, str]:
 
 
 class ReconcileCosts:
-    """Each reconciled close's entry count and reconcile CPU (``reconcile_call`` wrapped)."""
+    """Each reconciled close's entry count and reconcile CPU: the consumer's step ``reconcile``
+    replaced for the block by one whose per-call function is ``reconcile_call`` timed."""
 
-    def __init__(self) -> None:
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
         self.points: list[tuple[int, float]] = []
-        self._inner: Callable[..., Any] | None = None
+        self._replaced: Step[Any] | None = None
 
     def __enter__(self) -> ReconcileCosts:
-        inner = self._inner = reconciling.reconcile_call
-
         def timed(entries: Any, request_id: str, book: Any) -> Any:
             began = time.thread_time()
             try:
-                return inner(entries, request_id, book)
+                return reconcile_call(entries, request_id, book)
             finally:
                 self.points.append((len(entries), time.thread_time() - began))
 
-        reconciling.reconcile_call = timed
+        self._replaced = self.consumer.replace_step("reconcile", Reconcile(per_call=timed))
         return self
 
     def __exit__(self, *_: object) -> None:
-        reconciling.reconcile_call = self._inner  # type: ignore[assignment]
+        if self._replaced is not None:
+            self.consumer.replace_step("reconcile", self._replaced)
 
 
 def _polls(
@@ -274,7 +275,7 @@ def measure(count: int, twins: list[dict[str, Any]]) -> dict[str, Any]:
         redis_meter.start()
         pg_meter.start()
         cpu_started, started = time.process_time(), time.perf_counter()
-        with ReconcileCosts() as reconciled:
+        with ReconcileCosts(consumer) as reconciled:
             _stats_a, polls_a = _polls(consumer, notifications)
         seconds_a = time.perf_counter() - started
         process_cpu = time.process_time() - cpu_started
@@ -311,7 +312,7 @@ def measure(count: int, twins: list[dict[str, Any]]) -> dict[str, Any]:
     read_wall, read_cpu = step("read")
     prep_wall, prep_cpu = step("prepare")
     apply_wall, apply_cpu = step("apply")
-    fetch_wall, fetch_cpu = step("_fetch_streams")
+    fetch_wall, fetch_cpu = step("fetch")
     efficiency = min(1.0, cpu_c / seconds_c) if seconds_c > 0 else 1.0
     # The drain's CPU per call against the steps' (phase A) moved to phase C's frames per call.
     per_frame_cpu = rec_per_entry + fetch_cpu / max(1, frames_a)

@@ -120,7 +120,7 @@ def diagnose(
         poll for poll in slow if any(a - 0.5 <= poll["t"] <= b + 0.5 for a, b in vacuums)
     ]
     machine = [s[1] for s in samples]
-    steps = ("read_ms", "fetch_streams_ms", "prepare_ms", "apply_common_ms", "transaction_ms")
+    steps = ("read_ms", "fetch_ms", "reconcile_ms", "ledger_batched_ms", "transaction_ms")
 
     def share(polls: list[dict[str, Any]], key: str) -> float:
         wall = sum(p["ms"] for p in polls)

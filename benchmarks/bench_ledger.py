@@ -3,12 +3,12 @@
 Settled results come from reconciling simulated calls offline (no faults, fixed seed): fresh calls,
 each held and then settled. They are written twice, each time into a new database:
 
-* batched (the row's figure) — what ``Applier._apply_common`` does with a batch whose calls are all
-  on the common path: one transaction per ``BATCH`` calls, and inside it one savepoint around
+* batched (the row's figure) — what the consumer's step ``ledger_batched`` does with a batch whose
+  calls are all on the common path: one transaction per ``BATCH`` calls, and inside it one savepoint around
   ``apply_common(session, holds, results, now=…)`` and ``record_findings_many(…)``, the settled list
   built as the consumer builds it (the call's open is in the batch, so ``opened``);
-* per call (informational) — what ``Applier._apply_one`` does for the calls the batched path hands back
-  (duplicates, failures, voids, true-ups): a savepoint per call around ``hold``, ``apply_result``
+* per call (informational) — what the step ``ledger_per_call`` does for the calls the batched path
+  hands back (duplicates, failures, voids, true-ups): a savepoint per call around ``hold``, ``apply_result``
   and ``record_findings``, in the same transactions of ``BATCH`` calls.
 
 Both write the same rows. Rows inserted and updated are read per table from

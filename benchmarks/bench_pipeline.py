@@ -89,10 +89,11 @@ def transport(client: redis.Redis, keys: Keys, notifications: int, batch_size: i
     return time.perf_counter() - started
 
 
-# The consumer's steps, by the thread that runs them in a drain: the reader thread reads a batch and
-# reconciles it (``prepare``: ``read``, ``_fetch_streams``, ``_prepare``), the caller's thread
-# applies the one before (``apply``: ``_apply_common``, ``_apply``, commit and acknowledgements).
-STEPS = ("read", "prepare", "_fetch_streams", "_prepare", "apply", "_apply_common", "_apply")
+# The consumer's steps, by the thread that runs them in a drain: the reader thread reads a batch
+# (``read``) and prepares it (``prepare``: ``gather``, ``fetch``, ``reconcile``), the caller's
+# thread applies the one before (``apply``: the ``transaction``, of which ``ledger_batched`` and
+# ``ledger_per_call``, then the poison cap and ``acknowledge``).
+STEPS = ("read", "prepare", "fetch", "reconcile", "apply", "ledger_batched", "ledger_per_call")
 
 
 @contextlib.contextmanager

@@ -198,9 +198,9 @@ def naive(ctx: Context) -> list[Row]:
 def _bounds_e2e(f: dict[str, Any]) -> str:
     steps = f["steps"]
 
-    labels = {"prepare": "in all", "read": "read", "_fetch_streams": "stream reads",
-              "_prepare": "reconcile", "apply": "in all", "_apply_common": "batched ledger",
-              "_apply": "per-call ledger"}  # fmt: skip
+    labels = {"prepare": "in all", "read": "read", "fetch": "stream reads",
+              "reconcile": "reconcile", "apply": "in all", "ledger_batched": "batched ledger",
+              "ledger_per_call": "per-call ledger"}  # fmt: skip
 
     def step(name: str) -> str:
         wall, cpu, _calls = steps.get(name, (0.0, 0.0, 0))
@@ -209,11 +209,11 @@ def _bounds_e2e(f: dict[str, Any]) -> str:
     return (
         f"what bounds it: the process spent {f['ours_cpu_seconds']:.2f} s of CPU in the drain "
         f"against the transport's {f['transport_cpu_seconds']:.2f} s: the reader thread "
-        f"{step('prepare')} = {step('read')} + {step('_fetch_streams')} (the transport's own work) "
-        f"+ {step('_prepare')} (decode, assemble, estimate, price: the plain frames in compiled "
+        f"{step('read')} + {step('prepare')}, of which {step('fetch')} (the transport's own work) "
+        f"and {step('reconcile')} (decode, assemble, estimate, price: the plain frames in compiled "
         "code, without the lock for a call's run of them, the rest of every frame and call in "
         "Python, tiktoken's counts without the lock); "
-        f"the applier {step('apply')}, of which {step('_apply_common')} and {step('_apply')} "
+        f"the applier {step('apply')}, of which {step('ledger_batched')} and {step('ledger_per_call')} "
         "(the calls the batch path hands back), the rest commit and acknowledgements. The two threads share one interpreter lock, so "
         "the drain is bound by their CPU together; what would move it is less Python per call "
         "(the ledger's statement building and the per-call work around the assembler) or more "
@@ -224,7 +224,7 @@ def _bounds_e2e(f: dict[str, Any]) -> str:
 def _tried_e2e(f: dict[str, Any]) -> str:
     """Row 2's budget at its target and what has been tried against it (history: commit messages)."""
     budget = 2 * f["transport_seconds"]
-    reconcile_cpu = f["steps"].get("_prepare", (0.0, 0.0, 0))[1]
+    reconcile_cpu = f["steps"].get("reconcile", (0.0, 0.0, 0))[1]
     rest = f["ours_cpu_seconds"] - reconcile_cpu
     return (
         f"the target's budget: 0.5x is a drain of {budget:.2f} s here; with reconcile free, the "
@@ -253,7 +253,7 @@ def _tried_e2e(f: dict[str, Any]) -> str:
 
 def _diagnosis(f: dict[str, Any]) -> str:
     d = f["diagnosis"]
-    labels = {"transaction_ms": "transaction (apply_common and the commit within it)"}
+    labels = {"transaction_ms": "transaction (ledger_batched and the commit within it)"}
     steps = ", ".join(
         f"{labels.get(name, name.removesuffix('_ms'))} {value:.0%}"
         for name, value in d["slow_window_steps"].items()
@@ -393,8 +393,8 @@ def ledger(ctx: Context) -> list[Row]:
             "info",
             None,
             [
-                "the same calls into a new database, a savepoint per call, as Applier._apply_one "
-                "does for duplicates, failures, voids and true-ups; "
+                "the same calls into a new database, a savepoint per call, as the consumer's step "
+                "ledger_per_call does for duplicates, failures, voids and true-ups; "
                 f"{_writes(calls)}; the same rows as the batched path"
             ],
         ),

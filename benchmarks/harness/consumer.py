@@ -1,5 +1,6 @@
 """The consumer as a benchmark builds and watches it: built as the worker's runtime builds one, warmed
-as a worker process is, with its steps optionally timed on the instance."""
+as a worker process is, with its steps optionally timed on the instance (``Consumer.wrap_step``,
+by the step names of ``worker.consumer.consumer``)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
-import worker.consumer.consumer as consumer_module
 from benchmarks.harness import services
 from worker.config import Settings
-from worker.consumer import gathering
 from worker.consumer.consumer import Consumer
 from worker.core.estimate import estimate
 from worker.fingerprint_key import with_key
@@ -58,7 +57,7 @@ def sized_polls(
     while not stop():
         began = time.perf_counter()
         size = sizes[turn % len(sizes)]
-        entries = consumer.intake.read(stream, size, None)
+        entries = consumer.read(stream, None, count=size)
         if not entries:
             time.sleep(0.001)
             continue
@@ -69,48 +68,27 @@ def sized_polls(
     return polls
 
 
-def _step_targets(consumer: Consumer) -> dict[str, tuple[Any, str]]:
-    """Where each step is: (the object or module holding it, its attribute)."""
-    return {
-        "read": (consumer, "read"),
-        "prepare": (consumer, "prepare"),
-        "apply": (consumer, "apply"),
-        "_fetch_streams": (gathering, "fetch"),  # looked up by ``gathering.gather`` at each call
-        "_prepare": (consumer_module, "reconcile_all"),  # looked up by ``Consumer.prepare``
-        "_apply_common": (consumer.applier, "_apply_common"),
-        "_apply": (consumer.applier, "_apply_one"),
-        "_transaction": (consumer.applier, "apply"),  # the batch's transaction, commit included
-        "_acknowledge": (consumer.acknowledger, "finish"),
-    }
-
-
 def time_steps(
     consumer: Consumer, names: Iterable[str], spent: dict[str, list[float]]
 ) -> Callable[[], None]:
-    """Wrap each of the consumer's steps ``names`` so that each call adds to ``spent[name]``: [wall
-    s, the calling thread's CPU s, calls]. Returns the function that puts them back."""
+    """Time each of the consumer's steps ``names`` (``consumer.steps``: ``read``, ``prepare``,
+    ``gather``, ``fetch``, ``reconcile``, ``apply``, ``transaction``, ``ledger_batched``,
+    ``ledger_per_call``, ``acknowledge``, …) so that each run of one adds to ``spent[name]``:
+    [wall s, the calling thread's CPU s, runs]. Returns the function that puts them back."""
     undo = []
-    targets = _step_targets(consumer)
     for name in names:
-        owner, attribute = targets[name]
-        inner = getattr(owner, attribute)
-        own = attribute in vars(owner)
 
-        def timed(*args: Any, _inner: Any = inner, _name: str = name, **kwargs: Any) -> Any:
+        def timed(work: Callable[[Any], None], batch: Any, _name: str = name) -> None:
             wall, cpu = time.perf_counter(), time.thread_time()
             try:
-                return _inner(*args, **kwargs)
+                work(batch)
             finally:
                 found = spent.setdefault(_name, [0.0, 0.0, 0])
                 found[0] += time.perf_counter() - wall
                 found[1] += time.thread_time() - cpu
                 found[2] += 1
 
-        setattr(owner, attribute, timed)
-        if own:
-            undo.append(lambda o=owner, a=attribute, f=inner: setattr(o, a, f))
-        else:
-            undo.append(lambda o=owner, a=attribute: delattr(o, a))
+        undo.append(consumer.wrap_step(name, timed))
 
     def restore() -> None:
         for step in reversed(undo):

@@ -56,7 +56,7 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
     warm(consumer)
     # Per poll: where the time went (the consumer's own steps, wrapped on this instance only).
     spent: dict[str, list[float]] = {}
-    steps = ("read", "_fetch_streams", "_prepare", "_apply_common", "_transaction", "_acknowledge")
+    steps = ("read", "fetch", "reconcile", "ledger_batched", "transaction", "acknowledge")
     time_steps(consumer, steps, spent)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
@@ -115,7 +115,7 @@ def _serve(prefix: str, database_url: str, name: str) -> None:
                     "read": batch.read,
                     "closes": len(batch.latencies_ms),
                     "max_latency_ms": max(batch.latencies_ms, default=0),
-                    **{f"{step.strip('_')}_ms": v[0] * 1000 for step, v in spent.items()},
+                    **{f"{step}_ms": v[0] * 1000 for step, v in spent.items()},
                 }
             )
     report = {

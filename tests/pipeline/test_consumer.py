@@ -299,26 +299,25 @@ def test_late_usage_of_an_unpriced_model_turns_the_reason_to_unpriced(
 
 
 def test_a_call_that_always_fails_is_dead_lettered_after_max_deliveries(
-    redis_client, sessions, settings, publisher, account, monkeypatch
+    redis_client, sessions, settings, publisher, account
 ) -> None:
     import worker.consumer.poison as poison_module
-    import worker.consumer.reconciling as reconciling_module
+    from worker.consumer.reconciling import Reconcile, reconcile_call
 
     poison, good = meta(account), meta(account)
-    real_reconcile = reconciling_module.reconcile_call
 
     def flaky(entries, request_id, book):
         if request_id == poison["request_id"]:
             raise RuntimeError("a bug")
-        return real_reconcile(entries, request_id, book)
+        return reconcile_call(entries, request_id, book)
 
-    monkeypatch.setattr(reconciling_module, "reconcile_call", flaky)
     eager = Consumer(
         redis_client,
         sessions,
         Settings(prefix=settings.prefix, claim_idle_ms=0, sweep_idle_ms=0, hash_salt=KEY),
         name="c2",
     )
+    eager.replace_step("reconcile", Reconcile(per_call=flaky))
     play(publisher, poison, frames())
     play(publisher, good, frames())
     for _ in range(poison_module.MAX_DELIVERIES + 2):

@@ -82,15 +82,14 @@ def test_a_failed_apply_loses_nothing_the_drain_had_read(
     ids = publish(redis_client, keys, account, 10)  # 20 notifications: four batches
     consumer = consumer_of(redis_client, sessions, settings, "c1")
     applied = []
-    real_apply = consumer.apply
 
-    def apply_once_then_fail(batch):
+    def apply_once_then_fail(apply, batch):
         if applied:
             raise ConnectionError("database went away")
-        applied.append(real_apply(batch))
-        return applied[-1]
+        apply(batch)
+        applied.append(batch.stats)
 
-    consumer.apply = apply_once_then_fail
+    consumer.wrap_step("apply", apply_once_then_fail)
     with pytest.raises(ConnectionError):
         consumer.drain(0, seconds=60, block_ms=None)
     # The first batch was committed and acknowledged; the one that failed and the one read ahead

@@ -6,7 +6,7 @@ stream and its close come after."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from models import AlertEvent, Failure, Reservation, Transaction
+from worker.consumer.consumer import Consumer
 from worker.consumer.sweeper import Sweeper
 from worker.ledger.balances import balance
 from worker.reports.query import verify_calls
@@ -139,7 +140,8 @@ def test_the_sweeper_never_overrides_a_close(consumer, publisher, sessions, acco
 def test_a_close_after_grace_leaves_the_reason(consumer, publisher, sessions, account) -> None:
     """Past grace the failure is the resolve policy's: a close that late changes nothing, as a
     usage frame that late is ``final``."""
-    consumer.grace = consumer.applier.grace = timedelta(0)
+    no_grace = replace(consumer.settings, grace_seconds=0)
+    consumer = Consumer(consumer.client, sessions, no_grace, name="c1", recheck_seconds=0)
     m = meta(account)
     play(publisher, m, cut(), close=False)
     drain(consumer)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import redis
 
-import worker.consumer.gathering as gathering_module
 import worker.consumer.sweeper as sweeper_module
 from worker.config import Settings
 from worker.consumer import reading
@@ -40,17 +39,23 @@ def account() -> str:
 
 
 @pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, int]]]:
-    """Every read of call streams: the (request id, entry count) pairs asked of Redis."""
+def reads(consumer: Consumer, monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, int]]]:
+    """Every read of call streams (the step ``fetch``): the (request id, entry count) pairs read."""
     seen: list[list[tuple[str, int]]] = []
+
+    def spy(fetch, batch):  # type: ignore[no-untyped-def]
+        fetch(batch)
+        read = zip(batch.calls, batch.streams, strict=True)
+        seen.append([(call.request_id, len(found)) for call, found in read if found])
+
+    consumer.wrap_step("fetch", spy)
     real = reading.read_streams
 
-    def spy(client, keys, asked):  # type: ignore[no-untyped-def]
+    def sweeper_spy(client, keys, asked):  # type: ignore[no-untyped-def]
         seen.append([(rid, count) for rid, count in asked if count > 0])
         return real(client, keys, asked)
 
-    monkeypatch.setattr(gathering_module, "read_streams", spy)
-    monkeypatch.setattr(sweeper_module, "read_streams", spy)
+    monkeypatch.setattr(sweeper_module, "read_streams", sweeper_spy)
     return seen
 
 

@@ -1,2 +1,2 @@
-"""The consumer: its steps (intake, gathering, reconciling, applying, acknowledge), the sweeper,
-partitions, the backlog, dead letters and salvage."""
+"""The consumer: its steps (``steps``: the interface; intake, gathering, reconciling, applying,
+acknowledge), the sweeper, partitions, the backlog, dead letters and salvage."""

@@ -1,11 +1,13 @@
-"""Step 5 of a batch, after its commit and never before: the Redis effects and the counts.
+"""The last step of a batch (``acknowledge``), after its commit and never before: the Redis
+effects and the counts.
 
-Contract of ``Acknowledger.finish``: for each call of a committed batch, in one pipelined round
-trip — dead letters written (a refused call's stream deleted, when nothing in the ledger refers to
-it or the batch recorded it as ``unreadable``, else its request id quarantined for the sweeper), settled and voided streams deleted, unsettled
-calls scheduled for a recheck, redelivered duplicates' lost after-commit step redone, and every
-notification acknowledged except a deferred call's (left pending for a redelivery). A crash before
-this step redoes the batch, which changes nothing already committed.
+Contract of ``Acknowledger`` (its work is ``finish``): for each call of a committed batch, in one
+pipelined round trip — dead letters written (a refused call's stream deleted, when nothing in the
+ledger refers to it or the batch recorded it as ``unreadable``, else its request id quarantined for
+the sweeper), settled and voided streams deleted, unsettled calls scheduled for a recheck,
+redelivered duplicates' lost after-commit step redone, and every notification acknowledged except a
+deferred call's (left pending for a redelivery). A crash before this step redoes the batch, which
+changes nothing already committed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from models.anomalies import AnomalyKind
 from models.reservations import Reservation
 from worker.consumer.calls import Batch, BatchStats, CallState, Redo
 from worker.consumer.dead_letters import write_dead_letters
+from worker.consumer.steps import Step
 from worker.contract.entries import dead_letter_fields
 from worker.contract.keys import Keys
 from worker.core.result import Outcome
@@ -28,7 +31,9 @@ from worker.ledger.effects import Effect
 from worker.ledger.findings import withdraw_many
 
 
-class Acknowledger:
+class Acknowledger(Step[Batch]):
+    name = "acknowledge"
+
     def __init__(
         self,
         client: redis.Redis,
@@ -43,6 +48,9 @@ class Acknowledger:
         self.sessions = sessions
         self.recheck_seconds = recheck_seconds
         self.dead_letter_maxlen = dead_letter_maxlen
+
+    def process(self, batch: Batch) -> None:
+        self.finish(batch)
 
     def finish(self, batch: Batch) -> BatchStats:
         stats, ack, dead = batch.stats, batch.ack, batch.dead

@@ -1,6 +1,6 @@
-"""Step 4 of a batch: apply every call in ONE database transaction.
+"""Step 5 of a batch (``transaction``): apply every call in ONE database transaction.
 
-Contract of ``Applier.apply``: the batch's fresh holds, plain settlements and failures first, in a
+Contract of ``Applier`` (the step ``transaction``): the batch's fresh holds, plain settlements and failures first, in a
 few statements (``ledger.batch``, inside a savepoint: if a bulk statement fails, every call takes
 the per-call path instead); then every call still undecided, each inside its own savepoint, so one
 bad call neither aborts the batch nor is lost: bad input becomes a dead letter (``dead_reason``), an
@@ -14,6 +14,10 @@ lost connection) rolls the whole transaction back and runs it again, up to ``TRA
 times with a jittered pause; past the last attempt the calls still failing are deferred. Never
 touches Redis; every effect it writes is idempotent, so a batch redone after a crash changes
 nothing that was committed.
+
+Inside the transaction its parts are steps too (``worker.consumer.steps``), each given the
+``Attempt``: ``ledger_batched`` (the few statements), ``ledger_per_call`` (the savepoint per call),
+``conserve`` (refused calls recorded) and ``routes`` (where each call went upstream).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
@@ -31,6 +36,7 @@ from models.anomalies import AnomalyKind
 from models.reservations import Reservation, Status
 from worker.consumer.calls import Batch, CallState, Redo
 from worker.consumer.salvage import salvage, summary, unreadable_result
+from worker.consumer.steps import Call, Chain, Step, Steps
 from worker.contract.entries import Entry
 from worker.core.errors import InputError, LedgerError, RequestIdReused
 from worker.core.result import Outcome, Reason
@@ -62,7 +68,19 @@ class _Retry(Exception):
     """Raised inside a batch's transaction to roll all of it back and run it again."""
 
 
-class Applier:
+@dataclass
+class Attempt:
+    """One attempt at a batch's transaction, as its parts are given it."""
+
+    session: Session
+    batch: Batch
+    now: datetime
+    last: bool  # the last attempt: a transient error defers its call instead of a rerun
+
+
+class Applier(Step[Batch]):
+    name = "transaction"
+
     def __init__(
         self,
         sessions: Callable[[], Session],
@@ -75,6 +93,21 @@ class Applier:
         self.hash_salt = hash_salt
         self.non_streamable = non_streamable
         self.grace = grace
+        self.parts: Chain[Attempt] = Chain(
+            "ledger",
+            [
+                Call("ledger_batched", self._batched),
+                Call("ledger_per_call", self._per_call),
+                Call("conserve", self._conserve_refused),
+                Call("routes", self._routes),
+            ],
+        )
+
+    def inner(self) -> tuple[Steps, ...]:
+        return (self.parts,)
+
+    def process(self, batch: Batch) -> None:
+        self.apply(batch)
 
     def apply(self, batch: Batch) -> None:
         """Run the batch's transaction, again on a transient error (see the module docstring)."""
@@ -103,46 +136,60 @@ class Applier:
         """One attempt. A transient error on one call raises ``_Retry`` (the whole transaction is
         rolled back) unless this is the ``last`` attempt."""
         with self.sessions() as session, session.begin():
-            self._apply_common(session, batch.calls, now)
-            for call, call_entries in zip(batch.calls, batch.streams, strict=True):
-                if call.effect is not None or call.dead_reason is not None:
-                    continue
-                try:
-                    with session.begin_nested():
-                        self._apply_one(session, call, call_entries, now)
-                except InputError as exc:
-                    call.dead_reason = str(exc)
-                except LedgerError as exc:
-                    call.dead_reason = f"ledger refused: {exc}"
-                except Exception as exc:
-                    if is_transient(exc) and not last:
-                        raise _Retry from exc
-                    # A database hiccup or a bug: leave it pending to be claimed and redone; the
-                    # savepoint kept the rest of the batch. Poison is capped after the commit.
-                    log.exception("call %s deferred", call.request_id)
-                    call.defer(exc)
-            for call, call_entries in zip(batch.calls, batch.streams, strict=True):
-                if call.dead_reason is None or call.gave_up or not call_entries:
-                    continue
-                try:
-                    with session.begin_nested():
-                        self._conserve(session, call, call_entries, now)
-                except Exception as exc:
-                    if is_transient(exc) and not last:
-                        raise _Retry from exc
-                    # Left a dead letter only, as before this step existed; said loudly.
-                    log.exception("refused call %s could not be recorded", call.request_id)
-            # Where each call went upstream (``worker.upstream.routes``), with its hold, and
-            # which the gateway billed to its fallback account.
-            applied = [
-                call.meta
-                for call in batch.calls
-                if call.meta is not None
-                and call.dead_reason is None
-                and call.effect not in (None, Effect.DEFERRED)
-            ]
-            record_routes(session, applied)
-            record_gateway_notes(session, applied, now)
+            self.parts.submit(Attempt(session, batch, now, last))
+
+    def _batched(self, attempt: Attempt) -> None:
+        self._apply_common(attempt.session, attempt.batch.calls, attempt.now)
+
+    def _per_call(self, attempt: Attempt) -> None:
+        """Every call still undecided, each in its own savepoint."""
+        session, batch, now, last = attempt.session, attempt.batch, attempt.now, attempt.last
+        for call, call_entries in zip(batch.calls, batch.streams, strict=True):
+            if call.effect is not None or call.dead_reason is not None:
+                continue
+            try:
+                with session.begin_nested():
+                    self._apply_one(session, call, call_entries, now)
+            except InputError as exc:
+                call.dead_reason = str(exc)
+            except LedgerError as exc:
+                call.dead_reason = f"ledger refused: {exc}"
+            except Exception as exc:
+                if is_transient(exc) and not last:
+                    raise _Retry from exc
+                # A database hiccup or a bug: leave it pending to be claimed and redone; the
+                # savepoint kept the rest of the batch. Poison is capped after the commit.
+                log.exception("call %s deferred", call.request_id)
+                call.defer(exc)
+
+    def _conserve_refused(self, attempt: Attempt) -> None:
+        """Every refused call recorded from what can be read of it (``_conserve``)."""
+        session, batch, now, last = attempt.session, attempt.batch, attempt.now, attempt.last
+        for call, call_entries in zip(batch.calls, batch.streams, strict=True):
+            if call.dead_reason is None or call.gave_up or not call_entries:
+                continue
+            try:
+                with session.begin_nested():
+                    self._conserve(session, call, call_entries, now)
+            except Exception as exc:
+                if is_transient(exc) and not last:
+                    raise _Retry from exc
+                # Left a dead letter only, as before this step existed; said loudly.
+                log.exception("refused call %s could not be recorded", call.request_id)
+
+    def _routes(self, attempt: Attempt) -> None:
+        session, batch, now = attempt.session, attempt.batch, attempt.now
+        # Where each call went upstream (``worker.upstream.routes``), with its hold, and
+        # which the gateway billed to its fallback account.
+        applied = [
+            call.meta
+            for call in batch.calls
+            if call.meta is not None
+            and call.dead_reason is None
+            and call.effect not in (None, Effect.DEFERRED)
+        ]
+        record_routes(session, applied)
+        record_gateway_notes(session, applied, now)
 
     def _apply_common(self, session: Session, calls: list[CallState], now: datetime) -> None:
         """The batch's fresh holds, plain settlements and failures in a few statements."""

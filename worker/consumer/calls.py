@@ -1,5 +1,6 @@
-"""What the consumer carries through a batch's steps: each call's notifications and what became of
-them (``CallState``), the batch (``Batch``), and the counts it reports (``BatchStats``)."""
+"""What a batch carries through its steps (``worker.consumer.steps``): each call's notifications
+and what became of them (``CallState``), the batch (``Batch``), and the counts it reports
+(``BatchStats``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from worker.consumer.reading import StreamSize
 from worker.contract.entries import Entry, Notification
 from worker.core.prices import PriceBook
 from worker.core.request import RequestMeta
@@ -107,14 +109,18 @@ class CallState:
 
 @dataclass
 class Batch:
-    """A batch of notification entries read and reconciled, not yet applied."""
+    """A batch of notification entries as its steps fill it in: ``gather`` (``calls``, ``sizes``,
+    ``rest``), ``fetch`` (``streams``), ``reconcile``, then the transaction and the rest."""
 
     stream: str
     stats: BatchStats
     book: PriceBook
+    entries: list[tuple[bytes, Any]] = field(default_factory=list)  # the notifications read
     ack: list[bytes] = field(default_factory=list)
     dead: list[dict[str, Any]] = field(default_factory=list)
     calls: list[CallState] = field(default_factory=list)
+    # Each call's stream size, as checked before it is read (``reading``).
+    sizes: list[StreamSize] = field(default_factory=list)
     # Each call's stream, cut to its first entry once reconciled (the transaction asks only
     # whether the stream exists).
     streams: list[list[Entry]] = field(default_factory=list)

@@ -1,20 +1,28 @@
 """The consumer: notification batches → reconciled calls → one database commit → acknowledgements.
 
 Contract of ``Consumer.poll`` (may block up to ``block_ms``; safe to call from any number of processes
-at once, they share the work through the consumer group). A batch goes through five steps, each in
-the module named for it:
+at once, they share the work through the consumer group). A batch goes through these steps
+(``worker.consumer.steps``: each step is given the next; the acknowledgement is last), each in the
+module named for it:
 
-1. ``intake``: claim entries another consumer left pending longer than ``claim_idle_ms`` (it died),
-   then read new ones, up to ``batch_size`` in all.
-2. ``gathering``: group them by call, size every call's stream, then read them in one pipelined
-   round trip: a stream past the size limits is refused unread, and the calls past the batch's byte
-   budget (``batch_bytes``) are left pending for the next batch of the same drain.
-3. ``reconciling``: decode and reconcile every call (pure work; unusable input is a dead letter).
-4. ``applying``: every call in ONE database transaction, each inside its own savepoint; a transient
-   error reruns the whole transaction. Then ``poison`` caps the calls that keep failing.
-5. ``acknowledge``, only after the commit: dead letters, acknowledgements, settled streams deleted,
-   rechecks scheduled. A crash anywhere before step 5 redoes the batch; every ledger effect is
-   idempotent, so redoing changes nothing that was already committed.
+1. ``read`` (``intake``): claim entries another consumer left pending longer than ``claim_idle_ms``
+   (it died), then read new ones, up to ``batch_size`` in all.
+2. ``prepare``, Redis reads and pure work, nothing written anywhere:
+   ``gather`` (``gathering``) groups them by call and sizes every call's stream in one pipelined
+   round trip: a stream past the size limits is refused unread, and the calls past the batch's
+   byte budget (``batch_bytes``) are left pending for the next batch of the same drain;
+   ``fetch`` reads the streams, in one round trip; ``reconcile`` (``reconciling``) decodes and
+   reconciles every call (unusable input is a dead letter).
+3. ``apply``: ``transaction`` (``applying``): every call in ONE database transaction, each inside
+   its own savepoint; a transient error reruns the whole transaction. Then ``poison`` caps the
+   calls that keep failing, and ``acknowledge``, only after the commit: dead letters,
+   acknowledgements, settled streams deleted, rechecks scheduled. A crash anywhere before
+   ``acknowledge`` redoes the batch; every ledger effect is idempotent, so redoing changes nothing
+   that was already committed.
+
+``consumer.steps`` holds them by name (the ``transaction``'s parts too: ``ledger_batched``,
+``ledger_per_call``, ``conserve``, ``routes``); ``wrap_step`` and ``replace_step`` are the way to
+time, observe or replace one (benchmarks, tests) without reaching into the modules.
 """
 
 from __future__ import annotations
@@ -32,11 +40,12 @@ from worker.config import Settings
 from worker.consumer.acknowledge import Acknowledger
 from worker.consumer.applying import Applier
 from worker.consumer.calls import Batch, BatchStats
-from worker.consumer.gathering import gather
-from worker.consumer.intake import Intake
+from worker.consumer.gathering import Fetch, Gather
+from worker.consumer.intake import Intake, Reading
 from worker.consumer.poison import PoisonPolicy
 from worker.consumer.pricing import PriceSource
-from worker.consumer.reconciling import reconcile_all
+from worker.consumer.reconciling import Reconcile
+from worker.consumer.steps import Around, Call, Chain, Step, Steps
 from worker.contract.keys import Keys
 from worker.core.errors import ConfigError
 from worker.core.prices import PriceBook
@@ -83,10 +92,53 @@ class Consumer:
             recheck_seconds=recheck_seconds,
             dead_letter_maxlen=settings.dead_letter_maxlen,
         )
+        self.steps = Steps(
+            [
+                self.intake,
+                Chain(
+                    "prepare",
+                    [
+                        Gather(client, self.keys, settings.batch_bytes),
+                        Fetch(client, self.keys),
+                        Reconcile(),
+                    ],
+                ),
+                Chain(
+                    "apply",
+                    [
+                        self.applier,
+                        Call("poison", self._give_up),
+                        self.acknowledger,
+                    ],
+                ),
+            ]
+        )
         self._prefetch: ThreadPoolExecutor | None = None
 
-    def read(self, stream: str, block_ms: int | None) -> list[tuple[bytes, Any]]:
-        return self.intake.read(stream, self.settings.batch_size, block_ms)
+    def wrap_step(self, name: str, around: Around[Any]) -> Callable[[], None]:
+        """``around(work, batch)`` in place of the step ``name``'s work (``Steps.wrap``); the undo."""
+        return self.steps.wrap(name, around)
+
+    def replace_step(self, name: str, step: Step[Any]) -> Step[Any]:
+        """``step`` in the place of the step ``name`` (``Steps.replace``); the step it replaced."""
+        return self.steps.replace(name, step)
+
+    def _give_up(self, batch: Batch) -> None:
+        self.poison.give_up(self.client, self.keys, batch.stream, batch.calls)
+
+    def read(
+        self,
+        stream: str,
+        block_ms: int | None,
+        rest: list[tuple[bytes, Any]] | None = None,
+        *,
+        count: int | None = None,
+    ) -> list[tuple[bytes, Any]]:
+        """The step ``read``: the entries ``rest`` (a batch's, past its budget) still pending here,
+        else up to ``count`` (``batch_size``) entries claimed or read."""
+        reading = Reading(stream, count or self.settings.batch_size, block_ms, rest or [])
+        self.steps["read"].submit(reading)
+        return reading.entries
 
     def poll(self, partition: int = 0, block_ms: int | None = 200) -> BatchStats:
         stream = self.keys.events(partition)
@@ -149,7 +201,7 @@ class Consumer:
         self, stream: str, block_ms: int | None, book: PriceBook, rest: list[tuple[bytes, Any]]
     ) -> Batch | None:
         """The next batch: what the last one left past its byte budget, else new entries."""
-        entries = self.intake.keep(stream, rest) if rest else self.read(stream, block_ms)
+        entries = self.read(stream, block_ms, rest)
         return self.prepare(stream, entries, book) if entries else None
 
     def process(self, stream: str, entries: list[tuple[bytes, Any]]) -> BatchStats:
@@ -161,24 +213,19 @@ class Consumer:
             # it would wait for the write lock this one holds.
             batch = self.prepare(stream, entries, self.prices.current())
             total.add(self.apply(batch))
-            entries = self.intake.keep(stream, batch.rest) if batch.rest else []
+            entries = self.read(stream, None, batch.rest) if batch.rest else []
         return total
 
     def prepare(self, stream: str, entries: list[tuple[bytes, Any]], book: PriceBook) -> Batch:
-        """Steps 2 and 3: Redis reads and pure work, nothing written anywhere (safe to run while
-        another batch is applied). The entries of the calls past the budget are ``batch.rest``."""
-        batch, streams = gather(
-            self.client, self.keys, stream, entries, book, self.settings.batch_bytes
-        )
-        reconcile_all(batch.calls, streams, book)
-        # Reconciled, a stream is needed no more than its first entry (the transaction asks
-        # whether the stream exists): the rest is let go now, not when the batch is committed.
-        batch.streams = [call_entries[:1] for call_entries in streams]
+        """The steps ``prepare``: Redis reads and pure work, nothing written anywhere (safe to run
+        while another batch is applied). The entries of the calls past the budget are
+        ``batch.rest``."""
+        batch = Batch(stream, BatchStats(), book, entries=entries)
+        self.steps["prepare"].submit(batch)
         return batch
 
     def apply(self, batch: Batch) -> BatchStats:
-        """Steps 4 and 5: the batch's transaction, the poison cap, then (after the commit, never
-        before) dead letters and acknowledgements."""
-        self.applier.apply(batch)
-        self.poison.give_up(self.client, self.keys, batch.stream, batch.calls)
-        return self.acknowledger.finish(batch)
+        """The steps ``apply``: the batch's transaction, the poison cap, then (after the commit,
+        never before) dead letters and acknowledgements."""
+        self.steps["apply"].submit(batch)
+        return batch.stats

@@ -1,10 +1,11 @@
-"""Step 2 of a batch: group the notification entries by call and read the calls' streams.
+"""Steps 2 and 3 of a batch: ``gather`` the notification entries by call, ``fetch`` their streams.
 
-Contract of ``gather``: Redis reads only, nothing written anywhere (safe to run while another batch
+Contract of ``Gather`` and ``Fetch``: Redis reads only, nothing written anywhere (safe to run while another batch
 is applied). A notification that does not parse is a dead letter at once; every call's stream is
 sized first, and a stream past the size limits is refused unread; the calls past the batch's byte
 budget are left for the next batch (``Batch.rest``, still pending). Calls come out in request-id
-order, the order the transaction locks their reservations in.
+order, the order the transaction locks their reservations in. ``Fetch`` reads each stream as far
+as ``gather`` sized it, for the consumer's batches and the sweeper's alike.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any
 
 import redis
 
-from worker.consumer.calls import Batch, BatchStats, CallState
+from worker.consumer.calls import Batch, CallState
 from worker.consumer.reading import StreamSize, read_streams, size_streams, within_budget
+from worker.consumer.steps import Step
 from worker.contract.entries import Entry, dead_letter_fields, parse_notification
 from worker.contract.keys import Keys
 from worker.core.errors import InputError
-from worker.core.prices import PriceBook
 
 
 def group(batch: Batch, entries: list[tuple[bytes, Any]]) -> list[CallState]:
@@ -60,23 +61,38 @@ def fetch(
     return read_streams(client, keys, reads)
 
 
-def gather(
-    client: redis.Redis,
-    keys: Keys,
-    stream: str,
-    entries: list[tuple[bytes, Any]],
-    book: PriceBook,
-    batch_bytes: int,
-) -> tuple[Batch, list[list[Entry]]]:
-    """A batch of the calls within ``batch_bytes``, and each one's stream as read."""
-    batch = Batch(stream, BatchStats(), book)
-    ordered = group(batch, entries)
-    sizes = size_streams(client, keys, [call.request_id for call in ordered])
-    for call, size in zip(ordered, sizes, strict=True):
-        call.dead_reason = size.refusal
-    taken = within_budget([size.cost for size in sizes], batch_bytes)
-    later = {note.entry_id for call in ordered[taken:] for note in call.notes}
-    batch.rest = [entry for entry in entries if entry[0] in later]
-    batch.stats.read = len(entries) - len(batch.rest)
-    batch.calls = ordered[:taken]
-    return batch, fetch(client, keys, batch.calls, sizes[:taken])
+class Gather(Step[Batch]):
+    """The batch's calls within ``batch_bytes`` (``calls``, ``sizes``); the rest left pending."""
+
+    name = "gather"
+
+    def __init__(self, client: redis.Redis, keys: Keys, batch_bytes: int) -> None:
+        self.client = client
+        self.keys = keys
+        self.batch_bytes = batch_bytes
+
+    def process(self, batch: Batch) -> None:
+        entries = batch.entries
+        ordered = group(batch, entries)
+        sizes = size_streams(self.client, self.keys, [call.request_id for call in ordered])
+        for call, size in zip(ordered, sizes, strict=True):
+            call.dead_reason = size.refusal
+        taken = within_budget([size.cost for size in sizes], self.batch_bytes)
+        later = {note.entry_id for call in ordered[taken:] for note in call.notes}
+        batch.rest = [entry for entry in entries if entry[0] in later]
+        batch.stats.read = len(entries) - len(batch.rest)
+        batch.calls = ordered[:taken]
+        batch.sizes = sizes[:taken]
+
+
+class Fetch(Step[Batch]):
+    """Each call's stream as ``gather`` sized it (``batch.streams``), in one round trip."""
+
+    name = "fetch"
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    def process(self, batch: Batch) -> None:
+        batch.streams = fetch(self.client, self.keys, batch.calls, batch.sizes)

@@ -1,16 +1,19 @@
-"""Step 3 of a batch: decode every call's stream and reconcile it into a ``Result``.
+"""Step 4 of a batch (``reconcile``): decode every call's stream and reconcile it into a ``Result``.
 
 Contract: pure work, no IO. A call whose stream is unusable (``InputError``) becomes a dead letter
 before the database is touched; a bug on one call's input defers that call, not the batch.
 ``reconcile_call`` / ``reconcile_record`` are the one way a stream becomes a result (the sweeper
-uses them too).
+uses them too). ``Reconcile(per_call=…)`` runs another function per call in their place
+(a benchmark's timing, a test's failure), given and returning what ``reconcile_call`` does.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from worker.consumer.calls import CallState
+from worker.consumer.calls import Batch, CallState
+from worker.consumer.steps import Step
 from worker.contract.entries import Entry, decode_call, read_meta
 from worker.core.errors import InputError
 from worker.core.prices import PriceBook
@@ -40,14 +43,36 @@ def reconcile_call(
     )
 
 
-def reconcile_all(calls: list[CallState], streams: list[list[Entry]], book: PriceBook) -> None:
+ReconcileCall = Callable[[list[Entry], str, PriceBook], tuple[RequestMeta, Result]]
+
+
+class Reconcile(Step[Batch]):
+    """Every call of the batch reconciled (``reconcile_all``); then each stream is cut to its first
+    entry: the transaction only asks whether the stream exists, so the rest is let go now."""
+
+    name = "reconcile"
+
+    def __init__(self, per_call: ReconcileCall = reconcile_call) -> None:
+        self.per_call = per_call
+
+    def process(self, batch: Batch) -> None:
+        reconcile_all(batch.calls, batch.streams, batch.book, self.per_call)
+        batch.streams = [call_entries[:1] for call_entries in batch.streams]
+
+
+def reconcile_all(
+    calls: list[CallState],
+    streams: list[list[Entry]],
+    book: PriceBook,
+    reconcile: ReconcileCall = reconcile_call,
+) -> None:
     """Decode each call's stream: a close is reconciled, an open only needs its metadata."""
     for call, entries in zip(calls, streams, strict=True):
         if not entries:
             continue  # what a missing stream means depends on the ledger: see ``applying``
         try:
             if call.closing:
-                call.meta, call.result = reconcile_call(entries, call.request_id, book)
+                call.meta, call.result = reconcile(entries, call.request_id, book)
             else:
                 call.meta = read_meta(entries, call.request_id)
         except InputError as exc:

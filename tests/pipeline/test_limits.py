@@ -8,9 +8,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-import worker.consumer.sweeper as sweeper_module
 from worker.config import Settings
-from worker.consumer import reading
 from worker.consumer.consumer import Consumer
 from worker.consumer.sweeper import Sweeper
 from worker.contract import entries
@@ -39,8 +37,9 @@ def account() -> str:
 
 
 @pytest.fixture
-def reads(consumer: Consumer, monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, int]]]:
-    """Every read of call streams (the step ``fetch``): the (request id, entry count) pairs read."""
+def reads(consumer: Consumer) -> list[list[tuple[str, int]]]:
+    """Every read of call streams, the consumer's and its sweepers' (their step ``fetch``): the
+    (request id, entry count) pairs read."""
     seen: list[list[tuple[str, int]]] = []
 
     def spy(fetch, batch):  # type: ignore[no-untyped-def]
@@ -49,13 +48,6 @@ def reads(consumer: Consumer, monkeypatch: pytest.MonkeyPatch) -> list[list[tupl
         seen.append([(call.request_id, len(found)) for call, found in read if found])
 
     consumer.wrap_step("fetch", spy)
-    real = reading.read_streams
-
-    def sweeper_spy(client, keys, asked):  # type: ignore[no-untyped-def]
-        seen.append([(rid, count) for rid, count in asked if count > 0])
-        return real(client, keys, asked)
-
-    monkeypatch.setattr(sweeper_module, "read_streams", sweeper_spy)
     return seen
 
 

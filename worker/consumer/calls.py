@@ -71,6 +71,7 @@ class CallState:
     result: Result | None = None
     held_here: bool = False  # this batch recorded the hold
     redo: Redo | None = None
+    whole: bool = False  # its stream is read whole even without a close (the sweeper's calls)
     gave_up: bool = False  # dead-lettered as poison, not as bad input: its stream is kept
     # refused, and recorded unsettled ``unreadable`` from its salvaged money facts by this batch
     # (``worker.consumer.salvage``): its stream goes with the dead letter

@@ -52,12 +52,12 @@ def group(batch: Batch, entries: list[tuple[bytes, Any]]) -> list[CallState]:
 def fetch(
     client: redis.Redis, keys: Keys, calls: list[CallState], sizes: list[StreamSize]
 ) -> list[list[Entry]]:
-    """Each call's stream as far as it was sized: whole for a close, the request entry for an
-    open; nothing for a refused call or a missing stream."""
+    """Each call's stream as far as it was sized: whole for a close (or a call marked ``whole``),
+    the request entry for an open; nothing for a refused call or a missing stream."""
     reads = []
     for call, size in zip(calls, sizes, strict=True):
         count = 0 if call.dead_reason is not None else size.entries
-        reads.append((call.request_id, count if call.closing else min(count, 1)))
+        reads.append((call.request_id, count if call.closing or call.whole else min(count, 1)))
     return read_streams(client, keys, reads)
 
 

@@ -1,4 +1,4 @@
-"""The sweeper: finishes what notifications alone cannot.
+"""The sweeper: finishes what notifications alone cannot, with the consumer's steps and its own policy.
 
 * Calls whose ``close`` never came (a gateway crash): a reservation still ``held`` whose stream has had
   no new entry for ``sweep_idle_ms`` is reconciled from what is there. A stream with finish and usage
@@ -10,19 +10,25 @@
 * Late data: an unsettled call's stream is kept through the grace period and reconciled again on a
   schedule (the ``recheck`` sorted set), so a usage frame that arrived after ``close`` still settles it.
   At the end of grace the stream is deleted and the resolve policy decides the hold.
-* Streams are sized before they are read and read in groups within the byte budget, as the consumer
-  reads them (``pipeline.reading``); a stream refused (past the limits, undecodable, or quarantined
-  by the consumer) is dead-lettered once and never read again: its call is finalized or left to the
-  resolve policy from the reservation alone.
+* Streams are sized before they are read and read in groups within the byte budget by the consumer's
+  own step ``fetch`` (``consumer.steps``: a wrapped or replaced ``fetch`` reads for both); a stream
+  refused (past the limits, undecodable, or quarantined by the consumer) is dead-lettered once and
+  never read again: its call is finalized or left to the resolve policy from the reservation alone.
+
+What the sweeper does differently from the consumer is its ``SweepPolicy``: which calls it picks
+(held reservations idle for ``idle_ms``, at most ``limit`` a pass over ``max_pages`` pages), when an
+unsettled call is read again (``recheck_seconds``), the grace period and the resolve policy.
 
 Each pass works in bounded batches and commits per batch, so it is safe to run from any process at any
-time: every effect goes through the idempotent ledger operations.
+time: every effect goes through the idempotent ledger operations; dead letters and the Redis effects
+follow the commit.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,13 +42,15 @@ from models.anomalies import AnomalyKind
 from models.failures import Failure
 from models.reservations import Reservation, Status
 from worker.consumer import partitions
+from worker.consumer.calls import Batch, BatchStats, CallState
 from worker.consumer.consumer import Consumer
 from worker.consumer.dead_letters import write_dead_letters
-from worker.consumer.reading import StreamSize, read_streams, size_streams, within_budget
+from worker.consumer.reading import StreamSize, size_streams, within_budget
 from worker.consumer.reconciling import reconcile_call
 from worker.consumer.salvage import summary, unreadable_result
-from worker.contract.entries import dead_letter_fields
+from worker.contract.entries import Entry, dead_letter_fields
 from worker.core.errors import InputError
+from worker.core.prices import PriceBook
 from worker.core.reconcile import reconcile_stream
 from worker.core.request import RequestMeta
 from worker.core.result import Outcome, Result
@@ -84,14 +92,66 @@ def _entry_ms(entry_id: bytes) -> int:
     return int(entry_id.split(b"-", 1)[0])
 
 
+@dataclass(frozen=True)
+class SweepPolicy:
+    """What the sweeper does that the consumer does not (see the module docstring)."""
+
+    idle_ms: int  # a held call's stream silent this long is abandoned
+    limit: int  # calls a pass looks at, per kind
+    recheck_seconds: float  # an unsettled call's stream is read again this long after
+    grace: timedelta  # late data may settle a call this long after its failure
+    resolve: str  # what becomes of a failure past grace (``settings.resolve_policy``)
+    max_pages: int = MAX_PAGES
+
+    @classmethod
+    def of(cls, consumer: Consumer, limit: int) -> SweepPolicy:
+        settings = consumer.settings
+        return cls(
+            idle_ms=settings.sweep_idle_ms,
+            limit=limit,
+            recheck_seconds=consumer.recheck_seconds,
+            grace=consumer.grace,
+            resolve=settings.resolve_policy,
+        )
+
+
 class Sweeper:
-    def __init__(self, consumer: Consumer, *, limit: int = 500) -> None:
+    def __init__(
+        self, consumer: Consumer, *, limit: int = 500, policy: SweepPolicy | None = None
+    ) -> None:
         self.consumer = consumer
         self.client = consumer.client
         self.keys = consumer.keys
         self.settings = consumer.settings
-        self.limit = limit
+        self.policy = policy or SweepPolicy.of(consumer, limit)
+        self.limit = self.policy.limit
         self._last_id = self.client.register_script(LAST_ENTRY_ID)
+
+    def _read(
+        self,
+        request_ids: Sequence[str],
+        sizes: Sequence[StreamSize],
+        unread: Sequence[bool],
+        book: PriceBook,
+    ) -> list[list[Entry]]:
+        """Each call's stream whole as it was sized, but for the ``unread`` ones and those refused
+        by their size: the consumer's step ``fetch``, in one round trip."""
+        batch = Batch("sweep", BatchStats(), book)
+        batch.calls = [
+            CallState(request_id, whole=True, dead_reason="unread" if skip else size.refusal)
+            for request_id, size, skip in zip(request_ids, sizes, unread, strict=True)
+        ]
+        batch.sizes = list(sizes)
+        self.consumer.steps["fetch"].process(batch)
+        return batch.streams
+
+    def _within_budget(self, costs: Sequence[int]) -> Iterator[slice]:
+        """The calls in groups whose streams fit the byte budget (``batch_bytes``), in order."""
+        start = 0
+        while start < len(costs):
+            end = start + within_budget(costs[start:], self.settings.batch_bytes)
+            yield slice(start, end)
+            start = end
 
     def run(self) -> SweepStats:
         stats = SweepStats()
@@ -134,7 +194,7 @@ class Sweeper:
         Pages past the calls that are still streaming (an old reservation with fresh entries), at
         most ``MAX_PAGES`` pages a pass, so a crowd of long calls never hides an abandoned one
         behind it until its stream expires. Only each stream's last entry is read here."""
-        idle = timedelta(milliseconds=self.settings.sweep_idle_ms)
+        idle = timedelta(milliseconds=self.policy.idle_ms)
         now_ms = int(now.timestamp() * 1000)
         query = (
             select(
@@ -154,7 +214,7 @@ class Sweeper:
         )
         found: list[Row[Any]] = []
         after: tuple[datetime, int] | None = None
-        for _page in range(MAX_PAGES):
+        for _page in range(self.policy.max_pages):
             page = query
             if after is not None:
                 page = page.where(tuple_(Reservation.updated_at, Reservation.id) > tuple_(*after))
@@ -169,7 +229,7 @@ class Sweeper:
             probes = pipe.execute()
             for index, row in enumerate(rows):
                 last, quarantined = probes[2 * index], probes[2 * index + 1]
-                quiet = not last or now_ms - _entry_ms(last) >= self.settings.sweep_idle_ms
+                quiet = not last or now_ms - _entry_ms(last) >= self.policy.idle_ms
                 if quarantined or quiet:
                     found.append(row)
             after = (rows[-1].updated_at, rows[-1].id)
@@ -192,11 +252,8 @@ class Sweeper:
         sizes = size_streams(self.client, self.keys, [row.request_id for row in rows])
         # A quarantined stream was refused into the dead letters: it is not read again.
         costs = [0 if q else size.cost for q, size in zip(quarantined, sizes, strict=True)]
-        start = 0
-        while start < len(rows):
-            end = start + within_budget(costs[start:], self.settings.batch_bytes)
-            self._finalize(rows[start:end], quarantined[start:end], sizes[start:end], now, stats)
-            start = end
+        for group in self._within_budget(costs):
+            self._finalize(rows[group], quarantined[group], sizes[group], now, stats)
 
     def _finalize(
         self,
@@ -206,20 +263,16 @@ class Sweeper:
         now: datetime,
         stats: SweepStats,
     ) -> None:
-        reads = [
-            (row.request_id, 0 if q or size.refusal else size.entries)
-            for row, q, size in zip(rows, quarantined, sizes, strict=True)
-        ]
-        fetched = read_streams(self.client, self.keys, reads)
+        book = self.consumer.prices.current()
+        fetched = self._read([row.request_id for row in rows], sizes, quarantined, book)
         now_ms = int(time.time() * 1000)
         dead = []
         # (request id, outcome, whether its stream may be read again for late data)
         finished: list[tuple[str, Outcome, bool]] = []
-        book = self.consumer.prices.current()
         with self.consumer.sessions() as session, session.begin():
             for row, q, size, entries in zip(rows, quarantined, sizes, fetched, strict=True):
                 refusal = None if q else size.refusal
-                if entries and now_ms - _entry_ms(entries[-1][0]) < self.settings.sweep_idle_ms:
+                if entries and now_ms - _entry_ms(entries[-1][0]) < self.policy.idle_ms:
                     continue  # still being written: not abandoned yet
                 try:
                     with session.begin_nested():
@@ -257,7 +310,7 @@ class Sweeper:
                                 if unreadable
                                 else reconcile_stream(meta, [], book)
                             )
-                        effect = apply_result(session, result, now=now, grace=self.consumer.grace)
+                        effect = apply_result(session, result, now=now, grace=self.policy.grace)
                         # A quarantined call's close came, and was refused: not a ``no_close``.
                         self._findings(session, result, effect, now, meta=meta, closed=q)
                         if unreadable and effect is Effect.UNSETTLED:
@@ -278,7 +331,7 @@ class Sweeper:
                     dead.append(dead_letter_fields("sweep", refusal, original, now_ms))
         pipe = self.client.pipeline(transaction=False)
         write_dead_letters(pipe, self.keys, dead, self.settings.dead_letter_maxlen)
-        recheck_at = time.time() + self.consumer.recheck_seconds
+        recheck_at = time.time() + self.policy.recheck_seconds
         for request_id, outcome, readable in finished:
             pipe.srem(self.keys.quarantine, request_id)
             if not readable:
@@ -327,23 +380,15 @@ class Sweeper:
             return
         ids = [raw.decode() for raw in due]
         sizes = size_streams(self.client, self.keys, ids)
-        costs = [size.cost for size in sizes]
-        start = 0
-        while start < len(ids):
-            end = start + within_budget(costs[start:], self.settings.batch_bytes)
-            self._recheck(ids[start:end], sizes[start:end], stats)
-            start = end
+        for group in self._within_budget([size.cost for size in sizes]):
+            self._recheck(ids[group], sizes[group], stats)
 
     def _recheck(self, ids: list[str], sizes: list[StreamSize], stats: SweepStats) -> None:
-        reads = [
-            (request_id, 0 if size.refusal else size.entries)
-            for request_id, size in zip(ids, sizes, strict=True)
-        ]
-        fetched = read_streams(self.client, self.keys, reads)
+        book = self.consumer.prices.current()
+        fetched = self._read(ids, sizes, [False] * len(ids), book)
         now = datetime.now(UTC)
         now_ms = int(time.time() * 1000)
-        grace = self.consumer.grace
-        book = self.consumer.prices.current()
+        grace = self.policy.grace
         done: list[str] = []
         later: list[str] = []
         refused: list[tuple[str, str]] = []
@@ -413,15 +458,15 @@ class Sweeper:
         if later:
             pipe.zadd(
                 self.keys.recheck,
-                dict.fromkeys(later, time.time() + self.consumer.recheck_seconds),
+                dict.fromkeys(later, time.time() + self.policy.recheck_seconds),
             )
         pipe.execute()
 
     def apply_policy(self, stats: SweepStats) -> None:
-        policy = self.settings.resolve_policy
+        policy = self.policy.resolve
         if policy == "none":
             return
         with self.consumer.sessions() as session, session.begin():
             stats.resolved += resolve_expired(
-                session, now=datetime.now(UTC), grace=self.consumer.grace, policy=policy
+                session, now=datetime.now(UTC), grace=self.policy.grace, policy=policy
             )

@@ -7,11 +7,15 @@ ledger refers to it or the batch recorded it as ``unreadable``, else its request
 the sweeper), settled and voided streams deleted, unsettled calls scheduled for a recheck,
 redelivered duplicates' lost after-commit step redone, and every notification acknowledged except a
 deferred call's (left pending for a redelivery). A crash before this step redoes the batch, which
-changes nothing already committed.
+changes nothing already committed. With spend control (``authorizations``), then, each call the
+batch settled or voided is released in the authorization store at what it was charged, so its
+account's unspent hold is spendable again at once; a release that fails is logged and left to the
+sync task (``worker.service.authorization``), which finds it missed.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -24,11 +28,16 @@ from models.reservations import Reservation
 from worker.consumer.calls import Batch, BatchStats, CallState, Redo
 from worker.consumer.dead_letters import write_dead_letters
 from worker.consumer.steps import Step
+from worker.contract.authorization import AuthorizationStore
 from worker.contract.entries import dead_letter_fields
 from worker.contract.keys import Keys
 from worker.core.result import Outcome
 from worker.ledger.effects import Effect
 from worker.ledger.findings import withdraw_many
+
+log = logging.getLogger(__name__)
+# The effects after which a call's hold is released in the authorization store: it is closed.
+RELEASING = frozenset({Effect.SETTLED, Effect.SETTLED_LATE, Effect.VOIDED, Effect.VOIDED_LATE})
 
 
 class Acknowledger(Step[Batch]):
@@ -42,7 +51,9 @@ class Acknowledger(Step[Batch]):
         *,
         recheck_seconds: float,
         dead_letter_maxlen: int,
+        authorizations: AuthorizationStore | None = None,
     ) -> None:
+        self.authorizations = authorizations
         self.client = client
         self.keys = keys
         self.sessions = sessions
@@ -72,7 +83,25 @@ class Acknowledger(Step[Batch]):
             pipe.xack(batch.stream, self.keys.group, *ack)
         pipe.execute()
         stats.acked = len(ack)
+        if self.authorizations is not None:
+            self._release(self.authorizations, batch.calls)
         return stats
+
+    @staticmethod
+    def _release(store: AuthorizationStore, calls: list[CallState]) -> None:
+        releases = []
+        for call in calls:
+            if call.effect not in RELEASING or call.dead_reason is not None:
+                continue
+            source = call.meta or call.result
+            if source is None:
+                continue
+            charged = call.charge_micros if call.outcome is Outcome.SETTLED else 0
+            releases.append((source.account_id, call.request_id, charged))
+        try:
+            store.release_many(releases)
+        except redis.RedisError as exc:  # the sync task releases them from the ledger
+            log.warning("authorization releases not applied (%d): %s", len(releases), exc)
 
     def _dead_letter(
         self, pipe: redis.client.Pipeline, call: CallState, reserved: bool, dead: list, now_ms: int

@@ -46,6 +46,7 @@ from worker.consumer.poison import PoisonPolicy
 from worker.consumer.pricing import PriceSource
 from worker.consumer.reconciling import Reconcile
 from worker.consumer.steps import Around, Call, Chain, Step, Steps
+from worker.contract.authorization import AuthorizationStore
 from worker.contract.keys import Keys
 from worker.core.errors import ConfigError
 from worker.core.prices import PriceBook
@@ -91,6 +92,9 @@ class Consumer:
             sessions,
             recheck_seconds=recheck_seconds,
             dead_letter_maxlen=settings.dead_letter_maxlen,
+            authorizations=AuthorizationStore(client, settings.prefix)
+            if settings.authorize
+            else None,
         )
         self.steps = Steps(
             [

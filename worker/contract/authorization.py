@@ -295,6 +295,20 @@ class AuthorizationStore:
             )
         )
 
+    def release_many(self, releases: Iterable[tuple[str, str, int]]) -> None:
+        """``release`` of each (account, request id, charged), in one pipelined round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        queued = False
+        for account_id, request_id, charged in releases:
+            self._release(
+                keys=[self.account_key(account_id), self.calls_key(account_id)],
+                args=[request_id, int(charged)],
+                client=pipe,
+            )
+            queued = True
+        if queued:
+            pipe.execute()
+
     def install(
         self,
         account_id: str,

@@ -368,8 +368,9 @@ class Settings:
     )
     auth_timeout_ms: int = integer(
         "BILLING_AUTH_TIMEOUT_MS",
-        100,
-        "the gateway's Redis timeout for an authorization; past it, `BILLING_AUTH_UNREACHABLE`",
+        1000,
+        "the gateway's Redis timeout for an authorization (connecting, then the answer; a refused"
+        " connection is at once); past it, `BILLING_AUTH_UNREACHABLE`",
         minimum=1,
     )
     auth_sync_seconds: int = integer(

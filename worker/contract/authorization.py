@@ -226,6 +226,20 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _decision(reply: list[Any]) -> Decision:
+    """The authorization script's reply as a ``Decision``."""
+    verdict = Verdict(_text(reply[0]))
+    if verdict is Verdict.INSUFFICIENT_FUNDS:
+        return Decision(verdict, spendable=int(reply[1]))
+    if verdict is Verdict.BUDGET_EXCEEDED:
+        scope = _text(reply[1])
+        period = "day" if scope.startswith("d") else "month"
+        model_part = scope.partition("|")[2]
+        name = f"{period} for {model_part}" if model_part else period
+        return Decision(verdict, budget=name, limit=int(reply[2]), used=int(reply[3]))
+    return Decision(verdict)
+
+
 class AuthorizationStore:
     """The store's operations on one Redis client (the gateway's, with short timeouts)."""
 
@@ -235,6 +249,7 @@ class AuthorizationStore:
         self._authorize = client.register_script(_AUTHORIZE)
         self._release = client.register_script(_RELEASE)
         self._install = client.register_script(_INSTALL)
+        self._async_scripts: dict[int, Any] = {}
 
     @property
     def ready_key(self) -> str:
@@ -245,6 +260,32 @@ class AuthorizationStore:
 
     def calls_key(self, account_id: str) -> str:
         return self.account_key(account_id) + ":calls"
+
+    def _authorize_call(
+        self,
+        account_id: str,
+        request_id: str,
+        amount: int,
+        at: datetime,
+        model: str,
+        unknown: str,
+        default_budget: int,
+        default_period: str,
+    ) -> dict[str, list[Any]]:
+        return {
+            "keys": [self.ready_key, self.account_key(account_id), self.calls_key(account_id)],
+            "args": [
+                request_id,
+                int(amount),
+                day_scope(at),
+                month_scope(at),
+                model,
+                int(at.timestamp() * 1000),
+                unknown,
+                int(default_budget),
+                _PERIOD_CODE[default_period],
+            ],
+        }
 
     def authorize(
         self,
@@ -260,30 +301,33 @@ class AuthorizationStore:
     ) -> Decision:
         """Take ``amount`` for the call if it fits the account's funds and budgets (one round trip).
         Raises ``redis.RedisError`` when Redis cannot answer: the caller's setting decides."""
-        reply = self._authorize(
-            keys=[self.ready_key, self.account_key(account_id), self.calls_key(account_id)],
-            args=[
-                request_id,
-                int(amount),
-                day_scope(at),
-                month_scope(at),
-                model,
-                int(at.timestamp() * 1000),
-                unknown,
-                int(default_budget),
-                _PERIOD_CODE[default_period],
-            ],
+        call = self._authorize_call(
+            account_id, request_id, amount, at, model, unknown, default_budget, default_period
         )
-        verdict = Verdict(_text(reply[0]))
-        if verdict is Verdict.INSUFFICIENT_FUNDS:
-            return Decision(verdict, spendable=int(reply[1]))
-        if verdict is Verdict.BUDGET_EXCEEDED:
-            scope = _text(reply[1])
-            period = "day" if scope.startswith("d") else "month"
-            model_part = scope.partition("|")[2]
-            name = f"{period} for {model_part}" if model_part else period
-            return Decision(verdict, budget=name, limit=int(reply[2]), used=int(reply[3]))
-        return Decision(verdict)
+        return _decision(self._authorize(**call))
+
+    async def authorize_async(
+        self,
+        client: Any,
+        account_id: str,
+        request_id: str,
+        amount: int,
+        at: datetime,
+        model: str,
+        *,
+        unknown: str = "refuse",
+        default_budget: int = 0,
+        default_period: str = "day",
+    ) -> Decision:
+        """``authorize`` on ``client``, a ``redis.asyncio`` client of the same server: the event
+        loop serves other calls while the script runs (a gateway's path)."""
+        call = self._authorize_call(
+            account_id, request_id, amount, at, model, unknown, default_budget, default_period
+        )
+        script = self._async_scripts.get(id(client))
+        if script is None:
+            script = self._async_scripts[id(client)] = client.register_script(_AUTHORIZE)
+        return _decision(await script(**call))
 
     def release(self, account_id: str, request_id: str, charged: int) -> bool:
         """The call settled at ``charged`` (0: voided): its hold becomes its charge. False when the

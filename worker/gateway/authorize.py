@@ -1,7 +1,7 @@
 """Spend control at the gateway: each billed call's hold taken from the authorization store before
 anything goes upstream (``worker.contract.authorization``; docs/gateway.md, "Spend control").
 
-``Authorizer.admit`` answers with an ``Admission``: admitted (the hold is taken, or was taken before
+``Authorizer.admit_async`` answers with an ``Admission``: admitted (the hold is taken, or was taken before
 under this request id), admitted *unchecked* (Redis could not answer, or the store is not built
 yet, and ``unreachable`` is ``open``: the call is served and its entry says
 ``"authorization": "unchecked"``, which the worker records as the anomaly ``admitted_unchecked``
@@ -14,11 +14,14 @@ at once (it retries 408, 409, 429 and 5xx only).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import redis
+import redis.asyncio
 
 from worker.config import Settings
 from worker.contract.authorization import (
@@ -33,6 +36,7 @@ from worker.gateway.refusals import Refusal
 log = logging.getLogger(__name__)
 
 UNREACHABLE_POLICIES = ("open", "closed")
+ASYNC_CONNECTIONS = 32  # per gateway process and event loop
 SPEND_ERROR = "insufficient_quota"  # the error ``type``: OpenAI's for a quota the caller ran out of
 
 
@@ -92,6 +96,15 @@ def spend_refusal(decision: Decision, account_id: str, amount: int, request_id: 
     )
 
 
+def _async_connection_class(client: redis.Redis) -> type:
+    """The ``redis.asyncio`` connection class matching the sync client's (TCP, TLS, socket)."""
+    name = client.connection_pool.connection_class.__name__
+    return {
+        "SSLConnection": redis.asyncio.SSLConnection,
+        "UnixDomainSocketConnection": redis.asyncio.UnixDomainSocketConnection,
+    }.get(name, redis.asyncio.Connection)
+
+
 class Authorizer:
     """Takes holds for one gateway process. ``store`` should use a Redis client with short
     timeouts (``for_url``): a slow Redis must not stall the event loop for long.
@@ -119,6 +132,7 @@ class Authorizer:
         self.unknown = unknown
         self.default_budget = default_budget
         self.default_period = default_period
+        self._async_clients: dict[int, Any] = {}
         self.unchecked = 0  # calls admitted without a check (Redis away, store not built)
         self.refused = 0
 
@@ -138,30 +152,56 @@ class Authorizer:
 
     @classmethod
     def for_url(
-        cls, url: str, prefix: str = "billing", *, timeout_ms: int = 100, **options: object
+        cls, url: str, prefix: str = "billing", *, timeout_ms: int = 1000, **options: object
     ) -> Authorizer:
         client = redis.Redis.from_url(
             url, socket_timeout=timeout_ms / 1000, socket_connect_timeout=timeout_ms / 1000
         )
         return cls(AuthorizationStore(client, prefix), **options)  # type: ignore[arg-type]
 
-    def admit(
+    async def admit_async(
         self, account_id: str, request_id: str, amount: int, at: datetime, model: str
     ) -> Admission:
+        """Take the hold (one Redis round trip, awaited: the event loop serves other calls
+        meanwhile) or say why not."""
         try:
-            decision = self.store.authorize(
-                account_id,
-                request_id,
-                amount,
-                at,
-                model,
-                unknown=self.unknown,
-                default_budget=self.default_budget,
-                default_period=self.default_period,
+            decision = await self.store.authorize_async(
+                self._async_client(), account_id, request_id, amount, at, model, **self._policy()
             )
         except redis.RedisError as exc:
             log.warning("billing: authorization store unreachable: %s", type(exc).__name__)
             decision = Decision(Verdict.NOT_READY)
+        return self._admission(decision, account_id, request_id, amount)
+
+    def _policy(self) -> dict[str, Any]:
+        return {
+            "unknown": self.unknown,
+            "default_budget": self.default_budget,
+            "default_period": self.default_period,
+        }
+
+    def _async_client(self) -> Any:
+        """A ``redis.asyncio`` client with the sync client's connection settings, one per event
+        loop (an asyncio connection belongs to the loop that made it)."""
+        loop = asyncio.get_running_loop()
+        found = self._async_clients.get(id(loop))
+        if found is None:
+            kwargs = dict(self.store.client.connection_pool.connection_kwargs)
+            # A few connections shared by every call in flight (not one each under a burst);
+            # waiting for one counts against the reply's timeout.
+            found = self._async_clients[id(loop)] = redis.asyncio.Redis(
+                connection_pool=redis.asyncio.BlockingConnectionPool(
+                    connection_class=_async_connection_class(self.store.client),
+                    max_connections=ASYNC_CONNECTIONS,
+                    timeout=kwargs.get("socket_timeout") or 1.0,
+                    **kwargs,
+                )
+            )
+        return found
+
+    def _admission(
+        self, decision: Decision, account_id: str, request_id: str, amount: int
+    ) -> Admission:
         if decision.admitted:
             return ADMITTED
         if decision.verdict is Verdict.NOT_READY:

@@ -407,10 +407,10 @@ class BillingHook(CustomLogger):
                 metadata[FALLBACK_KEY] = problem
                 log.warning("billing: %s billed to %s: %s", rid, account, problem)
             if self.authorizer is not None:
-                self._authorize(self.authorizer, data, metadata, rid, account)
+                await self._authorize(self.authorizer, data, metadata, rid, account)
         return data
 
-    def _authorize(
+    async def _authorize(
         self,
         authorizer: Authorizer,
         data: dict[str, Any],
@@ -431,7 +431,7 @@ class BillingHook(CustomLogger):
         except Exception as exc:  # held at 0 and said, as the middleware does
             log.error("billing: the hold of %s not priced: %s", rid, type(exc).__name__)
             amount = 0
-        admission = authorizer.admit(account, rid, amount, at, model)
+        admission = await authorizer.admit_async(account, rid, amount, at, model)
         if admission.refusal is not None:
             refused = admission.refusal
             error = orjson.loads(refused.body())["error"]

@@ -121,6 +121,7 @@ class _Call:
 
     __slots__ = (
         "chunk",
+        "created_at",
         "disconnected",
         "entry",
         "finished",
@@ -146,7 +147,9 @@ class _Call:
         entry: dict[str, Any],
         price: Callable[[], int] | None = None,
         usage_asked: bool = True,
+        created_at: datetime | None = None,
     ) -> None:
+        self.created_at = created_at or datetime.now(UTC)
         self.publisher = publisher
         self.request_id = request_id
         self.entry = entry
@@ -314,6 +317,11 @@ class BillingMiddleware:
         if call is None:
             await self.app(scope, replay, send)
             return
+        if self.authorizer is not None:
+            refused = await self._authorize(self.authorizer, call)
+            if refused is not None:
+                await _answer(send, refused)
+                return
         await self._run(scope, replay, send, call)
 
     def _prepare(self, scope: Scope, raw: bytes) -> _Call | Refusal | None:
@@ -354,11 +362,8 @@ class BillingMiddleware:
             )
         price: Callable[[], int] | None = None
         if self.authorizer is not None:
-            refused = self._authorize(
-                self.authorizer, body, entry, info.provider, reserved, created_at
-            )
-            if refused is not None:
-                return refused
+            # Priced now, before the app: the hold is what the authorization takes.
+            entry["reserved_micros"] = self._hold(body, entry, info.provider, reserved, created_at)
         elif reserved is None:
             # Priced after the first body bytes went out (``_Call.open``), from the messages as
             # published (an image as its placeholder, not its bytes).
@@ -370,35 +375,42 @@ class BillingMiddleware:
                 provider=info.provider,
                 default_max_tokens=self.default_max_tokens,
             )
-        return _Call(self.publisher, request_id, entry, price, usage_asked(body))
+        return _Call(self.publisher, request_id, entry, price, usage_asked(body), created_at)
 
-    def _authorize(
+    def _hold(
         self,
-        authorizer: Authorizer,
         body: dict[str, Any],
         entry: dict[str, Any],
         provider: str | None,
         reserved: int | None,
         created_at: datetime,
-    ) -> Refusal | None:
-        """Price the hold now (before the app: it is what is taken) and take it; the refusal
-        the client gets, or None with the entry updated (its hold, ``authorization``)."""
-        amount = 0 if reserved is None else int(reserved)
-        if reserved is None:
-            try:
-                amount = reserve(
+    ) -> int:
+        """The hold the authorization takes: the hook's, else priced from the book."""
+        if reserved is not None:
+            return int(reserved)
+        try:
+            return int(
+                reserve(
                     self.prices,
                     {**body, "messages": entry["messages"]},
                     created_at,
                     provider=provider,
                     default_max_tokens=self.default_max_tokens,
                 )
-            except Exception:  # held at 0 and said, as when it is priced after the first bytes
-                log.exception("billing: the hold of %s not priced; held at 0", entry["request_id"])
-        entry["reserved_micros"] = amount
-        admission = authorizer.admit(
-            entry["account_id"], entry["request_id"], amount, created_at, entry["model"]
-        )
+            )
+        except Exception:  # held at 0 and said, as when it is priced after the first bytes
+            log.exception("billing: the hold of %s not priced; held at 0", entry["request_id"])
+            return 0
+
+    @staticmethod
+    async def _authorize(authorizer: Authorizer, call: _Call) -> Refusal | None:
+        """Take the call's hold; the refusal the client gets, or None (the entry says
+        ``authorization: unchecked`` when it was admitted unchecked)."""
+        entry = call.entry
+        admission = await authorizer.admit_async(
+            entry["account_id"], call.request_id, entry["reserved_micros"], call.created_at,
+            entry["model"],
+        )  # fmt: skip
         if admission.unchecked:
             entry["authorization"] = "unchecked"
         return admission.refusal

@@ -27,6 +27,7 @@ from benchmarks import (
     bench_pipeline,
     bench_report,
     bench_scaling,
+    bench_spend,
 )
 from benchmarks.harness.own_time import describe
 from benchmarks.harness.table import Row, rate
@@ -635,6 +636,33 @@ def gateway(ctx: Context) -> list[Row]:
     ]
 
 
+def spend(ctx: Context) -> list[Row]:
+    f = ctx.figures["spend"] = bench_spend.run(ctx.smoke)
+    p99, p50 = f["ttfb_p99_ms"], f["ttfb_p50_ms"]
+    low, high = f["added_ttfb_p99_interval_ms"]
+    return [
+        Row(
+            "13. spend control: TTFB added by authorization",
+            f"TTFB p99 {p99['authorized']:.2f} ms, {f['round_trips']:.2f} Redis round trips/call",
+            f"TTFB p99 {p99['plain']:.2f} ms (same billed gateway, authorization off)",
+            p99["authorized"] / p99["plain"] if p99["plain"] else None,
+            f"≤ {f['target_ttfb_ms']} ms p99 added, ≤ {f['target_round_trips']:.0f} round trips",
+            bool(f["meets_target"]),
+            [
+                f"the example ASGI gateway with BillingMiddleware + Tee, twice, one with "
+                f"--authorize (the hold priced and taken from the Redis authorization store before "
+                f"the upstream call); {f['calls']:,} streamed calls paced open-loop at "
+                f"{f['rate']:,.0f} calls/s in all (achieved {f['achieved_rate']:,.0f}), "
+                f"alternating the gateways; TTFB added at p99 {f['added_ttfb_p99_ms']:+.2f} ms "
+                f"(95 % bootstrap interval {low:+.2f} … {high:+.2f} ms), at p50 "
+                f"{p50['authorized'] - p50['plain']:+.2f} ms; authorization scripts per "
+                f"authorized call {f['round_trips']:.2f} (Redis INFO commandstats); "
+                f"{f['holds_taken']:,} holds taken"
+            ],
+        )
+    ]
+
+
 def _commands(traffic: Any, per: float) -> str:
     top = ", ".join(f"{name} {n / per:.2f}" for name, n in traffic.commands.most_common(6))
     return f"{traffic.total / per:.2f} ({top})"
@@ -797,9 +825,10 @@ BENCHMARKS: dict[str, Callable[[Context], list[Row]]] = {
     "spaceless": spaceless,
     "cli": cli,
     "gateway": gateway,
+    "spend": spend,
 }
 # In the order of the table, by row number.
 TABLE = (
     "assembly", "e2e", "naive", "latency", "estimate", "ledger", "report", "memory", "spaceless",
-    "scaling", "cli", "gateway", "capacity",
+    "scaling", "cli", "gateway", "capacity", "spend",
 )  # fmt: skip

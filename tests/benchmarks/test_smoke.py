@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = [f"{n}. " for n in range(1, 13)]
+ROWS = [f"{n}. " for n in range(1, 14)]
 RATIO = re.compile(r"^(?:[0-9][0-9,]*(?:\.[0-9]+)?x|—)$")
 
 

@@ -10,21 +10,17 @@ directly, for this account, after each step, so the demo need not wait for a tic
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import openai
 import redis
-import uvicorn
 from rich.console import Console
 from sqlalchemy.orm import sessionmaker
 
 from devtools.example_app import create_app
+from devtools.localservers.serving import served as serving
 from devtools.recorded_upstream import Upstream
 from worker.contract.authorization import AuthorizationStore
 from worker.contract.keys import Keys
@@ -41,24 +37,6 @@ MODEL = "gpt-4o-2024-08-06"  # what the recorded ``clean`` call names
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 MAX_TOKENS = 300
 HOLDS = 3  # the first credit pays for this many holds, and a little more
-
-
-@contextmanager
-def _served(app: Any) -> Iterator[str]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the demo gateway did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def _spendable(store: AuthorizationStore) -> int:
@@ -95,8 +73,8 @@ def show_spend_control(
     app = create_app(upstream.base_url, tee, authorizer=authorizer)
     served, refused, after = 0, 0, False
     try:
-        with _served(app) as url:
-            api = openai.OpenAI(base_url=url, api_key=ACCOUNT, max_retries=0)
+        with serving(app) as url:
+            api = openai.OpenAI(base_url=url + "/v1", api_key=ACCOUNT, max_retries=0)
 
             def one(turn: int) -> str:
                 try:

@@ -83,11 +83,21 @@ class Worker:
             self.proc.wait(timeout=10)
 
     def stop(self) -> None:
+        self.terminate()
+        self.wait_stopped(time.monotonic() + 20)
+
+    def terminate(self) -> None:
+        """SIGTERM: Celery's warm shutdown (the running task finishes, then the worker exits)."""
         if self.alive:
             assert self.proc is not None
             os.killpg(self.proc.pid, signal.SIGTERM)
+
+    def wait_stopped(self, deadline: float) -> None:
+        """Wait for the exit ``terminate`` asked for until ``deadline``; kill -9 after it."""
+        if self.alive:
+            assert self.proc is not None
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.kill()
 
@@ -110,8 +120,12 @@ class Fleet:
             worker.start()
 
     def stop(self) -> None:
+        """Every worker's warm shutdown at once (one after the other, each took a few seconds)."""
         for worker in self.workers:
-            worker.stop()
+            worker.terminate()
+        deadline = time.monotonic() + 20
+        for worker in self.workers:
+            worker.wait_stopped(deadline)
 
     def kill_random(self, rng: random.Random, down_seconds: float = 0.5) -> str:
         """SIGKILL one worker at random, then start it again; the survivor claims its batch."""

@@ -231,7 +231,7 @@ class ChaosRun:
                 lettered = set(dead_letter_ids(self.dead_letters()))
                 if want_dead <= lettered:
                     return
-            time.sleep(1.0)
+            time.sleep(0.5)
         # Not settled: the verdict will say what is missing.
 
     def verdict(self, calls: list[SimCall]) -> Verdict:

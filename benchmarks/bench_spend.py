@@ -29,7 +29,11 @@ from worker.contract.keys import Keys
 
 TARGET_TTFB_MS = 0.5
 TARGET_ROUND_TRIPS = 2.0
-RATE = 500  # calls/s in all, half to each gateway
+# Calls/s in all, half to each gateway. The issue asks for 500; on the 2-core machine the two
+# gateways, the upstream, this client and Redis together saturate near 100 streamed calls/s
+# (past it the open-loop queue grows without bound and TTFB is seconds of queueing), so the row
+# runs at 60% of that and says so.
+RATE = 60
 CHUNKS = 4  # short streams: the row is about the time before the first byte
 ACCOUNT = "acct-bench"
 
@@ -73,10 +77,10 @@ async def _paced(
 
 
 def run(smoke: bool = False, calls: int | None = None, rate: float | None = None) -> dict[str, Any]:
-    """``calls`` in all (default 200 in a smoke run, else 20,000) at ``rate`` calls/s (default
-    100 in a smoke run, else ``RATE``), half through each gateway."""
-    calls = calls or (200 if smoke else 20_000)
-    rate = rate or (100 if smoke else RATE)
+    """``calls`` in all (default 200 in a smoke run, else 6,000) at ``rate`` calls/s (default
+    40 in a smoke run, else ``RATE``), half through each gateway."""
+    calls = calls or (200 if smoke else 6_000)
+    rate = rate or (40 if smoke else RATE)
     warmup = 20 if smoke else 200
     body = {
         "model": "gpt-4o-mini",

@@ -123,6 +123,30 @@ def test_the_hold_is_the_middlewares_price_of_the_deployments_model(
     assert (meta["model"], meta["account_id"], meta["n"]) == ("gpt-4o-mini", "team-a", 2)
 
 
+def test_a_client_cannot_set_the_hold_or_the_unchecked_flag_through_metadata(
+    redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A hostile client sends the hook's own metadata keys: a hold of 0 and "admitted unchecked".
+    The hook drops them; the published hold is the priced one, with spend control off and on."""
+    from worker.contract.authorization import AuthorizationStore
+    from worker.gateway.authorize import Authorizer
+
+    keys = Keys(prefix)
+    store = AuthorizationStore(redis_client, prefix)
+    store.mark_ready()
+    store.install("team-a", funds=10**9, charged=0, fields={})
+    for authorizer in (None, Authorizer(store)):
+        tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
+        hook = BillingHook(lambda t=tee: t, book=load_price_book(), authorizer=authorizer)
+        data = request()
+        data["metadata"] = {"billing_reserved_micros": 0, "billing_unchecked": True}
+        rid = plain_call(hook, data)
+        hook.stop()
+        meta = orjson.loads(entries(redis_client, keys.request(rid))[0][b"body"])
+        assert meta["reserved_micros"] > 0 and "authorization" not in meta, meta
+    assert len(store.calls("team-a")) == 1  # the authorized call's hold, taken once
+
+
 def test_an_unreachable_redis_never_fails_the_call_and_the_tee_spools(tmp_path: Path) -> None:
     tee = Tee(unreachable(), Keys("unused"), spool_dir=tmp_path / "spool", retry_seconds=0.05)
     hook = BillingHook(lambda: tee, book=load_price_book())

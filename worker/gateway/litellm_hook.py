@@ -327,9 +327,13 @@ class BillingHook(CustomLogger):
             "model": model,
             "stream": stream,
             "include_usage": include_usage,
-            "reserved_micros": held
-            if isinstance(held, int)
-            else int(reserve(self.book, priced, at, provider=provider)),
+            # The deployment's price; with spend control, at least the hold taken (which may be
+            # 0 when the model name was priced before routing and the router's lists did not
+            # name the deployment: the ledger then holds the better estimate).
+            "reserved_micros": max(
+                int(reserve(self.book, priced, at, provider=provider)),
+                held if isinstance(held, int) else 0,
+            ),
             "created_at": now_rfc3339(),
             "messages": messages,
             "tools": data.get("tools") or data.get("functions") or [],

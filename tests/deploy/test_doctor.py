@@ -66,8 +66,26 @@ def test_healthy_deployment_exits_0(migrated: str, prefix: str) -> None:
         "vocabularies": "ok",
         f"{prefix}:events": "ok",
         "dead-letters": "ok",
+        "authorization": "ok",
     }
     assert "at head" in found["migrations"][1]
+    assert "spend control off" in found["authorization"][1]
+
+
+def test_spend_control_without_a_built_store_is_a_problem(
+    migrated: str, prefix: str, redis_client: redis.Redis
+) -> None:
+    env = {**base_env(prefix, migrated), "BILLING_AUTHORIZE": "1"}
+    result, found = doctor(env, "--only", "authorization")
+    assert result.exit_code == 1
+    status, line, advice = found["authorization"]
+    assert status == "PROBLEM" and "not built" in line and "BILLING_AUTH_UNREACHABLE=open" in line
+    assert "BILLING_AUTHORIZE=1" in advice
+    redis_client.set(f"{prefix}:auth:ready", b"1")
+    redis_client.hset(f"{prefix}:auth:{{acct-1}}", "funds", "5")
+    result, found = doctor(env, "--only", "authorization")
+    assert result.exit_code == 0
+    assert found["authorization"][1].endswith("store built, 1 accounts")
 
 
 def test_unmigrated_database_is_a_problem(tmp_path: Path, prefix: str) -> None:

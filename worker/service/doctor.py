@@ -23,6 +23,7 @@ from worker import fingerprint_key
 from worker.config import Settings, redact_url
 from worker.consumer.backlog import dead_letter_count, read_backlog
 from worker.consumer.poison import MAX_DELIVERIES
+from worker.contract.authorization import AuthorizationStore
 from worker.contract.keys import Keys
 
 
@@ -362,6 +363,32 @@ def check_dead_letters(ctx: Context) -> Iterator[Check]:
     yield ok("dead-letters", f"{count} in {keys.dead}")
 
 
+def check_authorization(ctx: Context) -> Iterator[Check]:
+    """Spend control (``BILLING_AUTHORIZE``): the store is built (else every gateway answers as if
+    Redis were down), and how many accounts and calls in flight it holds."""
+    assert ctx.settings is not None
+    if not ctx.settings.authorize:
+        yield ok("authorization", "spend control off (BILLING_AUTHORIZE=0)")
+        return
+    store = AuthorizationStore(_nodes(ctx.client)[0], ctx.settings.prefix)
+    try:
+        ready = store.is_ready()
+        accounts = store.accounts() if ready else []
+    except redis.RedisError as exc:
+        yield problem("authorization", first_line(exc), "check Redis")
+        return
+    if not ready:
+        yield problem(
+            "authorization",
+            f"the store {store.ready_key} is not built: gateways admit unchecked or refuse"
+            f" (BILLING_AUTH_UNREACHABLE={ctx.settings.auth_unreachable})",
+            "run a worker with BILLING_AUTHORIZE=1 and its beat: the sync task builds it once"
+            " the notifications published before are recorded",
+        )
+        return
+    yield ok("authorization", f"store built, {len(accounts)} accounts")
+
+
 # Name, function, the checks it needs to have passed.
 CHECKS: tuple[tuple[str, Callable[[Context], Iterator[Check]], tuple[str, ...]], ...] = (
     ("config", check_config, ()),
@@ -373,6 +400,7 @@ CHECKS: tuple[tuple[str, Callable[[Context], Iterator[Check]], tuple[str, ...]],
     ("vocabularies", check_vocabularies, ()),
     ("backlog", check_backlog, ("config", "redis")),
     ("dead-letters", check_dead_letters, ("config", "redis")),
+    ("authorization", check_authorization, ("config", "redis")),
 )
 CHECK_NAMES = tuple(name for name, _, _ in CHECKS)
 

@@ -187,6 +187,7 @@ class Authorizer:
         found = self._async_clients.get(id(loop))
         if found is None:
             kwargs = dict(self.store.client.connection_pool.connection_kwargs)
+            kwargs.pop("retry", None)  # a sync Retry; the asyncio client makes its own
             # A few connections shared by every call in flight (not one each under a burst);
             # waiting for one counts against the reply's timeout.
             found = self._async_clients[id(loop)] = redis.asyncio.Redis(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 import redis
-from pipeline.test_consumer import frames, meta, play
+from consumer.test_consumer import frames, meta, play
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.config import Settings

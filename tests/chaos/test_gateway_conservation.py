@@ -30,6 +30,7 @@ import httpx
 import openai
 import orjson
 import pytest
+from consumer.waiting import wait_for
 from gateway.edges import (
     ALIAS,
     PRICES,
@@ -41,7 +42,6 @@ from gateway.edges import (
 )
 from gateway.harness import MASTER_KEY, ledger, oracle_charge, wait_decided
 from gateway.upstream import SCENARIO_HEADER
-from pipeline.waiting import wait_for
 from sqlalchemy.orm import Session
 
 from worker.ledger.balances import balance, ledger_is_balanced

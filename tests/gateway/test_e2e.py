@@ -22,7 +22,7 @@ import openai
 import pytest
 import redis
 from chaos.fleet import Worker, worker_env
-from pipeline.waiting import wait_for
+from consumer.waiting import wait_for
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from sqlalchemy import select

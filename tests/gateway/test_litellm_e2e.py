@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from pipeline.waiting import wait_for
+from consumer.waiting import wait_for
 from sqlalchemy.orm import Session, sessionmaker
 
 from devtools.demo_gateway import litellm_config

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from chaos.fleet import Worker, worker_env
-from pipeline.waiting import wait_for
+from consumer.waiting import wait_for
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import sessionmaker
 

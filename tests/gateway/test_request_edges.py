@@ -26,7 +26,7 @@ import openai
 import orjson
 import pytest
 import redis
-from pipeline.waiting import wait_for
+from consumer.waiting import wait_for
 
 from worker.contract.keys import Keys
 from worker.gateway.tee import Tee

@@ -1,4 +1,4 @@
-"""The pipeline tests' consumer, publisher and account, against real Redis and the ``sessions``
+"""The consumer tests' consumer, publisher and account, against real Redis and the ``sessions``
 of both databases; each module gives its own ``settings``."""
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ def test_bad_input_becomes_dead_letters_and_never_stops_the_batch(
                 .select_from(Reservation)
                 .where(Reservation.request_id == badmeta)
             )
-            == 1  # recorded, not only dead-lettered (tests/pipeline/test_conservation.py)
+            == 1  # recorded, not only dead-lettered (tests/consumer/test_conservation.py)
         )
     assert status(sessions, badmeta) == "unsettled"
 

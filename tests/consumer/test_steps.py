@@ -136,3 +136,44 @@ def test_what_a_replaced_step_hands_on_is_what_the_transaction_applies(
     assert status(sessions, kept["request_id"]) == "settled"
     # refused before the transaction: recorded from its salvaged money facts, not settled
     assert status(sessions, refused["request_id"]) == "unsettled"
+
+
+def test_the_sweeper_runs_the_consumers_reconcile_and_defers_only_the_row_it_fails(
+    consumer, publisher, sessions, prefix
+) -> None:
+    """The sweeper's steps by name; the consumer's ``reconcile``, replaced there, is the one a
+    sweep runs; a call it fails on is left held for the next pass, the rest finalized."""
+    from worker.consumer.reconciling import reconcile_call
+    from worker.consumer.sweeper import Sweeper
+
+    eager = Settings(hash_salt=KEY, prefix=prefix, batch_size=4, sweep_idle_ms=0)
+    consumer.settings = eager
+    failing, fine = meta("acct-sweep-steps"), meta("acct-sweep-steps")
+    for m in (failing, fine):
+        play(publisher, m, frames(finish=None, usage=False), close=False)
+    drain(consumer)  # the holds; no close comes
+
+    def flaky(entries, request_id, book):  # type: ignore[no-untyped-def]
+        if request_id == failing["request_id"]:
+            raise RuntimeError("a bug on this call's input")
+        return reconcile_call(entries, request_id, book)
+
+    sweeper = Sweeper(consumer)
+    assert list(sweeper.steps.names()) == [
+        "read", "fetch", "quiet", "reconcile",
+        "finalize", "finalize_transaction", "finalize_after",
+        "recheck", "recheck_transaction", "recheck_after",
+    ]  # fmt: skip
+    runs: list[str] = []
+    undo = sweeper.wrap_step(
+        "finalize_transaction", lambda work, sweep: (runs.append(sweep.kind), work(sweep))
+    )
+    original = consumer.replace_step("reconcile", Reconcile(per_call=flaky))
+    stats = sweeper.run()
+    assert (runs, stats.finalized) == (["finalize"], 1)
+    assert status(sessions, failing["request_id"]) == "held"
+    assert status(sessions, fine["request_id"]) == "unsettled"
+    consumer.replace_step("reconcile", original)
+    undo()
+    assert Sweeper(consumer).run().finalized == 1
+    assert status(sessions, failing["request_id"]) == "unsettled"

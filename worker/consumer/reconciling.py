@@ -2,8 +2,8 @@
 
 Contract: pure work, no IO. A call whose stream is unusable (``InputError``) becomes a dead letter
 before the database is touched; a bug on one call's input defers that call, not the batch.
-``reconcile_call`` / ``reconcile_record`` are the one way a stream becomes a result (the sweeper
-uses them too). ``Reconcile(per_call=…)`` runs another function per call in their place
+``reconcile_call`` / ``reconcile_record`` are the one way a stream becomes a result; the sweeper
+runs this very step on its calls (``worker.consumer.sweeping``). ``Reconcile(per_call=…)`` runs another function per call in their place
 (a benchmark's timing, a test's failure), given and returning what ``reconcile_call`` does.
 """
 
@@ -66,12 +66,13 @@ def reconcile_all(
     book: PriceBook,
     reconcile: ReconcileCall = reconcile_call,
 ) -> None:
-    """Decode each call's stream: a close is reconciled, an open only needs its metadata."""
+    """Decode each call's stream: a close (or a sweep's ``whole`` call) is reconciled, an open
+    only needs its metadata."""
     for call, entries in zip(calls, streams, strict=True):
         if not entries:
             continue  # what a missing stream means depends on the ledger: see ``applying``
         try:
-            if call.closing:
+            if call.closing or call.whole:
                 call.meta, call.result = reconcile(entries, call.request_id, book)
             else:
                 call.meta = read_meta(entries, call.request_id)

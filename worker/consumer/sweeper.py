@@ -10,14 +10,17 @@
 * Late data: an unsettled call's stream is kept through the grace period and reconciled again on a
   schedule (the ``recheck`` sorted set), so a usage frame that arrived after ``close`` still settles it.
   At the end of grace the stream is deleted and the resolve policy decides the hold.
-* Streams are sized before they are read and read in groups within the byte budget by the consumer's
-  own step ``fetch`` (``consumer.steps``: a wrapped or replaced ``fetch`` reads for both); a stream
-  refused (past the limits, undecodable, or quarantined by the consumer) is dead-lettered once and
-  never read again: its call is finalized or left to the resolve policy from the reservation alone.
+* Streams are sized before they are read and read in groups within the byte budget. A group goes
+  through the consumer's own steps ``fetch`` and ``reconcile`` (``consumer.steps``: wrapped or
+  replaced there, they read and reconcile for both), then the sweeper's transaction and its
+  after-commit step (``worker.consumer.sweeping``). A stream refused (past the limits, undecodable,
+  or quarantined by the consumer) is dead-lettered once and never read again: its call is
+  finalized or left to the resolve policy from the reservation alone.
 
 What the sweeper does differently from the consumer is its ``SweepPolicy``: which calls it picks
 (held reservations idle for ``idle_ms``, at most ``limit`` a pass over ``max_pages`` pages), when an
-unsettled call is read again (``recheck_seconds``), the grace period and the resolve policy.
+unsettled call is read again (``recheck_seconds``), the grace period and the resolve policy; and
+its transaction, which leaves a failing row to the next pass where the consumer reruns a batch.
 
 Each pass works in bounded batches and commits per batch, so it is safe to run from any process at any
 time: every effect goes through the idempotent ledger operations; dead letters and the Redis effects
@@ -35,28 +38,26 @@ from typing import Any
 
 import redis
 from sqlalchemy import Row, select, tuple_
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from models.anomalies import AnomalyKind
-from models.failures import Failure
 from models.reservations import Reservation, Status
 from worker.consumer import partitions
-from worker.consumer.calls import Batch, BatchStats, CallState
+from worker.consumer.calls import CallState
 from worker.consumer.consumer import Consumer
-from worker.consumer.dead_letters import write_dead_letters
-from worker.consumer.reading import StreamSize, size_streams, within_budget
-from worker.consumer.reconciling import reconcile_call
-from worker.consumer.salvage import summary, unreadable_result
-from worker.contract.entries import Entry, dead_letter_fields
-from worker.core.errors import InputError
-from worker.core.prices import PriceBook
-from worker.core.reconcile import reconcile_stream
-from worker.core.request import RequestMeta
-from worker.core.result import Outcome, Result
-from worker.ledger.effects import Effect
-from worker.ledger.findings import record_anomalies, record_findings, reservation_of
-from worker.ledger.operations import apply_result, other_call, resolve_expired
+from worker.consumer.reading import size_streams, within_budget
+from worker.consumer.steps import Call, Chain, Steps
+from worker.consumer.sweeping import (
+    Finalize,
+    FinalizeAfter,
+    Recheck,
+    RecheckAfter,
+    Sweep,
+    SweepStats,
+    entry_ms,
+    quiet,
+)
+from worker.ledger.operations import resolve_expired
+
+__all__ = ["SweepPolicy", "SweepStats", "Sweeper"]
 
 log = logging.getLogger(__name__)
 
@@ -71,25 +72,10 @@ return false
 """
 
 
-@dataclass
-class SweepStats:
-    finalized: int = 0
-    rechecked: int = 0
-    settled_late: int = 0
-    expired: int = 0
-    resolved: int = 0
-    dead: int = 0
-    trimmed: int = 0
-
-
 def _stream_id(value: bytes | str) -> tuple[int, int]:
     text = value.decode() if isinstance(value, bytes) else value
     ms, _, seq = text.partition("-")
     return int(ms), int(seq or 0)
-
-
-def _entry_ms(entry_id: bytes) -> int:
-    return int(entry_id.split(b"-", 1)[0])
 
 
 @dataclass(frozen=True)
@@ -116,6 +102,12 @@ class SweepPolicy:
 
 
 class Sweeper:
+    """A sweep pass (``run``) over the steps ``steps``: the ``read`` chain (the consumer's
+    ``fetch`` and ``reconcile``, its own ``quiet`` between them), then ``finalize`` or ``recheck``
+    (``worker.consumer.sweeping``). ``wrap_step`` / ``replace_step`` reach them by name as the
+    consumer's do; the consumer's own ``fetch`` and ``reconcile``, wrapped or replaced there, are
+    the ones a sweep runs."""
+
     def __init__(
         self, consumer: Consumer, *, limit: int = 500, policy: SweepPolicy | None = None
     ) -> None:
@@ -126,24 +118,55 @@ class Sweeper:
         self.policy = policy or SweepPolicy.of(consumer, limit)
         self.limit = self.policy.limit
         self._last_id = self.client.register_script(LAST_ENTRY_ID)
+        settings, policy = self.settings, self.policy
+        applied = {
+            "hash_salt": settings.hash_salt,
+            "non_streamable": settings.non_streamable_models,
+            "grace": policy.grace,
+        }
+        after = {
+            "recheck_seconds": policy.recheck_seconds,
+            "maxlen": settings.dead_letter_maxlen,
+        }
+        self.steps = Steps(
+            [
+                Chain(
+                    "read",
+                    [
+                        Call("fetch", lambda sweep: consumer.steps["fetch"].process(sweep)),
+                        Call("quiet", quiet),
+                        Call("reconcile", lambda sweep: consumer.steps["reconcile"].process(sweep)),
+                    ],
+                ),
+                Chain(
+                    "finalize",
+                    [
+                        Finalize(consumer.sessions, **applied),
+                        FinalizeAfter(self.client, self.keys, **after),
+                    ],
+                ),
+                Chain(
+                    "recheck",
+                    [
+                        Recheck(consumer.sessions, **applied),
+                        RecheckAfter(self.client, self.keys, **after),
+                    ],
+                ),
+            ]
+        )
 
-    def _read(
-        self,
-        request_ids: Sequence[str],
-        sizes: Sequence[StreamSize],
-        unread: Sequence[bool],
-        book: PriceBook,
-    ) -> list[list[Entry]]:
-        """Each call's stream whole as it was sized, but for the ``unread`` ones and those refused
-        by their size: the consumer's step ``fetch``, in one round trip."""
-        batch = Batch("sweep", BatchStats(), book)
-        batch.calls = [
-            CallState(request_id, whole=True, dead_reason="unread" if skip else size.refusal)
-            for request_id, size, skip in zip(request_ids, sizes, unread, strict=True)
-        ]
-        batch.sizes = list(sizes)
-        self.consumer.steps["fetch"].process(batch)
-        return batch.streams
+    def wrap_step(self, name: str, around: Any) -> Any:
+        """``around(work, sweep)`` in place of the step ``name``'s work (``Steps.wrap``)."""
+        return self.steps.wrap(name, around)
+
+    def replace_step(self, name: str, step: Any) -> Any:
+        """``step`` in the place of the step ``name`` (``Steps.replace``); the one it replaced."""
+        return self.steps.replace(name, step)
+
+    def _through(self, sweep: Sweep) -> None:
+        """``sweep`` read, then decided by the chain its kind names, which commits last."""
+        self.steps["read"].submit(sweep)
+        self.steps[sweep.kind].submit(sweep)
 
     def _within_budget(self, costs: Sequence[int]) -> Iterator[slice]:
         """The calls in groups whose streams fit the byte budget (``batch_bytes``), in order."""
@@ -229,7 +252,7 @@ class Sweeper:
             probes = pipe.execute()
             for index, row in enumerate(rows):
                 last, quarantined = probes[2 * index], probes[2 * index + 1]
-                quiet = not last or now_ms - _entry_ms(last) >= self.policy.idle_ms
+                quiet = not last or now_ms - entry_ms(last) >= self.policy.idle_ms
                 if quarantined or quiet:
                     found.append(row)
             after = (rows[-1].updated_at, rows[-1].id)
@@ -252,123 +275,24 @@ class Sweeper:
         sizes = size_streams(self.client, self.keys, [row.request_id for row in rows])
         # A quarantined stream was refused into the dead letters: it is not read again.
         costs = [0 if q else size.cost for q, size in zip(quarantined, sizes, strict=True)]
-        for group in self._within_budget(costs):
-            self._finalize(rows[group], quarantined[group], sizes[group], now, stats)
-
-    def _finalize(
-        self,
-        rows: list[Row[Any]],
-        quarantined: list[bool],
-        sizes: list[StreamSize],
-        now: datetime,
-        stats: SweepStats,
-    ) -> None:
         book = self.consumer.prices.current()
-        fetched = self._read([row.request_id for row in rows], sizes, quarantined, book)
-        now_ms = int(time.time() * 1000)
-        dead = []
-        # (request id, outcome, whether its stream may be read again for late data)
-        finished: list[tuple[str, Outcome, bool]] = []
-        with self.consumer.sessions() as session, session.begin():
-            for row, q, size, entries in zip(rows, quarantined, sizes, fetched, strict=True):
-                refusal = None if q else size.refusal
-                if entries and now_ms - _entry_ms(entries[-1][0]) < self.policy.idle_ms:
-                    continue  # still being written: not abandoned yet
-                try:
-                    with session.begin_nested():
-                        meta = None
-                        if entries:
-                            try:
-                                meta, result = reconcile_call(entries, row.request_id, book)
-                            except InputError as exc:
-                                refusal = str(exc)
-                        refused = q or refusal is not None
-                        foreign = meta is not None and other_call(row.request_digest, meta.digest)
-                        if foreign:
-                            # The stream under this id is another call's (the gateway reused the
-                            # id): nothing in it is this call's. The consumer dead-letters that
-                            # call; its stream is left for it, never read for this one.
-                            q = True
-                        unreadable = refused and not foreign
-                        if not entries or refusal is not None or foreign:
-                            # Gone, refused now, or refused before (quarantined): finalized from
-                            # the reservation alone, so the hold becomes an unsettled failure
-                            # someone can resolve, instead of money held for ever: ``unreadable``
-                            # (its exposure the hold) when its stream was refused, ``incomplete``
-                            # when it is gone.
-                            meta = RequestMeta(
-                                request_id=row.request_id,
-                                account_id=row.account_id,
-                                model=row.model,
-                                stream=row.stream,
-                                include_usage=True,
-                                reserved_micros=row.reserved_micros,
-                                created_at=row.created_at,
-                            )
-                            result = (
-                                unreadable_result(meta)
-                                if unreadable
-                                else reconcile_stream(meta, [], book)
-                            )
-                        effect = apply_result(session, result, now=now, grace=self.policy.grace)
-                        # A quarantined call's close came, and was refused: not a ``no_close``.
-                        self._findings(session, result, effect, now, meta=meta, closed=q)
-                        if unreadable and effect is Effect.UNSETTLED:
-                            why = refusal or "its stream was refused by the consumer (dead letters)"
-                            self._unreadable(session, row.request_id, why, now)
-                except Exception:
-                    # One row's failure (a database error, a refusal of the ledger, a bug) is
-                    # its own: the savepoint undid it, the rest of the pass goes on, and the next
-                    # pass tries this row again.
-                    log.exception("sweep of %s deferred", row.request_id)
-                    continue
-                stats.finalized += 1
-                readable = not q and refusal is None
-                finished.append((row.request_id, result.outcome, readable))
-                if refusal is not None:
-                    stats.dead += 1
-                    original = {"request_id": row.request_id, "kind": "sweep"}
-                    dead.append(dead_letter_fields("sweep", refusal, original, now_ms))
-        pipe = self.client.pipeline(transaction=False)
-        write_dead_letters(pipe, self.keys, dead, self.settings.dead_letter_maxlen)
-        recheck_at = time.time() + self.policy.recheck_seconds
-        for request_id, outcome, readable in finished:
-            pipe.srem(self.keys.quarantine, request_id)
-            if not readable:
-                continue  # a refused stream is never read again; it expires with its TTL
-            if outcome is Outcome.UNSETTLED:
-                pipe.zadd(self.keys.recheck, {request_id: recheck_at})
-            else:
-                pipe.delete(self.keys.request(request_id))
-        pipe.execute()
-
-    def _findings(
-        self,
-        session: Session,
-        result: Result,
-        effect: str,
-        now: datetime,
-        *,
-        meta: RequestMeta | None = None,
-        closed: bool = True,
-    ) -> None:
-        record_findings(
-            session,
-            result,
-            effect,
-            salt=self.settings.hash_salt,
-            now=now,
-            non_streamable=self.settings.non_streamable_models,
-            meta=meta,
-            closed=closed,
-        )
-
-    @staticmethod
-    def _unreadable(session: Session, request_id: str, why: str, now: datetime) -> None:
-        """The anomaly that says why a finalized call is ``unreadable`` (for ``billing show``)."""
-        reservation = reservation_of(session, request_id)
-        if reservation is not None:
-            record_anomalies(session, reservation[0], {AnomalyKind.UNREADABLE: summary(why)}, now)
+        for group in self._within_budget(costs):
+            calls = [
+                CallState(row.request_id, whole=True, dead_reason="unread" if q else size.refusal)
+                for row, q, size in zip(rows[group], quarantined[group], sizes[group], strict=True)
+            ]
+            sweep = Sweep.of(
+                "finalize",
+                book,
+                calls,
+                sizes=sizes[group],
+                sweep=stats,
+                now=now,
+                rows=rows[group],
+                quarantined=quarantined[group],
+                idle_ms=self.policy.idle_ms,
+            )
+            self._through(sweep)
 
     def recheck_unsettled(self, stats: SweepStats) -> None:
         """Re-read the streams of unsettled calls that are due, in groups within the byte budget.
@@ -381,86 +305,12 @@ class Sweeper:
         ids = [raw.decode() for raw in due]
         sizes = size_streams(self.client, self.keys, ids)
         for group in self._within_budget([size.cost for size in sizes]):
-            self._recheck(ids[group], sizes[group], stats)
-
-    def _recheck(self, ids: list[str], sizes: list[StreamSize], stats: SweepStats) -> None:
-        book = self.consumer.prices.current()
-        fetched = self._read(ids, sizes, [False] * len(ids), book)
-        now = datetime.now(UTC)
-        now_ms = int(time.time() * 1000)
-        grace = self.policy.grace
-        done: list[str] = []
-        later: list[str] = []
-        refused: list[tuple[str, str]] = []
-        foreign: list[str] = []
-        with self.consumer.sessions() as session, session.begin():
-            found = session.execute(
-                select(Reservation.request_id, Failure.detected_at, Reservation.request_digest)
-                .join(Failure, Failure.reservation_id == Reservation.id)
-                .where(Reservation.request_id.in_(ids))
-            ).all()
-            detected = {row.request_id: row.detected_at for row in found}
-            digests = {row.request_id: row.request_digest for row in found}
-            for request_id, size, entries in zip(ids, sizes, fetched, strict=True):
-                stats.rechecked += 1
-                since = detected.get(request_id)
-                if size.refusal is not None:
-                    refused.append((request_id, size.refusal))
-                    continue
-                if not entries or since is None:
-                    done.append(request_id)
-                    continue
-                try:
-                    with session.begin_nested():
-                        meta, result = reconcile_call(entries, request_id, book)
-                        if other_call(digests.get(request_id), meta.digest):
-                            # Another call's stream under this id: not late data of this call,
-                            # and not this call's to delete (the consumer dead-letters that call).
-                            foreign.append(request_id)
-                            continue
-                        if result.outcome is Outcome.SETTLED:
-                            effect = apply_result(session, result, now=now, grace=grace)
-                            self._findings(session, result, effect, now)
-                            if effect is Effect.SETTLED_LATE:
-                                stats.settled_late += 1
-                            done.append(request_id)
-                            continue
-                except InputError as exc:
-                    refused.append((request_id, str(exc)))
-                    continue
-                except SQLAlchemyError:
-                    log.exception("recheck of %s failed", request_id)
-                if now - since >= grace:
-                    stats.expired += 1
-                    done.append(request_id)
-                else:
-                    later.append(request_id)
-        pipe = self.client.pipeline(transaction=False)
-        for request_id in done:
-            pipe.delete(self.keys.request(request_id))
-            pipe.zrem(self.keys.recheck, request_id)
-        for request_id, _reason in refused:
-            pipe.zrem(self.keys.recheck, request_id)  # it stays until its TTL, never read again
-        for request_id in foreign:
-            pipe.zrem(self.keys.recheck, request_id)  # this call has no late data to come
-        stats.dead += len(refused)
-        write_dead_letters(
-            pipe,
-            self.keys,
-            [
-                dead_letter_fields(
-                    "recheck", reason, {"request_id": rid, "kind": "recheck"}, now_ms
-                )
-                for rid, reason in refused
-            ],
-            self.settings.dead_letter_maxlen,
-        )
-        if later:
-            pipe.zadd(
-                self.keys.recheck,
-                dict.fromkeys(later, time.time() + self.policy.recheck_seconds),
-            )
-        pipe.execute()
+            calls = [
+                CallState(rid, whole=True, dead_reason=size.refusal)
+                for rid, size in zip(ids[group], sizes[group], strict=True)
+            ]
+            book = self.consumer.prices.current()
+            self._through(Sweep.of("recheck", book, calls, sizes=sizes[group], sweep=stats))
 
     def apply_policy(self, stats: SweepStats) -> None:
         policy = self.policy.resolve

@@ -13,7 +13,7 @@ from models.prices import PriceRow
 from models.reservations import OPEN_STATUSES, Reservation, Status
 from models.rollup import CALL_COLUMNS, CALL_STATE_KEY, MONEY_COLUMNS, CallsDaily, MoneyDaily
 from models.secrets import DeploymentSecret
-from models.upstream import CallRoute, UpstreamCost, UpstreamRevision, UpstreamUsage
+from models.upstream import CallRoute, UpstreamCost, UpstreamGap, UpstreamRevision, UpstreamUsage
 from models.usage import UsageRecord
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "Status",
     "Transaction",
     "UpstreamCost",
+    "UpstreamGap",
     "UpstreamRevision",
     "UpstreamUsage",
     "UsageRecord",

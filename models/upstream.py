@@ -4,7 +4,9 @@
 provider names it, project or workspace, API key, service tier, batch): the natural key is unique,
 so importing the same period again changes nothing. A row whose figures change on a later import
 (the provider's current day still filling in) is replaced, and the figures it had are kept in
-``upstream_revisions`` (docs/reports.md, "Upstream reconciliation"). ``upstream_costs`` likewise
+``upstream_revisions`` (docs/reports.md, "Upstream reconciliation"); a bucket is replaced whole
+when a later import groups it otherwise, never summed with it. ``upstream_gaps`` records the
+imports known to be incomplete. ``upstream_costs`` likewise
 per (provider, bucket start, project, API key, line item), the amount exact as the export wrote it
 (``amount``) and rounded half-even to micro-USD (``amount_micros``). ``call_routes`` records where
 the gateway sent a call and under which upstream key label (never a secret), for the calls whose
@@ -29,6 +31,7 @@ USAGE_KEY = (
 COST_KEY = ("provider", "bucket_start", "project_id", "api_key_id", "line_item")
 USAGE_FIGURES = (
     "requests", "input_tokens", "cached_tokens", "cache_write_tokens", "output_tokens",
+    "cache_write_1h_tokens",
 )  # fmt: skip
 
 
@@ -60,6 +63,8 @@ class UpstreamUsage(Base):
     cached_tokens: Mapped[int] = mapped_column(BigInteger)  # cache reads, part of input_tokens
     cache_write_tokens: Mapped[int] = mapped_column(BigInteger)  # cache writes, part of input
     output_tokens: Mapped[int] = mapped_column(BigInteger)
+    # Anthropic's 1-hour cache writes, part of cache_write_tokens (priced above 5-minute ones).
+    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
     source: Mapped[str] = mapped_column(Text)  # the file it was last imported from
     imported_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
@@ -101,6 +106,23 @@ class UpstreamRevision(Base):
     after: Mapped[str] = mapped_column(Text)
     source: Mapped[str] = mapped_column(Text)
     revised_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class UpstreamGap(Base):
+    """An import whose last page said ``has_more`` without its next page: the export of
+    ``provider`` (``kind`` usage or cost) is incomplete from ``after`` on, until an import holds a
+    bucket starting at or after it (``closed_at``; the report lists the open ones)."""
+
+    __tablename__ = "upstream_gaps"
+    __table_args__ = (CheckConstraint("kind IN ('usage', 'cost')", name="kind"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(8))
+    after: Mapped[datetime] = mapped_column(UTCDateTime())
+    source: Mapped[str] = mapped_column(Text)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class CallRoute(Base):

@@ -10,6 +10,7 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import orjson
@@ -127,12 +128,15 @@ def test_import_is_idempotent_and_alerts_once(database: Path) -> None:
 
 
 def _expected_leak_cost() -> int:
-    """400 input and 60 output tokens at the book's gpt-4o-mini row (USD per 1M = micro-USD per
-    token), rounded half-up once."""
-    price = load_price_book().price_for("gpt-4o-mini", T)
+    """The leaked share of the export's value at the book's gpt-4o-mini row (USD per 1M =
+    micro-USD per token): the export's 598 input tokens are 578 uncached and 20 cached (at the
+    cached rate), its 162 output tokens all output; 400 of the input and 60 of the output leaked.
+    Rounded half-up once."""
+    price = load_price_book().price_for("gpt-4o-mini-2024-07-18", T)
     assert price is not None
-    exact = LEAK[1] * price.input + LEAK[2] * price.output
-    return int(exact.to_integral_value(rounding="ROUND_HALF_UP"))
+    input_value = Fraction(578 * price.input + 20 * price.cached_input)
+    exact = input_value * LEAK[1] / 598 + Fraction(162 * price.output) * LEAK[2] / 162
+    return int(exact + Fraction(1, 2))
 
 
 def test_every_format_shows_the_same_reconciliation(database: Path) -> None:

@@ -72,8 +72,15 @@ def test_anthropic_messages_usage_report() -> None:
 
 def test_a_list_of_pages_is_read_as_one_export() -> None:
     page = orjson.loads(load("openai_usage_completions.json"))
-    export = read_export("openai", orjson.dumps([page, page]), "two.json")
+    second = {
+        **page,
+        "data": [{**page["data"][0], "start_time": 1751500800, "end_time": 1751587200}],
+    }
+    export = read_export("openai", orjson.dumps([page, second]), "two.json")
     assert len(export.usage) == 4
+    # the same page twice (two downloads of one period in one file) is one page, never summed
+    export = read_export("openai", orjson.dumps([page, page]), "same.json")
+    assert len(export.usage) == 2 and sum(r.input_tokens for r in export.usage) == 6200
 
 
 def _usage_page(**row: object) -> bytes:

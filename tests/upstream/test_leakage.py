@@ -8,7 +8,8 @@ import pytest
 
 from worker.alerts.upstream_leakage import leakage_findings
 from worker.core.prices import load_price_book
-from worker.upstream.matching import Ledger, Upstream, reconcile
+from worker.core.result import Usage
+from worker.upstream.matching import Ledger, priced_upstream, reconcile
 
 AT = datetime(2025, 7, 1, 12, tzinfo=UTC)
 DAY = ("2025-07-01", "openai")
@@ -16,9 +17,15 @@ DAY = ("2025-07-01", "openai")
 LEDGER = {
     ("2025-07-01", "openai", "gpt-4o", ""): Ledger(calls=9, billed_calls=9, billed_input=9900)
 }
-UPSTREAM = {("2025-07-01", "openai", "gpt-4o", "k"): Upstream(10, 10_000, 0, 0)}
-FOUND = reconcile(LEDGER, UPSTREAM, {}, load_price_book())
+BOOK = load_price_book()
+UPSTREAM = {
+    ("2025-07-01", "openai", "gpt-4o", "k"): priced_upstream(
+        BOOK, "openai", "gpt-4o", AT.date(), None, Usage(10_000, 0), 10
+    )
+}
+FOUND = reconcile(LEDGER, UPSTREAM, {}, BOOK)
 COST = int(FOUND.rows[0].leak_cost or 0)
+assert COST > 0
 
 
 @pytest.mark.parametrize(

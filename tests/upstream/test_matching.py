@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC, date, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.core.prices import load_price_book
+from worker.core.result import Usage
 from worker.upstream.matching import (
     ANY_KEY,
     Ledger,
     Upstream,
     daily_leak,
     match_model,
+    priced_upstream,
     reconcile,
 )
 
@@ -120,7 +123,9 @@ def test_labelled_calls_match_per_key_and_an_unknown_key_is_leakage() -> None:
     }
     upstream = {
         ("2025-07-01", "openai", "gpt-4o", "key_a"): Upstream(1, 10, 0, 0),
-        ("2025-07-01", "openai", "gpt-4o", "key_z"): Upstream(4, 400, 0, 40),
+        ("2025-07-01", "openai", "gpt-4o", "key_z"): priced_upstream(
+            BOOK, "openai", "gpt-4o", date(2025, 7, 1), None, Usage(400, 40), 4
+        ),
     }
     rows = {r.upstream_key: r for r in reconcile(ledger, upstream, {}, BOOK).rows}
     assert not rows["key_a"].leaks
@@ -129,9 +134,10 @@ def test_labelled_calls_match_per_key_and_an_unknown_key_is_leakage() -> None:
         400,
         40,
     )
-    # priced at the book's gpt-4o list price: 400 input and 40 output tokens
-    at = rows["key_z"].leak_cost
-    assert at is not None and at > 0
+    # the whole grain leaked: at the book's gpt-4o price, 400 input and 40 output tokens
+    price = BOOK.price_for("gpt-4o", datetime(2025, 7, 1, tzinfo=UTC))
+    assert price is not None
+    assert rows["key_z"].leak_cost == round(400 * price.input + 40 * price.output)
 
 
 def test_over_count_confirmed_exposure_and_margin() -> None:

@@ -53,9 +53,9 @@ def test_importing_again_changes_nothing(session: Session) -> None:
 def test_a_changed_figure_replaces_the_row_and_keeps_the_old_one(session: Session) -> None:
     usage = export("openai_usage_completions.json")
     import_export(session, usage, "monday.json", NOW)
-    grown = Export(tuple(replace(r, output_tokens=r.output_tokens + 7) for r in usage.usage[:1]))
+    grown = Export((replace(usage.usage[0], output_tokens=1007), *usage.usage[1:]))
     stats = import_export(session, grown, "tuesday.json", NOW)
-    assert (stats.added, stats.unchanged, stats.replaced) == (0, 0, 1)
+    assert (stats.added, stats.unchanged, stats.replaced) == (0, 1, 1)
     row = session.scalars(select(UpstreamUsage).where(UpstreamUsage.api_key_id == "key_abc")).one()
     assert (row.output_tokens, row.source) == (1007, "tuesday.json")
     revision = session.scalars(
@@ -65,12 +65,20 @@ def test_a_changed_figure_replaces_the_row_and_keeps_the_old_one(session: Sessio
     assert orjson.loads(revision.before)["output_tokens"] == 1000
     assert orjson.loads(revision.after)["output_tokens"] == 1007
     assert counts(session, ("monday.json", "tuesday.json")) == (2, 0, 1)
+    # monday's download imported again after tuesday's: older (every total lower or equal), skipped
+    stats = import_export(session, usage, "monday.json", NOW)
+    assert (stats.stale, stats.replaced) == (2, 0)
+    session.expire_all()
+    assert session.get(UpstreamUsage, row.id).output_tokens == 1007
 
 
 def test_one_file_with_a_row_twice_and_other_figures_is_refused(session: Session) -> None:
     usage = export("openai_usage_completions.json")
     twice = Export((usage.usage[0], replace(usage.usage[0], requests=6)))
-    with pytest.raises(ExportError, match=r"twice\.json: the bucket row"):
+    with pytest.raises(
+        ExportError,
+        match=r"twice\.json: a usage row appears twice with other figures: bucket_start=",
+    ):
         import_export(session, twice, "twice.json", NOW)
     same = Export((usage.usage[0], usage.usage[0]))
     assert import_export(session, same, "same.json", NOW).added == 1

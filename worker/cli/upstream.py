@@ -1,6 +1,7 @@
 """``billing upstream import``: the providers' usage and cost exports, as downloaded, into the
-database (``worker.upstream``); the alert job then raises ``upstream_leakage`` for the days they
-cover (``worker.alerts.upstream_leakage``).
+database (``worker.upstream``); ``billing upstream pull``: the same exports fetched from the
+providers' admin APIs (``worker.upstream.pull``). The alert job then raises ``upstream_leakage``
+for the days they cover (``worker.alerts.upstream_leakage``).
 
 Every file is read and checked before anything is written; all files go in one transaction. Bad
 input prints one line naming the file and the JSON path and exits 2.
@@ -8,6 +9,7 @@ input prints one line naming the file and the JSON path and exits 2.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import click
@@ -26,7 +28,8 @@ def upstream_group() -> None:
     "--provider",
     type=click.Choice(["openai", "anthropic"]),
     required=True,
-    help="openai: Usage API completions and Costs API pages; anthropic: messages usage report.",
+    help="openai: Usage API completions and Costs API pages; anthropic: messages usage report"
+    " and cost report pages.",
 )
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 def import_command(provider: str, files: tuple[Path, ...]) -> None:
@@ -56,3 +59,46 @@ def import_command(provider: str, files: tuple[Path, ...]) -> None:
         f"upstream {provider}: {len(files)} files: {stats}; a day leaking past the thresholds is"
         " alerted by the next alert run (upstream_leakage)"
     )
+
+
+@upstream_group.command("pull")
+@click.option("--provider", type=click.Choice(["openai", "anthropic"]), required=True)
+@click.option("--since", required=True, type=click.DateTime(["%Y-%m-%d"]), help="UTC day, first.")
+@click.option(
+    "--until", required=True, type=click.DateTime(["%Y-%m-%d"]), help="UTC day, excluded."
+)
+def pull_command(provider: str, since: datetime, until: datetime) -> None:
+    """Fetch the usage and cost exports of [SINCE, UNTIL) and import them (as ``import`` does).
+
+    The admin key is read from OPENAI_ADMIN_KEY or ANTHROPIC_ADMIN_KEY; BILLING_UPSTREAM_OPENAI_URL
+    / BILLING_UPSTREAM_ANTHROPIC_URL replace the API's address (a proxy). Every page is fetched
+    before anything is written; a pull of a period again changes nothing."""
+    import os
+    from datetime import UTC
+
+    from worker.core.errors import BillingError
+    from worker.upstream import pull
+    from worker.upstream.exports import read_export
+    from worker.upstream.store import ImportStats, import_export
+
+    start, end = since.replace(tzinfo=UTC), until.replace(tzinfo=UTC)
+    if end <= start:
+        fail("upstream pull", "--until must be after --since")
+    key = os.environ.get(pull.KEY_ENV[provider], "").strip()
+    if not key:
+        fail("upstream pull", f"set {pull.KEY_ENV[provider]} to the {provider} admin API key")
+    base = os.environ.get(pull.BASE_ENV[provider], "").strip() or pull.DEFAULT_BASE[provider]
+    exports = []
+    for kind in ("usage", "cost"):
+        source = f"pull {provider} {kind} {start.date()}..{end.date()}"
+        try:
+            pages = pull.pull(provider, kind, start, end, key, base)
+            exports.append((source, read_export(provider, b"[" + b",".join(pages) + b"]", source)))
+        except BillingError as exc:
+            fail("upstream pull", str(exc))
+    stats = ImportStats()
+    with ledger_session("upstream pull") as session:
+        now = datetime.now(UTC)
+        for source, export in exports:
+            import_export(session, export, source, now, stats)
+    click.echo(f"upstream {provider} pull {start.date()}..{end.date()}: {stats}")

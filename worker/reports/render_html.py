@@ -278,6 +278,9 @@ def _upstream(found: Reconciliation) -> str:
     missing = "".join(
         f"<p>No export imported for provider {escape(p)} ({n} calls).</p>"
         for p, n in found.not_imported
+    ) + "".join(
+        f'<p class="incomplete">{escape(line)}</p>'
+        for line in upstream_section.incomplete_lines(found)
     )
     return (
         "<h2>Upstream: the providers' exports against the ledger</h2>"

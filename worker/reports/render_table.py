@@ -210,3 +210,5 @@ def _upstream(
         console.print(
             f"upstream: no export imported for provider {_cell(provider)} ({calls} calls)"
         )
+    for line in upstream_section.incomplete_lines(found):
+        console.print(f"upstream: {_cell(line)}")

@@ -91,12 +91,26 @@ def margin_values(margin: Margin) -> dict[str, int | None]:
 
 
 def margin_totals(found: Reconciliation) -> dict[str, int | None]:
-    costed = [m for m in found.margins if m.upstream_cost is not None]
-    return {
-        "charged": sum(int(m.charged) for m in found.margins),
-        "upstream_cost": sum(int(m.upstream_cost or 0) for m in costed) if costed else None,
-        "margin": sum(int(m.margin or 0) for m in costed) if costed else None,
-    }
+    """Charged and upstream cost summed over the margin rows, and the margin computed from them as
+    each row's is: charged minus cost, so ``margin = charged - upstream_cost`` holds on the total
+    row too. A row without a cost export leaves the total cost and margin unknown (None), never
+    a margin of the costed rows beside a charge of all of them."""
+    charged = sum(int(m.charged) for m in found.margins)
+    if not found.margins or any(m.upstream_cost is None for m in found.margins):
+        costed = [int(m.upstream_cost) for m in found.margins if m.upstream_cost is not None]
+        return {"charged": charged, "upstream_cost": sum(costed) if costed else None,
+                "margin": None}  # fmt: skip
+    cost = sum(int(m.upstream_cost or 0) for m in found.margins)
+    return {"charged": charged, "upstream_cost": cost, "margin": charged - cost}
+
+
+def incomplete_lines(found: Reconciliation) -> list[str]:
+    """One sentence per export known to be incomplete (a has_more page without its next)."""
+    return [
+        f"INCOMPLETE: the {gap.provider} {gap.kind} export is missing the pages after "
+        f"{gap.after.isoformat()} ({gap.source} said has_more); its figures from then on are short"
+        for gap in found.incomplete
+    ]
 
 
 def shown(value: int | None, money: bool) -> str:
@@ -149,4 +163,9 @@ def section_dict(found: Reconciliation) -> dict[str, object]:
         ],
         "margin_total": flat(margin_totals(found), MONEY_NAMES),
         "not_imported": [{"provider": p, "calls": n} for p, n in found.not_imported],
+        "incomplete": [
+            {"provider": g.provider, "kind": g.kind, "after": g.after.isoformat(),
+             "source": g.source}
+            for g in found.incomplete
+        ],
     }  # fmt: skip

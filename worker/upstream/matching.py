@@ -2,10 +2,12 @@
 
 Both sides are aggregated per **grain** = (UTC day, provider, model, upstream key) before they meet:
 
-* **Model**: the export's provider model id (``gpt-4o-mini-2024-07-18``) and the ledger's model
-  name (``gpt-4o-mini``) are both mapped by the price book's normalisation (``match_model``): the
-  book's own name for an alias, then a dated snapshot to its base (``worker.core.prices.book.
-  snapshot_base``). One table of names, the book's.
+* **Model**: the export's provider model id (``gpt-4o-mini-2024-07-18``,
+  ``claude-sonnet-4-5-20250929``) and the ledger's model name (``gpt-4o-mini``,
+  ``claude-sonnet-4-5``) are both mapped by ``match_model``: the book's own name for an alias,
+  then a dated snapshot to its base (``worker.core.prices.book.snapshot_base``: ``-YYYY-MM-DD``,
+  ``-MMDD``; and Anthropic's ``-YYYYMMDD`` when the book has rows of the base: the alias
+  Anthropic's API resolves to that snapshot). One table of names, the book's.
 * **Upstream key**: a day, provider and model whose calls carry an ``upstream_key`` label in the
   ledger is matched per key: the label against the export's ``api_key_id`` (its ``project_id`` /
   Anthropic ``workspace_id`` when the export is not grouped by key). Where no call of that day,
@@ -16,8 +18,15 @@ Per grain (``Ledger`` against ``Upstream``), the ledger's usage is the billed ca
 
 * ``leak_*`` = upstream beyond the ledger (requests, input, output tokens): usage with no billed
   or known call. ``over_*`` = the ledger beyond upstream. ``matched_*`` = the smaller of the two.
-* ``leak_cost``: the leaked tokens at the price book's price for the model and day (None when the
-  book has none) — what the leaked calls would have been charged.
+* ``leak_cost``: the leaked tokens at the price book's prices — what the leaked calls would have
+  been charged. The export's own rows of the grain are priced first (``priced_upstream``), each at
+  **the tier it names** (OpenAI ``batch: true`` is the batch tier, else its ``service_tier``;
+  Anthropic's ``service_tier``), cache reads at the cached rate and cache writes by lifetime (5
+  minutes, 1 hour); the leak is then that value's share: ``input value x leaked input / upstream
+  input + output value x leaked output / upstream output``, rounded half up once. Exact when the
+  whole grain leaked; otherwise the leaked tokens are taken to be of the grain's own mix of tiers
+  and kinds (the ledger does not say which calls leaked). None when a row of the grain with tokens
+  is unpriced at its tier (a tier the book has no row for is never priced at the default price).
 * ``confirmed_exposure``: the open unsettled calls' exposure when upstream counted at least every
   call the ledger has for the grain (by requests; by tokens for an export without request counts),
   else 0: those calls certainly ran upstream.
@@ -28,11 +37,15 @@ charged against the upstream cost.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, date, datetime
+from decimal import Decimal
+from fractions import Fraction
 
+from worker.core.errors import InputError
 from worker.core.money import Micros
 from worker.core.prices import PriceBook
 from worker.core.prices.book import normalize_provider, snapshot_base
@@ -42,13 +55,35 @@ ANY_KEY = "*"
 UNKNOWN = "unknown"
 
 
+_COMPACT_DATE = re.compile(r"(?P<base>.+)-(?P<y>20\d{2})(?P<m>\d{2})(?P<d>\d{2})")
+
+
+def _compact_base(book: PriceBook, name: str, at: datetime) -> str | None:
+    """``claude-sonnet-4-5-20250929`` → ``claude-sonnet-4-5`` when that date is valid and the book
+    has rows of the base (Anthropic's alias for its snapshot); None otherwise."""
+    match = _COMPACT_DATE.fullmatch(name)
+    if match is None:
+        return None
+    try:
+        date(int(match["y"]), int(match["m"]), int(match["d"]))
+    except ValueError:
+        return None
+    base = match["base"]
+    known = book.price_for(base, at) is not None or book.context_window(base, at) is not None
+    return base if known else None
+
+
+def _day_start(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
 def match_model(book: PriceBook, name: str, day: date) -> str:
     """The name both sides are matched by: the book's row name for ``name`` (an alias resolved),
     then a dated snapshot's base name; ``name`` itself when the book does not know it."""
-    at = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    at = _day_start(day)
     price = book.price_for(name, at)
     canonical = price.model if price is not None else name
-    return snapshot_base(canonical) or canonical
+    return snapshot_base(canonical) or _compact_base(book, canonical, at) or canonical
 
 
 def match_provider(provider: str | None) -> str:
@@ -83,14 +118,22 @@ class Ledger:
         return self.billed_output + self.unsettled_output
 
 
+def _plus(a: Fraction | None, b: Fraction | None) -> Fraction | None:
+    return None if a is None or b is None else a + b
+
+
 @dataclass(frozen=True, slots=True)
 class Upstream:
-    """The export's rows of one grain. ``requests`` is None when the export counts none."""
+    """The export's rows of one grain. ``requests`` is None when the export counts none.
+    ``input_value`` / ``output_value``: those rows at our prices (exact micro-USD, each row at its
+    own tier; ``priced_upstream``), None when a row with such tokens is unpriced."""
 
     requests: int | None = 0
     input_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    input_value: Fraction | None = Fraction(0)
+    output_value: Fraction | None = Fraction(0)
 
     def __add__(self, other: Upstream) -> Upstream:
         requests = (
@@ -103,7 +146,85 @@ class Upstream:
             self.input_tokens + other.input_tokens,
             self.cached_tokens + other.cached_tokens,
             self.output_tokens + other.output_tokens,
+            _plus(self.input_value, other.input_value),
+            _plus(self.output_value, other.output_value),
         )
+
+
+def export_tier(service_tier: str, batch: str) -> str | None:
+    """The tier an export row names, in the book's terms (None: the default tier): OpenAI's
+    ``batch: true`` is the batch tier whatever its ``service_tier``; Anthropic's ``standard`` is the
+    default (``worker.core.prices.book.normalize_tier`` maps the rest)."""
+    if batch == "true":
+        return "batch"
+    return service_tier or None
+
+
+def priced_upstream(
+    book: PriceBook,
+    provider: str,
+    model: str,
+    day: date,
+    tier: str | None,
+    usage: Usage,
+    requests: int | None,
+) -> Upstream:
+    """One export row (or rows of one model and tier) as an ``Upstream`` with its value at our
+    prices: the row of the book for ``model`` at ``tier`` and ``provider`` that day, its per-token
+    rates (the base rates: a day's sum of prompts says nothing of one prompt's length) applied
+    to each kind — uncached input, cache reads, 5-minute and 1-hour cache writes, output."""
+    at = _day_start(day)
+    price = book.price_for(model, at, tier=tier, provider=provider)
+    input_value: Fraction | None = None
+    output_value: Fraction | None = None
+    if price is not None:
+        writes_5m = usage.cache_write_tokens - usage.cache_write_1h_tokens
+        sample = Usage(
+            prompt_tokens=1 + min(usage.cached_tokens, 1) + min(writes_5m, 1)
+            + min(usage.cache_write_1h_tokens, 1),
+            completion_tokens=1,
+            cached_tokens=min(usage.cached_tokens, 1),
+            cache_write_tokens=min(writes_5m, 1) + min(usage.cache_write_1h_tokens, 1),
+            cache_write_1h_tokens=min(usage.cache_write_1h_tokens, 1),
+        )  # fmt: skip
+        try:
+            rates = price.unit_prices(sample, at)  # USD per 1M tokens = micro-USD per token
+        except InputError:
+            rates = None
+        if rates is not None:
+            rate = {k: Fraction(Decimal(str(v))) for k, v in rates.items() if k != "rates"}
+            plain = usage.prompt_tokens - usage.cached_tokens - usage.cache_write_tokens
+            input_value = (
+                plain * rate["input"]
+                + usage.cached_tokens * rate.get("cached_input", Fraction(0))
+                + writes_5m * rate.get("cache_write", Fraction(0))
+                + usage.cache_write_1h_tokens * rate.get("cache_write_1h", Fraction(0))
+            )
+            output_value = usage.completion_tokens * rate["output"]
+    return Upstream(
+        requests,
+        usage.prompt_tokens,
+        usage.cached_tokens,
+        usage.completion_tokens,
+        input_value if usage.prompt_tokens or input_value is not None else Fraction(0),
+        output_value if usage.completion_tokens or output_value is not None else Fraction(0),
+    )
+
+
+def leak_value(upstream: Upstream, leak_input: int, leak_output: int) -> Micros | None:
+    """The leaked tokens' share of the upstream's value at our prices (module docstring)."""
+    total = Fraction(0)
+    for leaked, tokens, value in (
+        (leak_input, upstream.input_tokens, upstream.input_value),
+        (leak_output, upstream.output_tokens, upstream.output_value),
+    ):
+        if not leaked:
+            continue
+        if value is None:
+            return None
+        total += value * leaked / tokens
+    whole, rest = divmod(total.numerator, total.denominator)
+    return Micros(whole + (1 if 2 * rest >= total.denominator else 0))
 
 
 Grain = tuple[str, str, str, str]  # (day ISO, provider, model, upstream key)
@@ -185,11 +306,23 @@ class Margin:
 
 
 @dataclass(frozen=True, slots=True)
+class Gap:
+    """An export known to be incomplete: a page said ``has_more`` and the buckets of ``kind``
+    (``usage`` or ``cost``) from ``after`` on were not imported since (``source`` said so)."""
+
+    provider: str
+    kind: str
+    after: datetime
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reconciliation:
     rows: tuple[Row, ...]
     margins: tuple[Margin, ...]
     # Providers whose calls are in the window but no export of theirs is: (provider, calls).
     not_imported: tuple[tuple[str, int], ...] = ()
+    incomplete: tuple[Gap, ...] = ()
 
 
 def _keyed(
@@ -231,14 +364,7 @@ def reconcile(
         led = by_ledger.get(grain, Ledger())
         ups = by_upstream.get(grain, Upstream())
         row = Row(*grain, led, ups, None)
-        if row.leak_input or row.leak_output:
-            day = date.fromisoformat(grain[0])
-            at = datetime(day.year, day.month, day.day, tzinfo=UTC)
-            usage = Usage(prompt_tokens=row.leak_input, completion_tokens=row.leak_output)
-            row = replace(row, leak_cost=book.charge(grain[2], usage, at))
-        else:
-            row = replace(row, leak_cost=Micros(0))
-        rows.append(row)
+        rows.append(replace(row, leak_cost=leak_value(ups, row.leak_input, row.leak_output)))
     charged: dict[tuple[str, str, str], int] = defaultdict(int)
     for (day, provider, model, _key), led in mine.items():
         charged[(day, provider, model)] += led.charged

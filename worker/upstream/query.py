@@ -6,7 +6,9 @@
   the upstream served when it substituted another, ``worker.core.substitution``; else the
   reservation's), upstream key and outcome class; a few rows per grain.
 * **Upstream**: ``upstream_usage`` and ``upstream_costs`` whose bucket starts in the window, grouped
-  by day, provider, model and key.
+  by day, provider, model, key, service tier and batch; each group is priced at our prices at its
+  tier (``matching.priced_upstream``) before the groups of a grain are summed. ``upstream_gaps``
+  still open in the window are the exports known to be incomplete.
 
 Names are then matched in Python (``matching.match_model``): a handful of distinct names per day.
 """
@@ -14,21 +16,34 @@ Names are then matched in Python (``matching.match_model``): a handful of distin
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Date, case, cast, func, literal_column, select
 
-from models import CallRoute, Failure, Reservation, UpstreamCost, UpstreamUsage, UsageRecord
+from models import (
+    CallRoute,
+    Failure,
+    Reservation,
+    UpstreamCost,
+    UpstreamGap,
+    UpstreamUsage,
+    UsageRecord,
+)
 from models.reservations import Status
 from worker.core.prices import PriceBook
+from worker.core.result import Usage
 from worker.upstream.matching import (
+    Gap,
     Grain,
     Ledger,
     Reconciliation,
     Upstream,
+    export_tier,
     match_model,
     match_provider,
+    priced_upstream,
     reconcile,
 )
 
@@ -147,26 +162,32 @@ def upstream_side(
             t.c.provider,
             t.c.model,
             key.label("key"),
+            t.c.service_tier,
+            t.c.batch,
             case((requests_known, func.sum(t.c.requests)), else_=None).label("requests"),
             func.sum(t.c.input_tokens).label("input"),
             func.sum(t.c.cached_tokens).label("cached"),
+            func.sum(t.c.cache_write_tokens).label("writes"),
+            func.sum(t.c.cache_write_1h_tokens).label("writes_1h"),
             func.sum(t.c.output_tokens).label("output"),
         )
         .where(t.c.bucket_start >= since, t.c.bucket_start < until)
-        .group_by("day", t.c.provider, t.c.model, "key")
+        .group_by("day", t.c.provider, t.c.model, "key", t.c.service_tier, t.c.batch)
     )
     found: dict[Grain, Upstream] = defaultdict(Upstream)
     for row in conn.execute(usage):
         day = _iso(row.day)
-        grain = (
-            day,
-            match_provider(row.provider),
-            match_model(book, row.model, date.fromisoformat(day)),
-            row.key,
-        )
+        on = date.fromisoformat(day)
+        grain = (day, match_provider(row.provider), match_model(book, row.model, on), row.key)
         requests = None if row.requests is None else int(row.requests)
-        found[grain] = found[grain] + Upstream(
-            requests, int(row.input), int(row.cached), int(row.output)
+        counts = Usage(
+            prompt_tokens=int(row.input), completion_tokens=int(row.output),
+            cached_tokens=int(row.cached), cache_write_tokens=int(row.writes),
+            cache_write_1h_tokens=int(row.writes_1h),
+        )  # fmt: skip
+        tier = export_tier(row.service_tier, row.batch)
+        found[grain] = found[grain] + priced_upstream(
+            book, grain[1], row.model, on, tier, counts, requests
         )
     cost = (
         select(
@@ -186,10 +207,22 @@ def upstream_side(
     return dict(found), dict(costs)
 
 
+def open_gaps(conn: Connection, since: datetime, until: datetime) -> tuple[Gap, ...]:
+    """The exports known to be incomplete in the window: a gap not closed by a later import."""
+    g = UpstreamGap.__table__
+    rows = conn.execute(
+        select(g.c.provider, g.c.kind, g.c.after, g.c.source)
+        .where(g.c.closed_at.is_(None), g.c.after < until)
+        .order_by(g.c.provider, g.c.kind, g.c.after)
+    )
+    return tuple(Gap(r.provider, r.kind, r.after, r.source) for r in rows)
+
+
 def reconciliation(
     conn: Connection, since: datetime, until: datetime, book: PriceBook
 ) -> Reconciliation:
     """Both sides over ``[since, until)`` (calls by creation, exports by bucket start), tied."""
     ledger = ledger_side(conn, since, until, book)
     upstream, costs = upstream_side(conn, since, until, book)
-    return reconcile(ledger, upstream, costs, book)
+    found = reconcile(ledger, upstream, costs, book)
+    return replace(found, incomplete=open_gaps(conn, since, until))

@@ -33,6 +33,7 @@ TABLES = {
     "upstream_usage",
     "upstream_costs",
     "upstream_revisions",
+    "upstream_gaps",
     "call_routes",
     "budgets",
     "authorization_corrections",

@@ -249,8 +249,15 @@ class _Reader:
         return start, end
 
 
+_JSON_KINDS = ((bool, "boolean"), (int, "number"), (Decimal, "number"), (float, "number"),
+               (str, "string"), (list, "array"), (dict, "object"))  # fmt: skip
+
+
 def _kind(value: object) -> str:
-    return "null" if value is None else type(value).__name__
+    """What a JSON value is, in JSON's words (never a Python repr)."""
+    if value is None:
+        return "null"
+    return next((name for kind, name in _JSON_KINDS if isinstance(value, kind)), "value")
 
 
 def micros_half_even(amount: Decimal) -> int:

@@ -25,6 +25,7 @@ from benchmarks import (
     bench_memory,
     bench_naive,
     bench_pipeline,
+    bench_reads,
     bench_report,
     bench_scaling,
     bench_spend,
@@ -590,6 +591,39 @@ def cli(ctx: Context) -> list[Row]:
     return rows
 
 
+READ_COMMANDS = (
+    ("balance", "billing balance"),
+    ("show", "billing show"),
+    ("unsettled", "billing unsettled list"),
+    ("prices_which", "billing prices which"),
+    ("statement", "billing statement"),
+    ("doctor", "billing doctor"),
+)
+
+
+def reads(ctx: Context) -> list[Row]:
+    f = ctx.figures["reads"] = bench_reads.run(ctx.smoke)
+    bare = f"{f['bare_ms']:,.0f} ms (python -c pass, same venv)"
+    return [
+        Row(
+            f"14. {title} on a small ledger",
+            f"{f[f'{name}_ms']:,.0f} ms",
+            bare,
+            f[f"{name}_ratio"],
+            f"≤ {f['target_ms']:.0f} ms",
+            bool(f[f"{name}_meets_target"]),
+            [
+                f"`billing {f['commands'][name]}` on a SQLite ledger of {f['calls']} settled "
+                f"calls; median wall time of {f['rounds']} fresh processes, started in turn with "
+                f"the bare interpreter; fastest {f[f'{name}_min_ms']:,.0f} ms vs "
+                f"{f['bare_min_ms']:,.0f} ms (tests/cli/test_read_imports.py checks which heavy "
+                "libraries it loads)"
+            ],
+        )
+        for name, title in READ_COMMANDS
+    ]
+
+
 def _against(low: float, high: float, target: float) -> str:
     """Where a ratio's interval over one run's rounds lies against a ceiling ``target``. Runs of
     the same code differ by more than their rounds do (docs/gateway.md), so this places the run's
@@ -826,9 +860,10 @@ BENCHMARKS: dict[str, Callable[[Context], list[Row]]] = {
     "cli": cli,
     "gateway": gateway,
     "spend": spend,
+    "reads": reads,
 }
 # In the order of the table, by row number.
 TABLE = (
     "assembly", "e2e", "naive", "latency", "estimate", "ledger", "report", "memory", "spaceless",
-    "scaling", "cli", "gateway", "capacity", "spend",
+    "scaling", "cli", "gateway", "capacity", "spend", "reads",
 )  # fmt: skip

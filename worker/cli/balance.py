@@ -38,12 +38,13 @@ def in_flight(account: str) -> dict[str, Any] | None:
     and not yet closed by the ledger, their holds, and the store's spendable. None when spend
     control is off; ``{"error": …}`` when Redis cannot answer."""
     from worker.cli.db import settings
-    from worker.contract.authorization import AuthorizationStore
 
     config = settings("balance")
     if not config.authorize:
         return None
     import redis
+
+    from worker.contract.authorization import AuthorizationStore
 
     client = redis.Redis.from_url(config.redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:
@@ -86,10 +87,11 @@ def balance_command(account: str | None, at: str | None, as_json: bool) -> None:
     available = funded - held - charged; spendable adds the credit limit, if one is set."""
     from worker.cli.db import ledger_session
     from worker.ledger.funds import account_funds
-    from worker.reports.spec import ReportError, parse_time
 
     as_of = None
     if at is not None:
+        from worker.reports.spec import ReportError, parse_time
+
         try:
             as_of = parse_time(at, "at")
         except ReportError as exc:

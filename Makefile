@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-gateway test lint chromium bench chaos chaos-busy clean
+.PHONY: demo demo-gateway test lint chromium promtool bench chaos chaos-busy clean
 
 # rustup's cargo, where it is installed, before any other (worker.plain_chunk is compiled by cargo).
 export PATH := $(HOME)/.cargo/bin:$(PATH)
@@ -26,7 +26,11 @@ lint: $(STAMP)
 chromium:
 	@bash scripts/ensure-chromium
 
-test: lint chromium
+# Debian's prometheus package, whose promtool checks the alert rules (deploy/monitoring): the same way.
+promtool:
+	@bash scripts/ensure-promtool
+
+test: lint chromium promtool
 	$(BIN)/pytest -n 2 -p no:cacheprovider
 
 demo: $(STAMP)

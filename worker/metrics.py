@@ -35,6 +35,7 @@ from worker.consumer.backlog import (
     recheck_count,
 )
 from worker.contract.keys import Keys
+from worker.core.result import Reason
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,31 @@ AUTH_REBUILDS = Counter(
 )
 
 SWEEP_ACTIONS = ("finalized", "rechecked", "settled_late", "expired", "resolved")
+# The label values each labelled counter is exported with at zero from the start, so that a panel or
+# a rule over them reads 0 rather than "No data" before the first event (Prometheus's advice for
+# labelled metrics). ``task`` is ``worker.service.tasks``'s labels; ``kind`` the sync's corrections.
+TASKS = ("drain", "sweep", "parity", "alerts", "authorization", "purge")
+CORRECTION_KINDS = ("missed_release", "never_recorded", "unauthorized_hold", "unseen_charge")
+
+
+def _initialize_labels() -> None:
+    CALLS.labels("settled", "")
+    CALLS.labels("void", "")
+    for reason in (*Reason, "unknown"):
+        CALLS.labels("unsettled", str(reason))
+    for source in ("consumer", "sweep"):
+        DEAD_LETTERS.labels(source)
+    for action in SWEEP_ACTIONS:
+        SWEEPS.labels(action)
+    for task in TASKS:
+        INTERRUPTED.labels(task)
+    for result in ("ok", "failed"):
+        ALERT_DELIVERIES.labels(result)
+    for kind in CORRECTION_KINDS:
+        AUTH_CORRECTIONS.labels(kind)
+
+
+_initialize_labels()
 
 
 def record_batch(stream: str, stats: Any) -> None:

@@ -1,4 +1,5 @@
-"""``billing worker`` empties PROMETHEUS_MULTIPROC_DIR of metric files, and of nothing else."""
+"""``billing worker`` empties PROMETHEUS_MULTIPROC_DIR of its metric files, and of nothing else; it
+and ``billing metrics serve`` refuse a directory another program writes to (LiteLLM's proxy)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from worker.cli import main
 from worker.cli.metrics import GAUGE_MODES, is_metric_file, prepare_multiprocess_dir
 
 # Every kind of file prometheus_client writes in multiprocess mode, under this project's process
-# identifier (``worker.metrics``) and under the library's default one (a bare pid).
+# identifier (``worker.metrics``: <host>-<pid>).
 WRITER = textwrap.dedent(
     """
     from prometheus_client import Counter, Gauge, Histogram, Summary, values
@@ -27,15 +28,23 @@ WRITER = textwrap.dedent(
     Summary("s", "s").observe(1)
     for mode in sorted(Gauge._MULTIPROC_MODES):
         Gauge(f"g_{mode}", "g", multiprocess_mode=mode).set(1)
-    values.ValueClass = values.MultiProcessValue()  # the library's default: the bare pid
-    Counter("c2", "c").inc()
+    """
+)
+# Another program in multiprocess mode, as LiteLLM's proxy is: prometheus_client's default value
+# class, files named after the bare pid.
+OTHER_PROGRAM = textwrap.dedent(
+    """
+    from prometheus_client import Counter, Gauge
+
+    Counter("litellm_requests_metric", "c").inc()
+    Gauge("litellm_remaining", "g", multiprocess_mode="livesum").set(1)
     """
 )
 
 
-def write_metric_files(directory: Path) -> list[Path]:
+def write_metric_files(directory: Path, writer: str = WRITER) -> list[Path]:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
-    subprocess.run([sys.executable, "-c", WRITER], env=env, check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", writer], env=env, check=True, timeout=60)
     return sorted(directory.iterdir())
 
 
@@ -57,7 +66,16 @@ def test_every_file_prometheus_client_writes_is_recognised_and_cleared(
 
 @pytest.mark.parametrize(
     "name",
-    ["billing.db", "counter.db", "counter_x.db-journal", "notes.txt", "gauge_bogus_1.db", ".env"],
+    [
+        "billing.db",
+        "counter.db",
+        "counter_x.db-journal",
+        "notes.txt",
+        "gauge_bogus_1.db",
+        ".env",
+        "counter_1234.db",  # a bare pid: another program's
+        "gauge_livesum_77.db",
+    ],
 )
 def test_other_names_are_not_metric_files(tmp_path: Path, name: str) -> None:
     (tmp_path / name).write_bytes(b"x")
@@ -108,3 +126,29 @@ def test_a_file_in_place_of_the_directory_is_refused(tmp_path: Path, monkeypatch
     with pytest.raises(ValueError, match="not a directory"):
         prepare_multiprocess_dir()
     assert target.read_bytes() == b"books"
+
+
+def test_a_directory_another_program_writes_to_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """LiteLLM's proxy given the same PROMETHEUS_MULTIPROC_DIR: its files (bare pids) beside the
+    worker's. Neither the worker nor the exporter takes the directory; each says why in one line."""
+    monkeypatch.chdir(tmp_path)
+    directory = tmp_path / "prometheus"
+    directory.mkdir()
+    ours = write_metric_files(directory)
+    theirs = sorted(set(write_metric_files(directory, OTHER_PROGRAM)) - set(ours))
+    assert [path.name.split("_")[0] for path in theirs] == ["counter", "gauge"]
+    assert not any(is_metric_file(path) for path in theirs)
+    before = sorted(directory.iterdir())
+    from worker.service.app import app
+
+    def started(argv: list[str]) -> None:
+        raise AssertionError("the worker started on a directory it should have refused")
+
+    monkeypatch.setattr(app, "worker_main", started)
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    for args in (["worker"], ["metrics", "serve", "--no-backlog", "--port", "0"]):
+        result = CliRunner().invoke(main, args, env=env)
+        assert result.exit_code == 2, (args, result.output)
+        [line] = result.output.strip().splitlines()
+        assert theirs[0].name in line and "LiteLLM" in line and "refusing" in line, line
+    assert sorted(directory.iterdir()) == before, "nothing may be removed from a refused directory"

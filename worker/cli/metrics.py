@@ -18,9 +18,14 @@ from worker.cli import main
 
 DEFAULT_WORKER_DIR = Path("var") / "prometheus"
 
-# The names prometheus_client gives its multiprocess files (``values.MultiProcessValue``):
-# ``<type>_<process>.db``, gauges ``gauge_<mode>_<process>.db``; the process identifier is
-# ``worker.metrics.process_identifier`` (a host name with ``_`` replaced, a dash, a pid) or a bare pid.
+# The names prometheus_client gives the worker's multiprocess files (``values.MultiProcessValue``
+# with ``worker.metrics.process_identifier``): ``<type>_<host>-<pid>.db``, gauges
+# ``gauge_<mode>_<host>-<pid>.db`` (the host with ``_`` replaced). A file named after a bare pid
+# (``counter_1234.db``, the library's default) is another program's: LiteLLM's proxy, for one, which
+# also deletes every ``*.db`` of the directory when it starts, so a directory it shares with the
+# worker loses the worker's counters and mixes its own into them. The rule: the directory holds the
+# worker's own files and nothing else (``foreign_files``); ``billing worker`` and ``billing metrics
+# serve`` refuse it otherwise.
 # The modes are ``Gauge._MULTIPROC_MODES``, spelled out: importing prometheus_client here would fix
 # its value class before ``PROMETHEUS_MULTIPROC_DIR`` is settled (tests/deploy/test_metrics_dir.py
 # checks the pattern against every file the installed version writes).
@@ -29,13 +34,28 @@ GAUGE_MODES = (
     "livemostrecent",
 )  # fmt: skip
 METRIC_FILE = re.compile(
-    rf"(?:counter|histogram|summary|gauge_(?:{'|'.join(GAUGE_MODES)}))_[A-Za-z0-9.-]+\.db"
+    rf"(?:counter|histogram|summary|gauge_(?:{'|'.join(GAUGE_MODES)}))_[A-Za-z0-9.-]+-[0-9]+\.db"
 )
 
 
 def is_metric_file(path: Path) -> bool:
-    """A regular file named as prometheus_client names its multiprocess files."""
+    """A regular file named as prometheus_client names the worker's multiprocess files."""
     return METRIC_FILE.fullmatch(path.name) is not None and path.is_file() and not path.is_symlink()
+
+
+def foreign_files(path: Path) -> list[str]:
+    """The names in directory ``path`` that are not the worker's metric files, sorted."""
+    return sorted(child.name for child in path.iterdir() if not is_metric_file(child))
+
+
+def refusal(path: Path, foreign: list[str]) -> str:
+    """The one line that refuses ``path`` for holding ``foreign``."""
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    return (
+        f"PROMETHEUS_MULTIPROC_DIR {path} holds {shown}, which are not metric files of the billing "
+        "worker (another program shares it? LiteLLM deletes every *.db there when it starts): "
+        "refusing it; point the variable at a directory of its own"
+    )
 
 
 def prepare_multiprocess_dir(default: Path = DEFAULT_WORKER_DIR) -> Path:
@@ -45,7 +65,8 @@ def prepare_multiprocess_dir(default: Path = DEFAULT_WORKER_DIR) -> Path:
     Must run before ``worker.metrics`` is imported. Emptying matters: files left by an earlier run
     hold its counters, and the exporter would add them to the new ones. Only prometheus_client's own
     files are removed (``METRIC_FILE``); a directory holding anything else (a subdirectory, a ledger,
-    a file of another program) raises ``ValueError`` and nothing in it is touched. Do not call it
+    a file of another program, another program's metric files) raises ``ValueError`` and nothing
+    in it is touched. Do not call it
     while other workers share the directory (several containers on one volume): their counters
     would restart.
     """
@@ -53,17 +74,10 @@ def prepare_multiprocess_dir(default: Path = DEFAULT_WORKER_DIR) -> Path:
     if path.exists() and not path.is_dir():
         raise ValueError(f"PROMETHEUS_MULTIPROC_DIR {path} is not a directory")
     if path.exists():
-        children = sorted(path.iterdir())
-        foreign = [child.name for child in children if not is_metric_file(child)]
+        foreign = foreign_files(path)
         if foreign:
-            shown = ", ".join(foreign[:5]) + (
-                f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-            )
-            raise ValueError(
-                f"PROMETHEUS_MULTIPROC_DIR {path} holds {shown}, which are not metric files: "
-                "refusing to empty it; point the variable at a directory of its own"
-            )
-        for child in children:
+            raise ValueError(refusal(path, foreign))
+        for child in path.iterdir():
             child.unlink()
     path.mkdir(parents=True, exist_ok=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path.resolve())
@@ -102,6 +116,9 @@ def serve_command(port: int, host: str, backlog: bool) -> None:
 
     if directory:
         Path(directory).mkdir(parents=True, exist_ok=True)
+        foreign = foreign_files(Path(directory))
+        if foreign:  # adding another program's counters to the worker's would be wrong, silently
+            fail("metrics serve", refusal(Path(directory), foreign))
     collector = None
     if backlog:
         try:  # a cluster client connects at once to discover the masters

@@ -104,9 +104,36 @@ def test_the_check_catches_a_metric_the_worker_does_not_export(worker_exports: s
         promql_parser.parse("sum(rate(billing_calls_total[5m])")
 
 
+def selectors(expression: str) -> list[dict[str, str]]:
+    """Each vector selector's label matchers of ``expression`` (name -> value)."""
+    found: list[dict[str, str]] = []
+
+    def visit(node: object) -> bool:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append({m.name: m.value for m in node.matchers.matchers})
+        return True
+
+    promql_parser.walk(promql_parser.parse(expression), visit)
+    return found
+
+
+def test_every_query_is_filtered_by_the_job_and_instance_variables() -> None:
+    dashboard = orjson.loads(DASHBOARD.read_bytes())
+    names = [variable["name"] for variable in dashboard["templating"]["list"]]
+    assert names == ["datasource", "job", "instance"]
+    for title, expression in queries(dashboard):
+        found = selectors(expression)
+        assert found, title
+        for matchers in found:
+            assert (matchers.get("job"), matchers.get("instance")) == ("$job", "$instance"), (
+                f"{title}: {expression}"
+            )
+    assert selectors("sum(rate(billing_calls_total[5m]))") == [{}]  # the check can fail
+
+
 def test_the_dashboard_uses_a_datasource_variable_and_unique_panel_ids() -> None:
     dashboard = orjson.loads(DASHBOARD.read_bytes())
-    [variable] = dashboard["templating"]["list"]
+    variable = dashboard["templating"]["list"][0]
     assert (variable["type"], variable["query"]) == ("datasource", "prometheus")
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))

@@ -5,6 +5,7 @@ from models.alerts import AlertEvent, AlertKind, OutboxAlert, OutboxStatus
 from models.anomalies import ANOMALY_KINDS, Anomaly, AnomalyKind
 from models.base import NAMING_CONVENTION, Base
 from models.budgets import AuthorizationCorrection, Budget
+from models.calibration import CalibrationFactor
 from models.credits import AccountCredit, CreditKind, CreditLimit
 from models.failures import Action, Failure
 from models.ledger import Direction, Entry, Kind, LedgerCheck, Transaction
@@ -33,6 +34,7 @@ __all__ = [
     "AuthorizationCorrection",
     "Base",
     "Budget",
+    "CalibrationFactor",
     "CallRoute",
     "CallsDaily",
     "CreditKind",

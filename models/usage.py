@@ -84,3 +84,9 @@ class UsageRecord(Base):
     usage_shape: Mapped[str | None] = mapped_column(String(32))
     service_tier: Mapped[str | None] = mapped_column(String(32))
     provider_cost_micros: Mapped[int | None] = mapped_column(BigInteger)
+    # Revision 0021: an estimated call charged at calibrated counts (``worker.core.calibration``):
+    # the factors (ppm) and their version; prompt_tokens / completion_tokens are then the raw
+    # estimate (estimate_*_tokens) times its factor, rounded half up. NULL: billed at face value.
+    calibration_version: Mapped[int | None]
+    prompt_factor_ppm: Mapped[int | None] = mapped_column(BigInteger)
+    completion_factor_ppm: Mapped[int | None] = mapped_column(BigInteger)

@@ -37,6 +37,7 @@ TABLES = {
     "call_routes",
     "budgets",
     "authorization_corrections",
+    "calibration_factors",
 }
 
 

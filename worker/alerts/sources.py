@@ -16,11 +16,21 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models import AlertEvent, AlertKind, Anomaly, ParityPair, Reservation, UsageRecord, Verdict
+from models import (
+    AlertEvent,
+    AlertKind,
+    Anomaly,
+    CalibrationFactor,
+    ParityPair,
+    Reservation,
+    UsageRecord,
+    Verdict,
+)
 from worker.alerts.aggregation import median, span, window_start
 from worker.alerts.config import AlertConfig
 from worker.alerts.low_balance import low_balance_findings
 from worker.alerts.picture import Finding, Rate
+from worker.core.calibration import format_factor
 from worker.core.money import Micros
 from worker.ledger.funds import levels_at
 
@@ -29,6 +39,7 @@ anomalies = Anomaly.__table__
 reservations = Reservation.__table__
 usage_records = UsageRecord.__table__
 pairs = ParityPair.__table__
+calibration_factors = CalibrationFactor.__table__
 
 Reader = Callable[[Session, datetime, datetime, AlertConfig], list[Finding]]
 
@@ -231,6 +242,53 @@ def drift(session: Session, start: datetime, end: datetime, config: AlertConfig)
     return found
 
 
+def calibration_shift(
+    session: Session, start: datetime, end: datetime, _: AlertConfig
+) -> list[Finding]:
+    """One drift finding per calibration version learnt in the range whose fit moved beyond the
+    previous version's interval (``worker.ledger.calibration``): the provider's counting changed."""
+    f = calibration_factors.c
+    rows = session.execute(
+        select(calibration_factors).where(
+            f.drifted.is_(True), f.created_at >= start, f.created_at < end
+        )
+    )
+    found = []
+    for row in rows:
+        where = f"{row.provider}/{row.model}" if row.provider else row.model
+        factors = {
+            name: {
+                "factor_ppm": getattr(row, f"{name}_factor_ppm"),
+                "fit_ppm": getattr(row, f"{name}_fit_ppm"),
+                "low_ppm": getattr(row, f"{name}_low_ppm"),
+                "high_ppm": getattr(row, f"{name}_high_ppm"),
+                "samples": getattr(row, f"{name}_samples"),
+            }
+            for name in ("prompt", "completion")
+        }
+        found.append(
+            Finding(
+                str(AlertKind.DRIFT),
+                "calibration_shift",
+                row.created_at,
+                model=row.model,
+                note=(
+                    f"{where}: calibration v{row.version} moved beyond the previous interval"
+                    f" (prompt {format_factor(row.prompt_factor_ppm)}, completion"
+                    f" {format_factor(row.completion_factor_ppm)}): the provider's token"
+                    " counting changed"
+                ),
+                facts={
+                    "provider": row.provider,
+                    "model": row.model,
+                    "calibration_version": row.version,
+                    **factors,
+                },
+            )
+        )
+    return found
+
+
 def low_balance(
     session: Session, start: datetime, end: datetime, config: AlertConfig
 ) -> list[Finding]:
@@ -254,7 +312,7 @@ def upstream_leakage(
 
 
 READERS: tuple[Reader, ...] = (
-    unsettled, anomaly, parity_mismatch, drift, low_balance, upstream_leakage,
+    unsettled, anomaly, parity_mismatch, drift, calibration_shift, low_balance, upstream_leakage,
 )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import click
 
 from worker.cli import main
 from worker.cli.db import echo_json, fail, ledger_session
+from worker.core.calibration import format_factor
 from worker.core.money import Micros
 from worker.core.terminal import printable
 
@@ -72,6 +73,15 @@ def _text(answer: dict[str, Any]) -> list[str]:
             f"estimate   prompt {estimate['prompt_tokens']}, completion "
             f"{estimate['completion_tokens']}"
         )
+        factors = estimate.get("calibration")
+        if factors is not None and usage is not None:
+            lines.append(
+                f"calibrated v{factors['version']}: prompt {estimate['prompt_tokens']} x "
+                f"{format_factor(factors['prompt_factor_ppm'])} = {usage['prompt_tokens']}, "
+                f"completion {estimate['completion_tokens']} x "
+                f"{format_factor(factors['completion_factor_ppm'])} = "
+                f"{usage['completion_tokens']} (rounded half up; billed at these counts)"
+            )
     if usage is not None and usage["provider"] is not None:
         lines.append(
             f"provider   {usage['provider']}  shape {usage['usage_shape'] or '-'}  tier "

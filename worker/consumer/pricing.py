@@ -19,6 +19,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from models import PriceRow
+from worker.core.calibration import CalibrationTable
 from worker.core.prices import Layer, Price, PriceBook
 from worker.core.prices.bundled import file_prices
 from worker.core.prices.merge import ImportPlan, effective_rows, plan_import
@@ -28,6 +29,7 @@ from worker.core.prices.price import (
     dimensions_from_json,
     dimensions_to_json,
 )
+from worker.ledger.calibration import current as current_calibration
 
 prices_table = PriceRow.__table__
 
@@ -136,8 +138,9 @@ def effective_book(session: Session, fallback_path: str | None = None) -> PriceB
 
 
 class PriceSource:
-    """The current effective book for the worker; rebuilt (and its name cache emptied) only when
-    the stored rows or the override file changed since the last read."""
+    """The current effective book for the worker, carrying the current calibration factors
+    (``worker.ledger.calibration.current``); rebuilt (and its name cache emptied) only when the
+    stored rows, the override file or the factors changed since the last read."""
 
     def __init__(
         self,
@@ -149,16 +152,20 @@ class PriceSource:
         self._fallback_path = fallback_path
         self._refresh = refresh_seconds
         self._book: PriceBook | None = None
-        self._rows: tuple[list[Price], list[Price]] | None = None
+        self._rows: tuple[list[Price], list[Price], CalibrationTable] | None = None
         self._loaded_at = 0.0
 
     def current(self) -> PriceBook:
         now = time.monotonic()
         if self._book is None or now - self._loaded_at > self._refresh:
             with self._sessions() as session:
-                rows = (file_prices(self._fallback_path), stored_prices(session))
+                rows = (
+                    file_prices(self._fallback_path),
+                    stored_prices(session),
+                    current_calibration(session),
+                )
             if self._book is None or rows != self._rows:
-                self._book = PriceBook(effective_rows(*rows))
+                self._book = PriceBook(effective_rows(rows[0], rows[1]), rows[2])
                 self._rows = rows
             self._loaded_at = now
         return self._book

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from worker.core.assembly import Assembled, assemble_response, assemble_stream
+from worker.core.calibration import EMPTY, CalibrationTable
 from worker.core.errors import BillingError, InputError
 from worker.core.estimate import estimate
 from worker.core.money import Micros
@@ -153,10 +154,16 @@ def build_result(
     is unsettled ``unpriced_component`` too, exposed at the rest. A charge records the rates it was
     computed at (``Result.unit_prices``, ``PriceBook.quote``). An exposure is capped at
     ``MAX_CALL_MICROS`` so that no failure row can hold an amount no call can cost.
+
+    A settled call without usage is charged at its estimate calibrated by the factors the book
+    carries for its provider and model (``PriceBook.calibration``, ``worker.core.calibration``),
+    recorded on the result (``Result.calibration``) so that the charge can be recomputed.
     """
     if reading is None:
         reading = read_reported(meta, assembled, prices)
     guess = estimate(meta.model, meta.messages, meta.tools, assembled.choices)
+    table: CalibrationTable = getattr(prices, "calibration", EMPTY)
+    factors = table.lookup(meta.provider, meta.model)
     anomalies = _anomalies(meta, assembled)
     if substituted:
         anomalies.append("model_substituted")
@@ -166,6 +173,9 @@ def build_result(
         return prices.charge(meta.model, usage, meta.created_at, tier=tier, provider=meta.provider)
 
     problem = reading.problem
+    # An estimated call is charged at the calibrated estimate; the exposure stays the raw estimate's
+    # price (a failure row keeps the raw counts only).
+    estimated = guess.as_usage() if factors is None else factors.usage(guess)
     exposure = price(guess.as_usage())
     if exposure is None:
         anomalies.append("unpriced")
@@ -178,7 +188,7 @@ def build_result(
     billed: Usage | None = None
     if decision.outcome is Outcome.SETTLED:
         reported = decision.usage_source is UsageSource.REPORTED
-        billed = reading.usage if reported else guess.as_usage()
+        billed = reading.usage if reported else estimated
         if billed is None:
             raise BillingError(f"{meta.request_id}: settled as reported without billable usage")
         charge = price(billed)
@@ -240,6 +250,7 @@ def build_result(
         usage_after_done=assembled.usage_after_done,
         n_requested=meta.n,
         unit_prices=unit_prices,
+        calibration=factors,
     )
 
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.core.money import Micros
+
+if TYPE_CHECKING:
+    from worker.core.calibration import Factors
 
 
 class Outcome(StrEnum):
@@ -194,6 +197,9 @@ class Result:
     # the rates the charge was computed at, as JSON text (``Price.unit_prices``); None when no
     # charge was computed
     unit_prices: str | None = None
+    # the calibration factors (``worker.core.calibration``) learnt for the call's provider and model
+    # when it was reconciled; an estimated call is billed at its estimate times these
+    calibration: Factors | None = None
 
     @property
     def finish_reasons(self) -> tuple[str | None, ...]:
@@ -204,6 +210,8 @@ class Result:
         if self.usage_source is UsageSource.REPORTED:
             return self.usage
         if self.usage_source is UsageSource.ESTIMATED:
+            if self.calibration is not None:
+                return self.calibration.usage(self.estimate)
             return self.estimate.as_usage()
         return None
 
@@ -249,6 +257,15 @@ class Result:
                 "completion_tokens": self.estimate.completion_tokens,
                 "approximate": self.estimate.approximate,
             },
+            "calibration": (
+                None
+                if self.calibration is None
+                else {
+                    "version": self.calibration.version,
+                    "prompt_factor_ppm": self.calibration.prompt_ppm,
+                    "completion_factor_ppm": self.calibration.completion_ppm,
+                }
+            ),
             "charge_micros": None if self.charge_micros is None else int(self.charge_micros),
             "exposure_micros": None if self.exposure_micros is None else int(self.exposure_micros),
             "choices": [choice.to_dict() for choice in self.choices],

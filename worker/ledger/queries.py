@@ -133,6 +133,13 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
             "completion_tokens": usage.estimate_completion_tokens,
             "approximate": usage.estimate_approximate,
         }
+        if usage.calibration_version is not None:
+            # the billed counts are the raw estimate times these (``worker.core.calibration``)
+            estimate["calibration"] = {
+                "version": usage.calibration_version,
+                "prompt_factor_ppm": usage.prompt_factor_ppm,
+                "completion_factor_ppm": usage.completion_factor_ppm,
+            }
     elif failure is not None:
         estimate = {
             "prompt_tokens": failure.estimate_prompt_tokens,

@@ -13,7 +13,7 @@ from models import Status
 from worker.core.errors import LedgerError
 from worker.core.money import Micros
 from worker.core.request import RequestMeta
-from worker.core.result import Reason, Result
+from worker.core.result import Reason, Result, UsageSource
 
 
 def micros(value: Any) -> Micros:
@@ -43,10 +43,12 @@ def reservation_values(meta: RequestMeta, now: datetime) -> dict[str, Any]:
 
 
 def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str, Any]:
-    """The usage record of a settled, priced result."""
+    """The usage record of a settled, priced result; an estimated one records the calibration
+    factors its counts were computed with (none for reported usage: nothing was calibrated)."""
     billed = result.billed_usage
     if billed is None or result.charge_micros is None:
         raise LedgerError(f"{result.request_id}: settled result without billed usage or charge")
+    factors = result.calibration if result.usage_source is UsageSource.ESTIMATED else None
     return {
         "reservation_id": reservation_id,
         "prompt_tokens": billed.prompt_tokens,
@@ -81,6 +83,9 @@ def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str
         "provider_cost_micros": (
             None if result.provider_cost_micros is None else int(result.provider_cost_micros)
         ),
+        "calibration_version": None if factors is None else factors.version,
+        "prompt_factor_ppm": None if factors is None else factors.prompt_ppm,
+        "completion_factor_ppm": None if factors is None else factors.completion_ppm,
     }
 
 

@@ -115,6 +115,28 @@ class Drift:
 
 
 @dataclass(frozen=True, slots=True)
+class Calibration:
+    """The current calibration factors of one (provider, model) (``worker.ledger.calibration``):
+    per direction the factor charged, the fit's sample, and on the held-out calls the aggregate
+    error of the raw and of the calibrated estimate (ppm of the reported counts; None without
+    held-out calls). Not windowed: the factors in force when the report ran."""
+
+    provider: str
+    model: str
+    version: int
+    exact: bool
+    held_out: int
+    prompt_factor_ppm: int
+    prompt_samples: int
+    prompt_error_raw_ppm: int | None
+    prompt_error_calibrated_ppm: int | None
+    completion_factor_ppm: int
+    completion_samples: int
+    completion_error_raw_ppm: int | None
+    completion_error_calibrated_ppm: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Parity:
     pairs: int
     matches: int
@@ -172,6 +194,7 @@ class Report:
     # ``--upstream``: the providers' exports against the ledger (``worker.upstream.matching``).
     upstream: Reconciliation | None = None
     unpriced_components: tuple[UnpricedComponent, ...] = ()
+    calibration: tuple[Calibration, ...] = ()
 
     @property
     def ties_out(self) -> bool:

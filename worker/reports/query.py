@@ -85,11 +85,13 @@ from models import (
 from worker.core.prices import PriceBook
 from worker.core.result import Reason
 from worker.core.usage import unpriced_field_names
+from worker.ledger.calibration import latest_rows as latest_calibration
 from worker.reports import drift as drift_query
 from worker.reports import providers as providers_query
 from worker.reports.model import (
     PARITY_FIELDS,
     REASONS,
+    Calibration,
     Drift,
     GroupRow,
     Parity,
@@ -689,6 +691,15 @@ def drift_bounds(conn: Connection, spec: ReportSpec, ranges: int = DRIFT_RANGES)
     return tuple(bounds)
 
 
+def calibration(conn: Connection) -> tuple[Calibration, ...]:
+    """The latest calibration version of every (provider, model) (``worker.ledger.calibration``)."""
+    fields = [name for name in Calibration.__dataclass_fields__]
+    return tuple(
+        Calibration(**{name: getattr(row, name) for name in fields})
+        for row in latest_calibration(conn)
+    )
+
+
 def build_report(
     conn: Connection,
     spec: ReportSpec,
@@ -747,6 +758,8 @@ def build_report(
             found_anomalies = anomaly_counts(conn, spec, inside)
             found_unpriced = unpriced_components(conn, spec)
         drift, found_providers = beside_on(conn) if pending is None else pending.result()
+    with step("calibration"):
+        found_calibration = calibration(conn)
     found_upstream = None
     if upstream_book is not None:
         with step("upstream"):
@@ -771,4 +784,5 @@ def build_report(
         providers=found_providers,
         upstream=found_upstream,
         unpriced_components=found_unpriced,
+        calibration=found_calibration,
     )

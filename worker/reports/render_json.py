@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -63,6 +64,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "anomalies": None if report.anomalies is None else dict(report.anomalies),
         "unpriced_components": [unpriced_dict(u) for u in report.unpriced_components],
         "providers": [provider_dict(p) for p in report.providers],
+        "calibration": [dataclasses.asdict(c) for c in report.calibration],
         "upstream": None
         if report.upstream is None
         else upstream_section.section_dict(report.upstream),

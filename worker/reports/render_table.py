@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from worker.core.calibration import format_factor
 from worker.core.terminal import printable
 from worker.reports import upstream as upstream_section
 from worker.reports.model import (
@@ -120,9 +121,46 @@ def render_table(report: Report, width: int = 1000) -> str:
             str(p.costed_calls), p.charged_costed.usd(), p.provider_cost.usd(), drift,
         )  # fmt: skip
     console.print(providers if report.providers else "providers: no calls with a usage record")
+    _calibration(console, report)
     if report.upstream is not None:
         _upstream(console, report.upstream)
     return out.getvalue()
+
+
+def _error(ppm: int | None) -> str:
+    """An aggregate error in ppm as a signed percentage with two decimals, truncated."""
+    if ppm is None:
+        return "-"
+    hundredths = abs(ppm) // 100
+    return f"{'-' if ppm < 0 else '+'}{hundredths // 100}.{hundredths % 100:02d}%"
+
+
+def _calibration(console: Console, report: Report) -> None:
+    """The current calibration factors per (provider, model), and on the calls held out of their
+    fit the estimate's error before and after (``worker.core.calibration``)."""
+    if not report.calibration:
+        console.print("calibration: no factors learnt yet")
+        return
+    console.print(
+        "calibration of estimates (current factors): factor, fit sample, and on held-out calls"
+        " the estimate's error uncalibrated -> calibrated"
+    )
+    table = Table(box=box.ASCII)
+    headers = ("provider", "model", "v", "held out", "prompt", "n", "error", "completion", "n",
+               "error")  # fmt: skip
+    for header in headers:
+        left = header in ("provider", "model")
+        table.add_column(header, justify="left" if left else "right", no_wrap=True)
+    for c in report.calibration:
+        table.add_row(
+            _cell(c.provider or "-"), _cell(c.model) + (" (exact)" if c.exact else ""),
+            str(c.version), str(c.held_out),
+            format_factor(c.prompt_factor_ppm), str(c.prompt_samples),
+            f"{_error(c.prompt_error_raw_ppm)} -> {_error(c.prompt_error_calibrated_ppm)}",
+            format_factor(c.completion_factor_ppm), str(c.completion_samples),
+            f"{_error(c.completion_error_raw_ppm)} -> {_error(c.completion_error_calibrated_ppm)}",
+        )  # fmt: skip
+    console.print(table)
 
 
 def _unpriced(console: Console, report: Report) -> None:

@@ -21,6 +21,7 @@ PARITY_INTERVAL_SECONDS = 60.0
 RETIRED_INTERVAL_SECONDS = 1.0
 ALERTS_INTERVAL_SECONDS = 30.0
 PURGE_INTERVAL_SECONDS = 600.0
+CALIBRATE_INTERVAL_SECONDS = 600.0
 
 app = Celery("billing", broker=settings.broker_url, include=["worker.service.tasks"])
 app.conf.update(
@@ -78,6 +79,12 @@ app.conf.update(
             "task": "billing.purge",
             "schedule": PURGE_INTERVAL_SECONDS,
             "options": {"expires": PURGE_INTERVAL_SECONDS},
+        },
+        # Calibration factors of the estimates (``worker.ledger.calibration``): one pass, idempotent.
+        "calibrate": {
+            "task": "billing.calibrate",
+            "schedule": CALIBRATE_INTERVAL_SECONDS,
+            "options": {"expires": CALIBRATE_INTERVAL_SECONDS},
         },
     },
 )

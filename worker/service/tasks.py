@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from worker import metrics
@@ -17,7 +18,9 @@ from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
 from worker.consumer import partitions
 from worker.contract.authorization import AuthorizationStore
+from worker.core.calibration import format_factor
 from worker.db.transient import is_transient
+from worker.ledger.calibration import learn as learn_calibration
 from worker.service import runtime
 from worker.service.app import RETIRED_INTERVAL_SECONDS, app
 from worker.service.authorization import SyncPolicy
@@ -137,3 +140,19 @@ def purge(rt: runtime.Runtime) -> None:
     stats = purge_retained(rt.consumer.sessions, rt.client, rt.settings)
     if any(vars(stats).values()):
         log.info("purge: %s", stats)
+
+
+@billing_task("billing.calibrate", "calibrate")
+def calibrate(rt: runtime.Runtime) -> None:
+    """Learn the estimates' calibration factors in one transaction (``worker.ledger.calibration``);
+    the consumer's book picks a new version up at its next price refresh."""
+    with rt.consumer.sessions() as session, session.begin():
+        learnt = learn_calibration(session, datetime.now(UTC))
+    for item in learnt:
+        if item.new_version:
+            log.info(
+                "calibration: %s/%s v%d prompt %s completion %s%s",
+                item.provider or "-", item.model, item.version,
+                format_factor(item.prompt.factor_ppm), format_factor(item.completion.factor_ppm),
+                " (drifted)" if item.drifted else "",
+            )  # fmt: skip

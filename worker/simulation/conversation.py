@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from worker.core.result import Usage
+from worker.core.estimate import CL100K, EncodingTable, estimate_completion, estimate_prompt
+from worker.core.result import Choice as CountedChoice
+from worker.core.result import ToolCall, Usage
 from worker.simulation import prompts
 
 # Where a stream reports usage: a usage-only chunk with ``choices: []`` (OpenAI), on the finish chunk
@@ -23,6 +25,19 @@ _ALNUM = string.ascii_letters + string.digits
 
 
 @dataclass(frozen=True, slots=True)
+class TrueCounts:
+    """How a provider whose tokenizer the worker does not ship counts a call, so the estimate's
+    error is known: the worker's own estimate scaled by ``prompt_ppm`` / ``completion_ppm`` (ppm)
+    times a noise drawn uniformly within ± ``noise_ppm`` per call; or, with ``encoding``, the
+    estimate's rules run with that vocabulary instead of the one the worker picks for the model."""
+
+    prompt_ppm: int = 1_000_000
+    completion_ppm: int = 1_000_000
+    noise_ppm: int = 0
+    encoding: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     name: str
     weight: float
@@ -31,6 +46,8 @@ class ModelSpec:
     reasoning: bool = False
     caching: bool = False
     provider: str = "openai"  # where the simulated gateway routes it (the request's ``provider``)
+    # another tokenizer than the estimator's (``TrueCounts``); None: the prompt heuristic below
+    true_counts: TrueCounts | None = None
 
     @property
     def openai(self) -> bool:
@@ -51,10 +68,20 @@ MODELS = (
     # (``meta-llama/Llama-3.1-8B-Instruct``), which the book prices only as an alias of the row:
     # the model served is the model billed (``worker.core.substitution``), unpriced otherwise.
     ModelSpec("llama-3.1-8b", 10, "llama-3.1-8b", (VLLM, OPENAI), provider="vllm"),
+    # Through OpenAI-compatible gateways, counted by tokenizers the worker does not ship: the
+    # calibration's proof (``make demo`` prints their estimate's error before and after).
+    ModelSpec(
+        "claude-haiku-4-5", 7, "claude-haiku-4-5", provider="anthropic",
+        true_counts=TrueCounts(1_180_000, 1_120_000, 60_000),
+    ),
+    ModelSpec(
+        "deepseek-chat", 7, "deepseek-chat", provider="deepseek",
+        true_counts=TrueCounts(1_000_000, 1_000_000, 30_000, encoding=CL100K),
+    ),
     ModelSpec(
         "mixtral-8x7b-instruct", 0.6, "open-mixtral-8x7b", (MISTRAL,), provider="mistral"
     ),  # not in the book
-)
+)  # fmt: skip
 _MODEL_WEIGHTS = [m.weight for m in MODELS]
 
 
@@ -87,6 +114,9 @@ class Conversation:
     reasoning_tokens: int
     fingerprint: str
     features: list[str] = field(default_factory=list)
+    # the provider's count of the whole visible output when it is not one token per delta
+    # (``TrueCounts``); a part of the output is counted in proportion
+    true_visible: int | None = None
 
     @property
     def visible_tokens(self) -> int:
@@ -94,6 +124,9 @@ class Conversation:
 
     def usage(self, visible: int | None = None) -> Usage:
         shown = self.visible_tokens if visible is None else visible
+        if self.true_visible is not None:
+            whole = self.visible_tokens
+            shown = self.true_visible if whole == 0 else self.true_visible * shown // whole
         return Usage(
             self.prompt_tokens,
             shown + self.reasoning_tokens,
@@ -120,6 +153,52 @@ class Conversation:
                 "rejected_prediction_tokens": 0,
             }
         return block
+
+
+def _counted(choices: list[Choice]) -> list[CountedChoice]:
+    """The choices as the worker assembles them, for its estimate."""
+    counted = []
+    for choice in choices:
+        message = choice.message
+        calls = [
+            ToolCall(i, name=call["function"]["name"], arguments=call["function"]["arguments"])
+            for i, call in enumerate(message.get("tool_calls") or ())
+        ]
+        counted.append(
+            CountedChoice(
+                choice.index,
+                content=message.get("content"),
+                refusal=message.get("refusal"),
+                tool_calls=calls,
+            )
+        )
+    return counted
+
+
+def _scaled(rng: random.Random, tokens: int, ppm: int, noise_ppm: int) -> int:
+    factor = ppm + (rng.randint(-noise_ppm, noise_ppm) if noise_ppm else 0)
+    return max(0, (tokens * factor + 500_000) // 1_000_000)
+
+
+def true_counts(
+    rng: random.Random,
+    spec: ModelSpec,
+    msgs: list[dict[str, str]],
+    tool_defs: list[dict[str, Any]],
+    choices: list[Choice],
+) -> tuple[int, int]:
+    """(prompt, visible completion) as the provider of ``spec`` counts them (``TrueCounts``)."""
+    counts = spec.true_counts
+    if counts is None:
+        raise ValueError(f"{spec.name} is counted by the prompt heuristic, not TrueCounts")
+    table = None if counts.encoding is None else EncodingTable({spec.name: counts.encoding})
+    kwargs = {} if table is None else {"table": table}
+    prompt = estimate_prompt(spec.name, msgs, tool_defs, **kwargs)
+    completion = estimate_completion(spec.name, _counted(choices), **kwargs)
+    return (
+        _scaled(rng, prompt, counts.prompt_ppm, counts.noise_ppm),
+        _scaled(rng, completion, counts.completion_ppm, counts.noise_ppm),
+    )
 
 
 def token(rng: random.Random, k: int) -> str:
@@ -230,6 +309,10 @@ def conversation(
         features.append("reasoning")
     if model.name == MODELS[-1].name:
         features.append("unpriced")
+    true_visible = None
+    if model.true_counts is not None:
+        prompt, true_visible = true_counts(rng, model, msgs, tool_defs, choices)
+        features.append("foreign_tokenizer")
     return Conversation(
         model=model,
         placement=placement,
@@ -247,6 +330,7 @@ def conversation(
         reasoning_tokens=reasoning,
         fingerprint="fp_" + "".join(rng.choices("0123456789abcdef", k=10)),
         features=features,
+        true_visible=true_visible,
     )
 
 

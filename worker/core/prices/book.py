@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 
+from worker.core.calibration import EMPTY, CalibrationTable
 from worker.core.money import Micros
 from worker.core.prices.price import DEFAULT_TIER, Layer, Price
 from worker.core.result import Usage
@@ -141,9 +142,13 @@ def _window(price: Price) -> str:
 
 
 class PriceBook:
-    """The rows of every layer; ``resolve`` applies the rule above, ``charge`` prices a usage."""
+    """The rows of every layer; ``resolve`` applies the rule above, ``charge`` prices a usage.
 
-    def __init__(self, prices: Iterable[Price]) -> None:
+    ``calibration`` holds the factors an estimated call's counts are charged at
+    (``worker.core.calibration``; empty: every estimate at face value)."""
+
+    def __init__(self, prices: Iterable[Price], calibration: CalibrationTable = EMPTY) -> None:
+        self.calibration = calibration
         self._prices = sorted(
             prices, key=lambda p: (p.model, p.layer, p.provider or "", p.tier, p.effective_from)
         )

@@ -1,0 +1,280 @@
+"""Learning the calibration factors from the ledger, and reading the current ones back.
+
+``learn`` is the periodic pass (the ``billing.calibrate`` beat task, ``billing calibrate``): it reads
+the settled calls with *reported* usage of the last ``window`` (their usage record holds the reported
+counts beside the worker's raw estimate of the same call), at most ``max_samples`` of the most recent
+per (provider, model), splits them by request id into the fit and the held-out calls
+(``worker.core.calibration.held_out``), fits each direction and measures it, and stores the result:
+
+* no stored version, or a factor charged that differs from the latest version's by at least
+  ``reversion_ppm`` (or from 1 to another value, or back), or a fit that drifted: a **new
+  version** (version + 1); ``drifted`` when its fit's median lies outside the interval of the previous version's fit
+  (``worker.core.calibration.moved``);
+* otherwise the latest version's fit, sample and errors are refreshed in place: its factors, which
+  usage records name by version, never change.
+
+The completion direction compares the *visible* completion (reported completion minus reasoning
+tokens: hidden reasoning is not streamed, the estimate cannot see it) with the estimate, as the
+drift figures do (``worker.ledger.findings.settled_drift``); an estimated call is charged for what
+the estimate saw, calibrated, never for reasoning it could not see.
+
+``current`` reads the latest version of every (provider, model) into the table the reconciler
+charges with (``worker.consumer.pricing.PriceSource`` carries it on the book). Runs inside the
+caller's transaction; never commits.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from models import CalibrationFactor, Reservation, UsageRecord
+from worker.core.calibration import (
+    DEFAULT_HOLDOUT_PCT,
+    DEFAULT_MIN_SAMPLES,
+    PPM,
+    CalibrationTable,
+    Direction,
+    Factors,
+    Fit,
+    held_out,
+    learn_direction,
+    moved,
+)
+from worker.core.estimate import is_approximate
+
+factors_table = CalibrationFactor.__table__
+usage_records = UsageRecord.__table__
+reservations = Reservation.__table__
+
+Key = tuple[str, str]  # (provider, '' when none; model)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationPolicy:
+    """How factors are learnt: from the calls settled in the last ``window``, at most
+    ``max_samples`` of the most recent per (provider, model); a fit is used from ``min_samples``
+    ratios; ``holdout_pct`` % of calls measure it; a factor moving by less than ``reversion_ppm``
+    keeps its version."""
+
+    window: timedelta = timedelta(days=1)
+    max_samples: int = 5000
+    min_samples: int = DEFAULT_MIN_SAMPLES
+    holdout_pct: int = DEFAULT_HOLDOUT_PCT
+    reversion_ppm: int = 5_000
+
+    def __post_init__(self) -> None:
+        if self.window <= timedelta(0) or self.max_samples < 1 or self.min_samples < 1:
+            raise ValueError("calibration: window, max_samples and min_samples must be positive")
+        if not 0 < self.holdout_pct < 100 or self.reversion_ppm < 0:
+            raise ValueError("calibration: holdout_pct is in 1..99, reversion_ppm not negative")
+
+
+@dataclass(frozen=True, slots=True)
+class Learnt:
+    """One (provider, model) after a pass: its directions, the version now current, whether that
+    version is new and whether it drifted."""
+
+    provider: str
+    model: str
+    exact: bool
+    prompt: Direction
+    completion: Direction
+    held_out: int
+    version: int
+    new_version: bool
+    drifted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Pair:
+    request_id: str
+    prompt: tuple[int, int]  # (estimated, reported)
+    completion: tuple[int, int]
+
+
+def _observations(
+    session: Session, since: datetime, until: datetime, max_samples: int
+) -> dict[Key, list[_Pair]]:
+    u, r = usage_records.c, reservations.c
+    rank = (
+        func.row_number()
+        .over(
+            partition_by=(func.coalesce(u.provider, ""), u.model),
+            order_by=(u.created_at.desc(), u.id.desc()),
+        )
+        .label("rank")
+    )
+    recent = (
+        select(
+            func.coalesce(u.provider, "").label("provider"),
+            u.model,
+            r.request_id,
+            u.prompt_tokens,
+            u.completion_tokens,
+            u.reasoning_tokens,
+            u.estimate_prompt_tokens,
+            u.estimate_completion_tokens,
+            rank,
+        )
+        .select_from(usage_records.join(reservations, reservations.c.id == u.reservation_id))
+        .where(
+            u.usage_source == "reported",
+            u.model.is_not(None),
+            u.created_at >= since,
+            u.created_at < until,
+        )
+        .subquery("recent")
+    )
+    found: dict[Key, list[_Pair]] = defaultdict(list)
+    for row in session.execute(select(recent).where(recent.c.rank <= max_samples)):
+        found[(row.provider, row.model)].append(
+            _Pair(
+                row.request_id,
+                (row.estimate_prompt_tokens, row.prompt_tokens),
+                (row.estimate_completion_tokens, row.completion_tokens - row.reasoning_tokens),
+            )
+        )
+    return found
+
+
+def _latest(session: Session | Connection) -> dict[Key, Any]:
+    """The latest version's row of every (provider, model)."""
+    f = factors_table.c
+    newest = (
+        select(f.provider, f.model, func.max(f.version).label("version"))
+        .group_by(f.provider, f.model)
+        .subquery("newest")
+    )
+    rows = session.execute(
+        select(factors_table).join(
+            newest,
+            (newest.c.provider == f.provider)
+            & (newest.c.model == f.model)
+            & (newest.c.version == f.version),
+        )
+    )
+    return {(row.provider, row.model): row for row in rows}
+
+
+def _stored_fit(row: Any, name: str) -> Fit | None:
+    middle = getattr(row, f"{name}_fit_ppm")
+    if middle is None:
+        return None
+    low, high = getattr(row, f"{name}_low_ppm"), getattr(row, f"{name}_high_ppm")
+    return Fit(middle, low, high, getattr(row, f"{name}_samples"))
+
+
+def _direction_values(name: str, learnt: Direction) -> dict[str, Any]:
+    fitted = learnt.fit
+    return {
+        f"{name}_factor_ppm": learnt.factor_ppm,
+        f"{name}_fit_ppm": None if fitted is None else fitted.factor_ppm,
+        f"{name}_low_ppm": None if fitted is None else fitted.low_ppm,
+        f"{name}_high_ppm": None if fitted is None else fitted.high_ppm,
+        f"{name}_samples": 0 if fitted is None else fitted.samples,
+        f"{name}_error_raw_ppm": learnt.error_raw_ppm,
+        f"{name}_error_calibrated_ppm": learnt.error_calibrated_ppm,
+    }
+
+
+def _changed(previous: Any, name: str, learnt: Direction, reversion_ppm: int) -> bool:
+    before = getattr(previous, f"{name}_factor_ppm")
+    if (before == PPM) != (learnt.factor_ppm == PPM):
+        return True
+    return abs(learnt.factor_ppm - before) >= max(1, reversion_ppm)
+
+
+def _drifted(previous: Any, name: str, learnt: Direction, min_samples: int) -> bool:
+    return moved(_stored_fit(previous, name), learnt.fit, min_samples)
+
+
+def learn(session: Session, now: datetime, policy: CalibrationPolicy | None = None) -> list[Learnt]:
+    """One learning pass over the calls settled in [now - window, now) (see the module)."""
+    policy = policy or CalibrationPolicy()
+    observed = _observations(session, now - policy.window, now, policy.max_samples)
+    latest = _latest(session)
+    results: list[Learnt] = []
+    for (provider, model), pairs in sorted(observed.items()):
+        exact = not is_approximate(model)
+        fit_pairs = [p for p in pairs if not held_out(p.request_id, policy.holdout_pct)]
+        kept = [p for p in pairs if held_out(p.request_id, policy.holdout_pct)]
+        directions = {
+            name: learn_direction(
+                [getattr(p, name) for p in fit_pairs],
+                [getattr(p, name) for p in kept],
+                exact=exact,
+                min_samples=policy.min_samples,
+            )
+            for name in ("prompt", "completion")
+        }
+        values: dict[str, Any] = {
+            **_direction_values("prompt", directions["prompt"]),
+            **_direction_values("completion", directions["completion"]),
+            "held_out": len(kept),
+            "learnt_at": now,
+        }
+        previous = latest.get((provider, model))
+        drifted = previous is not None and any(
+            _drifted(previous, name, directions[name], policy.min_samples) for name in directions
+        )
+        changed = (
+            previous is None
+            or drifted
+            or any(
+                _changed(previous, name, directions[name], policy.reversion_ppm)
+                for name in directions
+            )
+        )
+        if changed:
+            version = 1 if previous is None else previous.version + 1
+            session.execute(
+                insert(factors_table).values(
+                    provider=provider,
+                    model=model,
+                    version=version,
+                    exact=exact,
+                    drifted=drifted,
+                    created_at=now,
+                    **values,
+                )
+            )
+        else:
+            version = previous.version
+            session.execute(
+                update(factors_table).where(factors_table.c.id == previous.id).values(**values)
+            )
+        results.append(
+            Learnt(
+                provider,
+                model,
+                exact,
+                directions["prompt"],
+                directions["completion"],
+                len(kept),
+                version,
+                changed,
+                drifted,
+            )
+        )
+    return results
+
+
+def current(session: Session) -> CalibrationTable:
+    """The latest version of every (provider, model), as the reconciler charges with it."""
+    return CalibrationTable(
+        {
+            key: Factors(row.version, row.prompt_factor_ppm, row.completion_factor_ppm)
+            for key, row in _latest(session).items()
+        }
+    )
+
+
+def latest_rows(session: Session | Connection) -> list[Any]:
+    """The latest version's row of every (provider, model), by provider then model."""
+    return [row for _, row in sorted(_latest(session).items())]

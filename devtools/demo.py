@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import sessionmaker
 
+from devtools.demo_calibration import show_calibration
 from devtools.demo_funds import fund_demo_account, print_demo_statement
 from devtools.demo_spend import show_spend_control
 from devtools.demo_upstream import show_upstream
@@ -175,7 +176,10 @@ def run() -> int:
         # Beat pairs twins every minute; the demo does one pass itself before reading the books.
         pairs = run_pairing(sessions, Settings.from_env(env))
         console.print(f"parity: {sum(pairs.values())} streamed/non-streamed twins paired {pairs}")
+        calibrated = show_calibration(sessions, Console())
         print_books(engine, sessions, client, calls)
+        if not calibrated:
+            raise DemoError("the calibrated estimates are not within 2 % on held-out calls")
         print_demo_statement(database_url)
         if not show_upstream(sessions, calls, console, WORKDIR, seed=SEED):
             raise DemoError("the upstream reconciliation did not find exactly the injected leakage")

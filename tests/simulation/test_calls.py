@@ -147,6 +147,8 @@ def test_usage_placement_and_counts():
         usage = usage_from_block(final)
         assert usage == expected.usage
         assert final["total_tokens"] == final["prompt_tokens"] + final["completion_tokens"]
+        if "foreign_tokenizer" in call.features:
+            continue  # counted by another tokenizer (``TrueCounts``): test_calls_true_counts
         assert usage.completion_tokens == len(deltas(call)) + usage.reasoning_tokens
         if "reasoning" in call.features:
             assert usage.reasoning_tokens > 0
@@ -440,3 +442,25 @@ def test_expected_fate_follows_from_the_wire(seed, faults):
             assert e.outcome is Outcome.SETTLED
             assert e.usage_source is (UsageSource.REPORTED if final else UsageSource.ESTIMATED)
         assert isinstance(e.usage, Usage | None)
+
+
+def test_calls_true_counts() -> None:
+    """The models counted by another tokenizer report the worker's own estimate times their
+    ratio, within their noise (``TrueCounts``): the error calibration must learn is known."""
+    from worker.core.estimate import CL100K, EncodingTable, estimate_prompt
+
+    ratios = {"claude-haiku-4-5": (1.18, 0.06), "deepseek-chat": (1.0, 0.03)}
+    seen: Counter[str] = Counter()
+    for call in plan(150, 12):
+        model = call.meta["model"] if call.meta else None
+        if model not in ratios or call.expected.usage is None:
+            continue
+        ratio, noise = ratios[model]
+        table = EncodingTable({model: CL100K}) if model == "deepseek-chat" else None
+        kwargs = {} if table is None else {"table": table}
+        guess = estimate_prompt(model, call.meta["messages"], call.meta["tools"], **kwargs)
+        reported = call.expected.usage.prompt_tokens
+        assert guess * (ratio - noise) - 1 <= reported <= guess * (ratio + noise) + 1
+        assert "foreign_tokenizer" in call.features
+        seen[model] += 1
+    assert min(seen.values()) >= 4 and len(seen) == 2

@@ -5,6 +5,7 @@ moves beyond its interval is a new version and a drift finding."""
 from __future__ import annotations
 
 import random
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,8 @@ from sqlalchemy.orm import Session
 
 from models import CalibrationFactor, Reservation, UsageRecord
 from worker.alerts.sources import calibration_shift
+from worker.cli.show import _text as show_text
+from worker.consumer.pricing import PriceSource
 from worker.core.calibration import PPM, calibrated
 from worker.core.money import Micros
 from worker.core.prices import PriceBook, load_price_book
@@ -108,7 +111,9 @@ def test_learnt_factors_charge_estimates_and_a_shift_is_a_drift(
     table = current(session)
     factors = table.lookup(PROVIDER, MODEL)
     assert factors is not None and factors.version == 1
-    book = PriceBook(BOOK.prices, table)
+    # the worker's book carries the current factors (the consumer and the sweeper price with it)
+    book = PriceSource(lambda: nullcontext(session)).current()  # type: ignore[arg-type,return-value]
+    assert book.calibration == table
     meta, estimated = _call(rng, f"{unique_id}-e", book, None)
     assert estimated.usage_source is UsageSource.ESTIMATED
     raw = estimated.estimate
@@ -138,6 +143,11 @@ def test_learnt_factors_charge_estimates_and_a_shift_is_a_drift(
         "prompt_factor_ppm": factors.prompt_ppm,
         "completion_factor_ppm": factors.completion_ppm,
     }
+    [line] = [text for text in show_text(answer) if text.startswith("calibrated")]
+    assert line.startswith(
+        f"calibrated v1: prompt {raw.prompt_tokens} x {factors.prompt_ppm // PPM}."
+        f"{factors.prompt_ppm % PPM:06d} = {record.prompt_tokens}, "
+    )
     # a reported call records no factors: nothing was calibrated
     assert _record(session, taught[0][0].request_id).calibration_version is None
 
@@ -157,3 +167,11 @@ def test_learnt_factors_charge_estimates_and_a_shift_is_a_drift(
     found = calibration_shift(session, later, later + timedelta(minutes=1), None)  # type: ignore[arg-type]
     assert [(f.kind, f.reason, f.model) for f in found] == [("drift", "calibration_shift", MODEL)]
     assert found[0].facts["calibration_version"] == 2
+
+
+def test_beat_runs_the_calibration() -> None:
+    import worker.service.tasks  # noqa: F401  (registers the tasks)
+    from worker.service.app import app
+
+    assert app.conf.beat_schedule["calibrate"]["task"] == "billing.calibrate"
+    assert "billing.calibrate" in app.tasks

@@ -12,16 +12,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from worker.core.calibration import format_factor
 from worker.ledger.calibration import Learnt, learn
+from worker.reports.model import percent_ppm
 from worker.simulation.conversation import MODELS
 
 TARGET_PPM = 20_000  # within 2 % after calibration
-
-
-def _pct(ppm: int | None) -> str:
-    if ppm is None:
-        return "-"
-    hundredths = abs(ppm) // 100
-    return f"{'-' if ppm < 0 else '+'}{hundredths // 100}.{hundredths % 100:02d}%"
 
 
 def show_calibration(sessions: sessionmaker[Session], console: Console) -> bool:
@@ -42,7 +36,7 @@ def show_calibration(sessions: sessionmaker[Session], console: Console) -> bool:
             samples = 0 if direction.fit is None else direction.fit.samples
             parts.append(
                 f"{name} x{format_factor(direction.factor_ppm)} (fit on {samples}):"
-                f" {_pct(direction.error_raw_ppm)} -> {_pct(direction.error_calibrated_ppm)}"
+                f" {percent_ppm(direction.error_raw_ppm)} -> {percent_ppm(direction.error_calibrated_ppm)}"
             )
             error = direction.error_calibrated_ppm
             ok = ok and direction.used and error is not None and abs(error) <= TARGET_PPM

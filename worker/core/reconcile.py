@@ -157,7 +157,7 @@ def build_result(
 
     A settled call without usage is charged at its estimate calibrated by the factors the book
     carries for its provider and model (``PriceBook.calibration``, ``worker.core.calibration``),
-    recorded on the result (``Result.calibration``) so that the charge can be recomputed.
+    recorded on the result (``Result.calibration``, only then) so that the charge can be recomputed.
     """
     if reading is None:
         reading = read_reported(meta, assembled, prices)
@@ -250,7 +250,12 @@ def build_result(
         usage_after_done=assembled.usage_after_done,
         n_requested=meta.n,
         unit_prices=unit_prices,
-        calibration=factors,
+        calibration=(
+            factors
+            if decision.outcome is Outcome.SETTLED
+            and decision.usage_source is UsageSource.ESTIMATED
+            else None
+        ),
     )
 
 

@@ -197,8 +197,8 @@ class Result:
     # the rates the charge was computed at, as JSON text (``Price.unit_prices``); None when no
     # charge was computed
     unit_prices: str | None = None
-    # the calibration factors (``worker.core.calibration``) learnt for the call's provider and model
-    # when it was reconciled; an estimated call is billed at its estimate times these
+    # a call settled at its estimate: the calibration factors (``worker.core.calibration``) learnt
+    # for its provider and model when it was reconciled, which it is billed at; None otherwise
     calibration: Factors | None = None
 
     @property

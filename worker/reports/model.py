@@ -205,6 +205,15 @@ class Report:
         return {reason: self.total.counts[f"unsettled_{reason}"] for reason in REASONS}
 
 
+def percent_ppm(ppm: int | None) -> str:
+    """A signed ppm figure as a percentage with two decimals, truncated toward zero, from the
+    integer (``-146_600`` is ``-14.66%``); ``-`` for none."""
+    if ppm is None:
+        return "-"
+    hundredths = abs(ppm) // 100
+    return f"{'-' if ppm < 0 else '+'}{hundredths // 100}.{hundredths % 100:02d}%"
+
+
 def ratio(value: float) -> str:
     """A drift fraction as every renderer shows it: six decimals (0.125000 is 12.5 %)."""
     return f"{value:.6f}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
+from worker.core.calibration import format_factor
 from worker.reports import charts
 from worker.reports import upstream as upstream_section
 from worker.reports.model import (
@@ -20,6 +21,7 @@ from worker.reports.model import (
     REASONS,
     Report,
     Tally,
+    percent_ppm,
     ratio,
 )
 from worker.upstream.matching import Reconciliation
@@ -109,6 +111,34 @@ def _drift(report: Report) -> str:
         f"<th>p90</th><th>p99</th></tr></thead><tbody>{rows}</tbody></table>"
         f'<p class="meta">Percentiles computed by {escape(report.drift_method)}; values are '
         "fractions (0.100000 = 10 %).</p>"
+    )
+
+
+def _calibration(report: Report) -> str:
+    """The current calibration factors and their held-out error (``worker.core.calibration``)."""
+    if not report.calibration:
+        return "<p>No calibration factors learnt yet.</p>"
+    rows = "".join(
+        f'<tr data-calibration-model="{escape(c.model)}"><td>{escape(c.provider or "-")}</td>'
+        f"<td>{escape(c.model)}{' (exact)' if c.exact else ''}</td>"
+        f'<td class="n">{c.version}</td><td class="n">{c.held_out}</td>'
+        f'<td class="n">{format_factor(c.prompt_factor_ppm)}</td>'
+        f'<td class="n">{c.prompt_samples}</td>'
+        f'<td class="n">{percent_ppm(c.prompt_error_raw_ppm)} &rarr; '
+        f"{percent_ppm(c.prompt_error_calibrated_ppm)}</td>"
+        f'<td class="n">{format_factor(c.completion_factor_ppm)}</td>'
+        f'<td class="n">{c.completion_samples}</td>'
+        f'<td class="n">{percent_ppm(c.completion_error_raw_ppm)} &rarr; '
+        f"{percent_ppm(c.completion_error_calibrated_ppm)}</td></tr>"
+        for c in report.calibration
+    )
+    return (
+        '<table id="calibration"><thead><tr><th>provider</th><th>model</th><th>v</th>'
+        "<th>held out</th><th>prompt factor</th><th>n</th><th>prompt error</th>"
+        "<th>completion factor</th><th>n</th><th>completion error</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+        '<p class="meta">Current factors; errors on the calls held out of the fit, (sum estimated'
+        " - sum reported) / sum reported, uncalibrated &rarr; calibrated.</p>"
     )
 
 
@@ -216,6 +246,7 @@ def render_html(report: Report) -> str:
         f"<h2>Unsettled calls</h2>{reason_chart}"
         f"<h2>Calls and money by group</h2>{_groups_table(report)}"
         f"<h2>Drift of visible completion tokens per model (streamed)</h2>{_drift(report)}"
+        f"<h2>Calibration of estimates per model</h2>{_calibration(report)}"
         f"{_parity_and_anomalies(report)}"
         f"{_providers(report)}"
         f"{'' if report.upstream is None else _upstream(report.upstream)}"

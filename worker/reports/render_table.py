@@ -23,6 +23,7 @@ from worker.reports.model import (
     PROVIDER_HEADERS,
     Report,
     Tally,
+    percent_ppm,
     ratio,
 )
 from worker.upstream.matching import Reconciliation
@@ -127,14 +128,6 @@ def render_table(report: Report, width: int = 1000) -> str:
     return out.getvalue()
 
 
-def _error(ppm: int | None) -> str:
-    """An aggregate error in ppm as a signed percentage with two decimals, truncated."""
-    if ppm is None:
-        return "-"
-    hundredths = abs(ppm) // 100
-    return f"{'-' if ppm < 0 else '+'}{hundredths // 100}.{hundredths % 100:02d}%"
-
-
 def _calibration(console: Console, report: Report) -> None:
     """The current calibration factors per (provider, model), and on the calls held out of their
     fit the estimate's error before and after (``worker.core.calibration``)."""
@@ -156,9 +149,9 @@ def _calibration(console: Console, report: Report) -> None:
             _cell(c.provider or "-"), _cell(c.model) + (" (exact)" if c.exact else ""),
             str(c.version), str(c.held_out),
             format_factor(c.prompt_factor_ppm), str(c.prompt_samples),
-            f"{_error(c.prompt_error_raw_ppm)} -> {_error(c.prompt_error_calibrated_ppm)}",
+            f"{percent_ppm(c.prompt_error_raw_ppm)} -> {percent_ppm(c.prompt_error_calibrated_ppm)}",
             format_factor(c.completion_factor_ppm), str(c.completion_samples),
-            f"{_error(c.completion_error_raw_ppm)} -> {_error(c.completion_error_calibrated_ppm)}",
+            f"{percent_ppm(c.completion_error_raw_ppm)} -> {percent_ppm(c.completion_error_calibrated_ppm)}",
         )  # fmt: skip
     console.print(table)
 

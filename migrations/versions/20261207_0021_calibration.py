@@ -7,7 +7,7 @@ The new columns are added without a CHECK (on SQLite one would copy the whole ta
 writes them from ``worker.core.calibration.Factors``, which refuses a factor that is not positive.
 
 Revision ID: 0021
-Revises: 0019
+Revises: 0020
 Create Date: 2026-12-07 12:00:00.000000
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0021"
-down_revision: str | None = "0019"
+down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,6 +1,9 @@
 # The billing worker image: one image for the worker, beat, the exporter and the one-shot commands.
 # docker-compose.yml shows how each runs; docs/operations.md explains why.
-FROM python:3.11-slim
+# Pinned to Debian bookworm: native/Cargo.lock names the crate versions bookworm packages (pyo3 0.17.3,
+# serde 1.0.152, serde_json 1.0.87); the bare `3.11-slim` tag moved to trixie, whose crates differ and
+# the build fails. Change the suite only with native/Cargo.lock (tests/deploy/test_compose.py).
+FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

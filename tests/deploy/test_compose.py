@@ -218,9 +218,55 @@ def test_env_vars_is_complete() -> None:
             assert name in ENV_VARS, f"{relative} reads {name}, which is not in ENV_VARS"
 
 
+# The crate versions native/Cargo.lock names are Debian bookworm's (scripts/ensure-crates).
+CRATES_SUITE = "bookworm"
+
+
+def base_images(dockerfile: str) -> list[str]:
+    """The image of every ``FROM`` line (``--platform=`` and ``AS name`` dropped), continuations
+    joined."""
+    joined = re.sub(r"\\\n", " ", dockerfile)
+    images = []
+    for line in joined.splitlines():
+        words = line.split()
+        if words and words[0].upper() == "FROM":
+            images.append(next(w for w in words[1:] if not w.startswith("--")))
+    return images
+
+
+def pinned_to(image: str, suite: str) -> bool:
+    """``image`` names one Python 3.11 slim build on ``suite`` by its tag (a digest may follow):
+    a tag without the suite follows Debian's current release and moves under the build."""
+    tag = image.partition("@")[0].partition(":")[2]
+    return image.startswith("python:") and tag == f"3.11-slim-{suite}"
+
+
+@pytest.mark.parametrize(
+    ("image", "pinned"),
+    [
+        ("python:3.11-slim-bookworm", True),
+        ("python:3.11-slim-bookworm@sha256:" + "0" * 64, True),
+        ("python:3.11-slim", False),
+        ("python:3.11-slim-trixie", False),
+        ("python:slim", False),
+        ("python", False),
+        ("python@sha256:" + "0" * 64, False),
+    ],
+)
+def test_pinned_to_reads_the_tag(image: str, pinned: bool) -> None:
+    assert pinned_to(image, CRATES_SUITE) is pinned
+
+
+def test_dockerfile_base_is_pinned_to_the_crates_suite() -> None:
+    """Issue 39: ``python:3.11-slim`` moved to trixie and the Rust build lost bookworm's crates."""
+    images = base_images((ROOT / "Dockerfile").read_text())
+    assert images, "no FROM line"
+    for image in images:
+        assert pinned_to(image, CRATES_SUITE), f"{image} is not pinned to {CRATES_SUITE}"
+
+
 def test_dockerfile() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim\b", text, re.MULTILINE)
     assert re.search(r"pip install \.(\s|$)", text)
     assert re.search(r"^USER (?!root)", text, re.MULTILINE)
     for package in ("worker", "models", "migrations"):

@@ -7,16 +7,21 @@ that names its environment variable, default, bounds and one-line meaning::
 
 ``Settings.from_env``, its validation and error messages, ``ENV_VARS`` (for the deployment files and
 their test) and the README's settings table (checked by tests/test_config.py) all derive from these
-declarations. The kinds: ``integer``, ``text``, ``optional_text``, ``secret``, ``flag``, ``choice``,
-``prefixes``, ``usd``. URLs may hold passwords: use ``redact_url`` before a URL reaches a log line or a report.
+declarations. The kinds: ``integer``, ``text``, ``url``, ``optional_text``, ``secret``, ``flag``,
+``choice``, ``prefixes``, ``usd``. URLs may hold passwords: use ``redact_url`` before a URL reaches a log
+line or a report. A ``url`` is checked here, once, the way its client will read it (``check_url``): a
+bad ``DATABASE_URL`` or ``REDIS_URL`` is one line naming the variable and what is wrong, and never
+echoes the value (it may hold a password).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from decimal import Decimal
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
@@ -39,6 +44,135 @@ DELIVERED_REASONS = ("incomplete", "missing_usage")
 MIN_SECRET_LENGTH = 16
 # The gateway tee's default linger (``worker.gateway.tee``; ``BILLING_TEE_LINGER_MS``).
 TEE_LINGER_MS = 100
+
+
+# -- URLs ------------------------------------------------------------------------------------------
+# The schemes each URL setting accepts, with the module its client imports for it (checked installed
+# without importing it). The ledger runs on PostgreSQL through psycopg 3 (``postgres://`` and
+# ``postgresql://`` are pointed at it, ``worker.db.engine.normalize_url``) and on SQLite through the
+# standard library: the two engines the tests run on, nothing else.
+URL_SCHEMES: dict[str, str] = {
+    "postgresql": "psycopg",
+    "postgres": "psycopg",
+    "postgresql+psycopg": "psycopg",
+    "sqlite": "sqlite3",
+    "sqlite+pysqlite": "sqlite3",
+    "redis": "redis",
+    "rediss": "redis",
+    "unix": "redis",
+}
+DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "sqlite", "sqlite+pysqlite")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+# Celery's broker may be any transport kombu knows (``ANY_SCHEME``); a Redis one is checked as
+# ``REDIS_URL`` is.
+ANY_SCHEME = "*"
+BROKER_SCHEMES = (*REDIS_SCHEMES, ANY_SCHEME)
+_EXAMPLES = {
+    DATABASE_SCHEMES: "postgresql://user:password@host:5432/name or sqlite:///path/to/billing.db",
+    REDIS_SCHEMES: "redis://[:password@]host:6379/0, rediss://… or unix:///path/to/redis.sock",
+    BROKER_SCHEMES: "redis://[:password@]host:6379/1 or another transport Celery knows",
+}
+# SQLAlchemy's grammar of a database URL (``sqlalchemy.engine.url._parse_url``), copied so that
+# reading the settings does not import SQLAlchemy; tests/cli/test_bad_urls.py checks that whatever
+# ``check_url`` accepts, SQLAlchemy builds an engine for.
+_SQLALCHEMY_URL = re.compile(
+    r"""
+        (?P<name>[\w\+]+)://
+        (?:
+            (?P<username>[^:/]*)
+            (?::(?P<password>[^@]*))?
+        @)?
+        (?:
+            (?:
+                \[(?P<ipv6host>[^/\?]+)\] |
+                (?P<ipv4host>[^/:\?]+)
+            )?
+            (?::(?P<port>[^/\?]*))?
+        )?
+        (?:/(?P<database>[^\?]*))?
+        (?:\?(?P<query>.*))?
+        """,
+    re.X,
+)
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def _port_problem(port: str | None) -> str | None:
+    """None for no port at all; ``host:`` with nothing after the colon is a bad port."""
+    if port is None:
+        return None
+    if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
+        return "its port is not a number from 1 to 65535"
+    return None
+
+
+def _database_problem(raw: str, scheme: str) -> str | None:
+    found = _SQLALCHEMY_URL.match(raw)
+    if found is None:
+        return "it is not a URL"
+    if problem := _port_problem(found["port"]):
+        return problem
+    server = found["username"] is not None or found["ipv4host"] or found["ipv6host"]
+    if scheme.startswith("sqlite") and (server or found["port"]):
+        return "a SQLite URL names a file, not a server: sqlite:///relative.db or sqlite:////abs.db"
+    return None
+
+
+def _redis_problem(raw: str, scheme: str) -> str | None:
+    try:
+        parts = urlsplit(raw)
+    except ValueError:
+        return "its address is malformed (an unclosed [ of an IPv6 address?)"
+    try:
+        port = parts.port  # raises on a port that is not a number from 0 to 65535
+    except ValueError:
+        port = 0
+    if port == 0:
+        return "its port is not a number from 1 to 65535"
+    if scheme == "unix":
+        return None if parts.path else "a unix:// URL needs the socket's path"
+    database = parts.path.strip("/")
+    if database and not database.isdigit():
+        return "its path is not a database number (redis://host:6379/0)"
+    return None
+
+
+def check_url(env: str, raw: str, schemes: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` naming ``env`` and what is wrong with ``raw``, one line, if its client
+    could not use it: not a URL, a scheme not in ``schemes`` or whose driver is not installed, a
+    malformed address, port or database number. The message names the scheme at most, never another
+    part of the value (a misplaced ``@`` or ``/`` can put a password where the host should be)."""
+    found = _SCHEME.match(raw)
+    example = _EXAMPLES[schemes]
+    if found is None:
+        raise ValueError(f"{env} is not a URL: use {example}")
+    # Redis reads its schemes in any case, SQLAlchemy only in lower case.
+    scheme = found[1].lower() if found[1].lower() in REDIS_SCHEMES else found[1]
+    if scheme not in schemes and ANY_SCHEME not in schemes:
+        raise ValueError(f"{env}: {scheme}:// is not supported: use {example}")
+    module = URL_SCHEMES.get(scheme)
+    if module is not None and find_spec(module) is None:
+        raise ValueError(f"{env}: {scheme}:// needs the {module} module, which is not installed")
+    if scheme in DATABASE_SCHEMES:
+        problem = _database_problem(raw, scheme)
+    elif scheme in REDIS_SCHEMES:
+        problem = _redis_problem(raw, scheme)
+    else:
+        problem = _port_problem(_netloc_port(raw))
+    if problem:
+        raise ValueError(f"{env} ({scheme}://…): {problem}")
+
+
+def _netloc_port(raw: str) -> str | None:
+    """The port text of a generic URL (after the last ``:`` of its address), or None."""
+    try:
+        netloc = urlsplit(raw).netloc.rpartition("@")[2]
+    except ValueError:
+        return "?"  # a malformed address: not a port either
+    if netloc.endswith("]") or ":" not in netloc:
+        return None
+    return netloc.rpartition(":")[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +269,30 @@ def text(
     return _declare(Declaration(env, meaning, default, shown, _read_text, same_as=same_as))
 
 
+def _read_url(env: Mapping[str, str], d: Declaration) -> str | None:
+    raw = env.get(d.env) or None
+    if raw is not None:
+        check_url(d.env, raw, d.choices)
+    return raw
+
+
+def url(
+    env: str,
+    default: str,
+    meaning: str,
+    *,
+    schemes: tuple[str, ...],
+    same_as: str | None = None,
+    shown: str | None = None,
+) -> Any:
+    """A URL of one of ``schemes`` (a key of ``URL_SCHEMES``), checked by ``check_url``; unset or
+    empty: ``default`` (or the field ``same_as`` names)."""
+    shown = shown or f"`{default}`"
+    return _declare(
+        Declaration(env, meaning, default, shown, _read_url, choices=schemes, same_as=same_as)
+    )
+
+
 def optional_text(env: str, meaning: str, *, shown: str = "unset") -> Any:
     """A string; unset or empty: ``None``."""
     return _declare(Declaration(env, meaning, None, shown, _read_text))
@@ -187,13 +345,17 @@ class Settings:
     """Every setting, one declaration each (see the module docstring). ``Settings()`` holds the
     defaults; ``from_env`` reads and checks the environment."""
 
-    redis_url: str = text(
-        "REDIS_URL", DEFAULT_REDIS_URL, "the event streams (`rediss://` and passwords work)"
+    redis_url: str = url(
+        "REDIS_URL",
+        DEFAULT_REDIS_URL,
+        "the event streams (`rediss://` and passwords work)",
+        schemes=REDIS_SCHEMES,
     )
-    broker_url: str = text(
+    broker_url: str = url(
         "CELERY_BROKER_URL",
         DEFAULT_REDIS_URL,
         "Celery's broker",
+        schemes=BROKER_SCHEMES,
         same_as="redis_url",
         shown="`REDIS_URL`",
     )
@@ -201,8 +363,11 @@ class Settings:
         "REDIS_CLUSTER",
         "`1` when `REDIS_URL` is a Redis Cluster node (the Celery broker must stay a plain Redis)",
     )
-    database_url: str = text(
-        "DATABASE_URL", DEFAULT_DATABASE_URL, "the ledger; `postgresql://…` in production"
+    database_url: str = url(
+        "DATABASE_URL",
+        DEFAULT_DATABASE_URL,
+        "the ledger; `postgresql://…` in production",
+        schemes=DATABASE_SCHEMES,
     )
     prefix: str = text("BILLING_PREFIX", "billing", "key prefix of every Redis key")
     # At most MAX_PARTITIONS: streams a count change leaves behind are found by name up to it

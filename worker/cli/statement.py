@@ -30,12 +30,16 @@ def statement_command(account: str, month: str, fmt: str, out: Path | None) -> N
     from worker.cli.db import database_error
     from worker.cli.report import _check_sqlite_file
     from worker.reports.spec import ReportError
-    from worker.reports.statement_query import run_statement
+    from worker.reports.statement_query import parse_month, run_statement
     from worker.reports.statement_render import RENDERERS
 
     try:
         if fmt not in RENDERERS:
             raise ReportError(f"unknown --format {fmt!r}: use {', '.join(FORMATS)}")
+        try:
+            parse_month(month)
+        except ValueError:  # past datetime's range: 9999-12 ends in the year 10000
+            raise ReportError(f"--month {month!r} is out of range: the last is 9999-11") from None
         url = settings("statement").database_url
         _check_sqlite_file(url)
         found = run_statement(url, account, month)

@@ -15,9 +15,10 @@ from worker.cli import main
 @click.option("--no-beat", is_flag=True, help="Run without the embedded beat (production form).")
 def worker_command(concurrency: int, loglevel: str, no_beat: bool) -> None:
     """Consume the gateway's events and settle every call until stopped."""
-    from worker.cli.db import fail
+    from worker.cli.db import fail, settings
     from worker.cli.metrics import prepare_multiprocess_dir
 
+    settings("worker")  # a bad setting is one line here, not a traceback from the app's import
     try:
         prepare_multiprocess_dir()  # before the app imports worker.metrics
     except (ValueError, OSError) as exc:

@@ -18,6 +18,8 @@ import pytest
 import yaml
 from celery import Celery
 
+from devtools.localservers.ports import free_port
+from tests.conftest import REDIS_URL
 from worker.cli import main
 from worker.config import ENV_VARS, Settings
 
@@ -66,10 +68,22 @@ def commands(services: dict[str, Any]) -> list[tuple[str, list[str]]]:
         if isinstance(test, list) and test[0] == "CMD":
             found.append((name, test[1:]))
         elif isinstance(test, list) and test[0] == "CMD-SHELL":
-            found.append((name, shlex.split(test[1].replace("$$", "$"))))
+            found.extend((name, argv) for argv in shell_commands(test[1]))
         elif isinstance(test, str):
-            found.append((name, shlex.split(test.replace("$$", "$"))))
+            found.extend((name, argv) for argv in shell_commands(test))
     return found
+
+
+def shell_commands(line: str) -> list[list[str]]:
+    """The argv of each command of a shell line of commands joined by ``&&``."""
+    words = shlex.split(line.replace("$$", "$"))
+    argvs: list[list[str]] = [[]]
+    for word in words:
+        if word == "&&":
+            argvs.append([])
+        else:
+            argvs[-1].append(word)
+    return argvs
 
 
 def test_services_and_persistence(compose, services) -> None:
@@ -271,3 +285,27 @@ def test_dockerfile() -> None:
     assert re.search(r"^USER (?!root)", text, re.MULTILINE)
     for package in ("worker", "models", "migrations"):
         assert f"COPY {package} " in text
+
+
+def test_the_worker_is_unhealthy_when_its_database_is(services, sqlite_url, monkeypatch) -> None:
+    """Issue 39: a worker whose drains cannot reach the database answered ``inspect ping`` and
+    stayed healthy. Its healthcheck's ``billing`` part, run here as compose runs it, passes with
+    the database up and fails with it refusing connections."""
+    from click.testing import CliRunner
+
+    checks = [
+        argv for name, argv in commands(services) if name == "worker" and argv[0] == "billing"
+    ]
+    assert len(checks) == 1, checks
+    port = free_port()  # nothing listens there
+    for variable in ENV_VARS:
+        monkeypatch.delenv(variable, raising=False)
+    base = {"BILLING_HASH_SALT": "a-secret-of-this-test-only", "REDIS_URL": REDIS_URL}
+    runner = CliRunner()
+    up = runner.invoke(main, checks[0][1:], env={**base, "DATABASE_URL": sqlite_url})
+    assert up.exit_code == 0, up.output
+    down_url = f"postgresql://billing:Pw7secret@127.0.0.1:{port}/billing"
+    down = runner.invoke(main, checks[0][1:], env={**base, "DATABASE_URL": down_url})
+    assert down.exit_code == 1, down.output
+    assert f'127.0.0.1", port {port} failed: Connection refused' in down.output
+    assert "Pw7secret" not in down.output

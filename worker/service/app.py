@@ -14,8 +14,10 @@ from __future__ import annotations
 from celery import Celery
 
 from worker.config import Settings
+from worker.service.logs import quiet_routine
 
 settings = Settings.from_env()
+quiet_routine()  # no line per routine task: an idle worker is quiet (worker.service.logs)
 
 PARITY_INTERVAL_SECONDS = 60.0
 RETIRED_INTERVAL_SECONDS = 1.0

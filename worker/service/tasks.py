@@ -1,8 +1,9 @@
 """Celery tasks: thin shells over the consumer and the sweeper.
 
 Every task is declared with ``billing_task``, the one guard: a task that meets a broken Redis or
-database connection (``worker.db.transient``) logs it, counts it (``billing_task_interruptions``) and
-returns; the next beat tick tries again. Nothing is acknowledged that was not committed (see
+database connection (``worker.db.transient``) counts it (``billing_task_interruptions``), logs its
+cause (the driver's message, no secret) at most once a minute per cause, and returns; the next beat
+tick tries again. Nothing is acknowledged that was not committed (see
 ``Consumer``), so giving up is always safe. Any other exception propagates, as Celery reports it.
 """
 
@@ -25,6 +26,7 @@ from worker.service import runtime
 from worker.service.app import RETIRED_INTERVAL_SECONDS, app
 from worker.service.authorization import SyncPolicy
 from worker.service.authorization import sync as sync_authorizations
+from worker.service.logs import Limiter, cause
 from worker.service.retention import purge as purge_retained
 
 log = logging.getLogger("worker.consumer")
@@ -33,11 +35,20 @@ log = logging.getLogger("worker.consumer")
 RETIRED_DRAIN_EXPIRES = 2 * RETIRED_INTERVAL_SECONDS
 
 
+# What is wrong, once a minute per cause in each process (``worker.service.logs``).
+_limiter = Limiter(seconds=60.0)
+
+
 def _interrupted(label: str, what: str, exc: Exception) -> None:
     if not is_transient(exc):
         raise exc
-    log.warning("%s: %s", what, type(exc).__name__)
     metrics.interrupted(label)
+    found = cause(exc)
+    held = _limiter.admit(found)  # per cause, whichever task met it
+    if held is None:
+        return
+    more = f" ({held} more times since the last line of this cause)" if held else ""
+    log.warning("%s: %s%s", what, found, more)
 
 
 def billing_task(name: str, label: str) -> Callable[[Callable[..., None]], Any]:

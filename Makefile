@@ -3,18 +3,38 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demos install only what they run (the `gateway` extra; `litellm` for GATEWAY=litellm): not the
+# test tools, the fuzzer and the linters. The full install above includes both, so it marks them too.
+DEMO_STAMP := $(VENV)/.installed-demo
+LITELLM_STAMP := $(VENV)/.installed-litellm
+SOURCES := pyproject.toml native/Cargo.toml native/Cargo.lock native/src/lib.rs
 
 .PHONY: demo demo-gateway test lint chromium promtool bench chaos chaos-busy clean
 
 # rustup's cargo, where it is installed, before any other (worker.plain_chunk is compiled by cargo).
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-$(STAMP): pyproject.toml native/Cargo.toml native/Cargo.lock native/src/lib.rs
-	@bash scripts/ensure-crates
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
-	@touch $(STAMP)
+# $(call install,EXTRAS): the project, editable, with these extras, in the venv (created if needed).
+install = bash scripts/ensure-crates \
+	&& { test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV); } \
+	&& $(BIN)/pip install -q --upgrade pip \
+	&& $(BIN)/pip install -q -e '.[$(1)]'
+comma := ,
+
+$(STAMP): $(SOURCES)
+	$(call install,test)
+	@touch $(STAMP) $(DEMO_STAMP) $(LITELLM_STAMP)
+
+# Nothing to install when the full install is there and newer than the sources.
+full_install_current = test -f $(STAMP) && test -z "$$(find $(SOURCES) -newer $(STAMP))"
+
+$(DEMO_STAMP): $(SOURCES)
+	@$(full_install_current) || { $(call install,gateway); }
+	@touch $(DEMO_STAMP)
+
+$(LITELLM_STAMP): $(SOURCES)
+	@$(full_install_current) || { $(call install,gateway$(comma)litellm); }
+	@touch $(DEMO_STAMP) $(LITELLM_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -33,13 +53,13 @@ promtool:
 test: lint chromium promtool
 	$(BIN)/pytest -n 2 -p no:cacheprovider
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m devtools.demo
 
 # The real gateway path instead of the simulator: GATEWAY=asgi (the middleware's example gateway)
 # or GATEWAY=litellm (the LiteLLM proxy with the billing hook).
 GATEWAY ?= asgi
-demo-gateway: $(STAMP)
+demo-gateway: $(if $(filter litellm,$(GATEWAY)),$(LITELLM_STAMP),$(DEMO_STAMP))
 	$(BIN)/python -m devtools.demo --gateway $(GATEWAY)
 
 # Fault injection and hostile input at full size (20,000 calls per fault, 100,000 fuzz inputs);

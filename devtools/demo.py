@@ -4,13 +4,15 @@ Uses ``REDIS_URL`` if it answers, otherwise starts a private ``redis-server`` on
 (or stops with a one-line explanation), migrates a fresh SQLite ledger under ``var/demo/``, starts a
 real Celery worker with beat, simulates a few thousand calls with the default fault mix, waits until
 every call is reconciled, prints the books (``billing report``'s table, plus dead letters and the
-comparison with the simulator), writes the HTML report to ``var/demo/report.html``, and stops
-everything it started.
+comparison with the simulator), writes the HTML report to ``var/demo/report.html``, stops
+everything it started, and ends with the command lines that read its ledger (``DATABASE_URL=…
+billing balance …``): the ledger stays in ``var/demo/billing.db``.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,7 +28,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import sessionmaker
 
 from devtools.demo_calibration import show_calibration
-from devtools.demo_funds import fund_demo_account, print_demo_statement
+from devtools.demo_funds import DEMO_ACCOUNT, fund_demo_account, print_demo_statement
 from devtools.demo_spend import show_spend_control
 from devtools.demo_upstream import show_upstream
 from devtools.demo_webhook import WebhookReceiver
@@ -188,6 +190,7 @@ def run() -> int:
         show_alerts(sessions, env, webhook)
         engine.dispose()
         clear_keys(client, PREFIX)
+        print_next_steps(database_url)
         return 0
     except DemoError as exc:
         console.print(f"[red]demo:[/red] {exc}")
@@ -201,6 +204,29 @@ def run() -> int:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def next_steps(
+    database_url: str, month: str, billing: str, account: str = DEMO_ACCOUNT
+) -> list[str]:
+    """Command lines that read the demo's ledger, which stays in ``var/demo`` (copy and paste)."""
+    where = f"DATABASE_URL={shlex.quote(database_url)} {shlex.quote(billing)}"
+    return [
+        f"{where} balance {shlex.quote(account)}",
+        f"{where} statement {shlex.quote(account)} --month {month}",
+        f"{where} unsettled list",
+        f"{where} report --since {month}-01 --until {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",
+    ]
+
+
+def print_next_steps(database_url: str) -> None:
+    """The demo's last words: where its ledger is and how to look at it."""
+    script = Path(sys.executable).parent / "billing"
+    billing = os.path.relpath(script) if script.is_relative_to(Path.cwd()) else str(script)
+    out = Console()
+    out.print("\nthe ledger stays; look at it with `billing` (`--help` on any command):")
+    for line in next_steps(database_url, f"{datetime.now(UTC):%Y-%m}", billing):
+        out.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def show_alerts(sessions: sessionmaker, env: dict[str, str], webhook: WebhookReceiver) -> None:

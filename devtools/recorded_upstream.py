@@ -35,10 +35,14 @@ chunk, ``[DONE]``). So a streamed call and its non-streamed twin carry the same 
 terminating chunk, so the client sees a broken body, never a clean end.
 
 Prompts are not kept: ``sent`` records what the upstream replied, never what it was asked.
+
+On its own, ``python -m devtools.recorded_upstream --port N`` serves ``DEMO_SCENARIOS`` in the
+foreground (one line says where) until Ctrl-C or SIGTERM: point any OpenAI client or gateway at it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import json
@@ -388,3 +392,43 @@ class Upstream:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m devtools.recorded_upstream [--port N]``: serve the demo's recordings in the
+    foreground until Ctrl-C or SIGTERM; one line says where. A port in use is one line, exit 2."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.recorded_upstream",
+        description="Serve recorded OpenAI chat completions on 127.0.0.1 until stopped.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="TCP port (default: a free one)")
+    parser.add_argument(
+        "--library", type=Path, help="directory of <dir>/<name>.json recordings also served"
+    )
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port} is not a port (0 to 65535)")
+    try:
+        upstream = Upstream.start(library=args.library, port=args.port)
+    except OSError as exc:
+        print(f"recorded upstream: cannot listen on 127.0.0.1:{args.port}: {exc.strerror}")
+        return 2
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    names = ", ".join(DEMO_SCENARIOS)
+    print(
+        f"recorded upstream on {upstream.base_url} (OpenAI base_url); scenarios {names}, chosen by"
+        f" the {SCENARIO_HEADER} header or {upstream.scenario_url('<name>')}; Ctrl-C stops it",
+        flush=True,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        stopped.wait()
+    upstream.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -11,12 +11,18 @@ streams are the queue, the consumer group shares them among processes, and Celer
 
 from __future__ import annotations
 
+import sys
+
 from celery import Celery
 
 from worker.config import Settings
 from worker.service.logs import quiet_routine
 
-settings = Settings.from_env()
+try:
+    settings = Settings.from_env()
+except ValueError as exc:  # `celery -A worker.service.app …`: one line and 2, as `billing` ends
+    print(f"billing: {exc}", file=sys.stderr)
+    raise SystemExit(2) from None
 quiet_routine()  # no line per routine task: an idle worker is quiet (worker.service.logs)
 
 PARITY_INTERVAL_SECONDS = 60.0

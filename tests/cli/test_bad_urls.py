@@ -1,8 +1,8 @@
 """Issue 39, point 5: a bad ``DATABASE_URL`` or ``REDIS_URL`` is one line on stderr and exit 2 from
 every ``billing`` command, never a traceback, never the password it held.
 
-Each case is the real command line run in its own process: the ``billing`` script itself for a few,
-and for the whole table (every command, every bad value) a process forked from one interpreter that
+Each case is the real command line run in its own process: the ``celery`` command of the compose
+file itself (the ``billing`` script is run so by tests/deploy/test_redaction.py), and for the table (every command, every bad value) a process forked from one interpreter that
 has imported the commands once (``FORKED``; a fresh interpreter per case costs a second or two,
 the whole table would take minutes). The child runs ``main`` with the case's arguments and
 environment and exits as the script would, an uncaught exception printed as the interpreter prints
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -200,18 +199,6 @@ def test_every_command_refuses_every_bad_url_in_one_line(tmp_path: Path) -> None
     assert "DATABASE_URL" in doctor_case.stdout.splitlines()[0]
     assert SECRET not in doctor_case.stdout + doctor_case.stderr
     assert "Traceback" not in doctor_case.stdout + doctor_case.stderr
-
-
-def test_the_billing_script(tmp_path: Path) -> None:
-    """The same through the installed ``billing`` script, in a fresh interpreter."""
-    script = shutil.which("billing", path=str(Path(sys.executable).parent))
-    assert script is not None
-    env = {**clean_env(tmp_path), "DATABASE_URL": BAD_DATABASE_URLS[2]}
-    done = subprocess.run(
-        [script, "balance"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
-    )
-    assert done.returncode == 2, done.stderr
-    assert_one_line(done.stderr, "billing balance")
 
 
 # -- the check itself, against SQLAlchemy, redis-py and Celery's transport -----------------------

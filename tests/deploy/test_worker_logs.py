@@ -1,7 +1,7 @@
 """Issue 39, points 6 and 7: a worker says what is wrong, once, and is otherwise quiet.
 
-One real ``billing worker`` (Celery with beat embedded, one pool process, its own Redis) on a
-database that refuses connections, watched for a few seconds after it is ready. Beat sends a drain
+One real Celery worker (as docker-compose.yml starts it, with beat embedded, one pool process, its
+own Redis) on a database that refuses connections, watched for a few seconds after it is ready. Beat sends a drain
 and a look for retired streams every second, each received, failing to start and returning: before,
 that was six lines a second (received, succeeded and sent, for two tasks) plus a warning per task
 naming only ``OperationalError``. Now: one warning that names the cause, without the password.
@@ -44,10 +44,22 @@ def test_a_worker_on_a_dead_database_says_why_once_and_nothing_else(tmp_path: Pa
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
     }
     log = tmp_path / "worker.log"
-    billing = Path(sys.executable).parent / "billing"
+    celery = Path(sys.executable).parent / "celery"
     with log.open("w") as out:
         worker = subprocess.Popen(
-            [str(billing), "worker", "--concurrency", "1"],
+            # As docker-compose.yml runs it, with beat embedded as `billing worker` does.
+            [
+                str(celery),
+                "-A",
+                "worker.service.app",
+                "worker",
+                "--loglevel=INFO",
+                "--concurrency=1",
+                "--without-gossip",
+                "--without-mingle",
+                "--beat",
+                f"--schedule={tmp_path / 'beat-schedule'}",
+            ],
             cwd=tmp_path,
             env=env,
             stdout=out,

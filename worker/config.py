@@ -72,28 +72,6 @@ _EXAMPLES = {
     REDIS_SCHEMES: "redis://[:password@]host:6379/0, rediss://… or unix:///path/to/redis.sock",
     BROKER_SCHEMES: "redis://[:password@]host:6379/1 or another transport Celery knows",
 }
-# SQLAlchemy's grammar of a database URL (``sqlalchemy.engine.url._parse_url``), copied so that
-# reading the settings does not import SQLAlchemy; tests/cli/test_bad_urls.py checks that whatever
-# ``check_url`` accepts, SQLAlchemy builds an engine for.
-_SQLALCHEMY_URL = re.compile(
-    r"""
-        (?P<name>[\w\+]+)://
-        (?:
-            (?P<username>[^:/]*)
-            (?::(?P<password>[^@]*))?
-        @)?
-        (?:
-            (?:
-                \[(?P<ipv6host>[^/\?]+)\] |
-                (?P<ipv4host>[^/:\?]+)
-            )?
-            (?::(?P<port>[^/\?]*))?
-        )?
-        (?:/(?P<database>[^\?]*))?
-        (?:\?(?P<query>.*))?
-        """,
-    re.X,
-)
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _PORT = re.compile(r"[0-9]{1,5}")
 
@@ -108,13 +86,24 @@ def _port_problem(port: str | None) -> str | None:
 
 
 def _database_problem(raw: str, scheme: str) -> str | None:
-    found = _SQLALCHEMY_URL.match(raw)
-    if found is None:
-        return "it is not a URL"
-    if problem := _port_problem(found["port"]):
-        return problem
-    server = found["username"] is not None or found["ipv4host"] or found["ipv6host"]
-    if scheme.startswith("sqlite") and (server or found["port"]):
+    """What SQLAlchemy could not use in a database URL, read by SQLAlchemy's own ``make_url``
+    (imported here, only when a database URL is checked). Its messages are not passed on: they
+    may quote the value, password included."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(raw)
+    except ValueError:  # what int() says of the text where the port stands
+        return "its port is not a number from 1 to 65535"
+    except ArgumentError:
+        return (
+            "it is not a URL SQLAlchemy can read (percent-encode any ':', '@', '/' or '?' of a"
+            " password)"
+        )
+    if url.port is not None and not 1 <= url.port <= 65535:
+        return "its port is not a number from 1 to 65535"
+    if scheme.startswith("sqlite") and (url.host or url.username or url.password or url.port):
         return "a SQLite URL names a file, not a server: sqlite:///relative.db or sqlite:////abs.db"
     return None
 

@@ -86,9 +86,13 @@ def test_balance_show_and_unsettled(runner: CliRunner, tmp_path: Path) -> None:
     done = runner.invoke(main, args)
     assert done.exit_code == 0, done.output
     assert "settled_from_estimate" in done.output
+    # The same command again is a no-op that succeeds, as a repeated credit does (issue 39);
+    # another action on a resolved failure is an error.
     again = runner.invoke(main, args)
-    assert again.exit_code == 2 and "already resolved" in again.stderr
-    assert again.stderr.count("\n") == 1
+    assert again.exit_code == 0 and "already settled_from_estimate" in again.output
+    other = runner.invoke(main, ["unsettled", "resolve", "req-bad", "--release", "--note", "x"])
+    assert other.exit_code == 2 and "already resolved" in other.stderr
+    assert other.stderr.count("\n") == 1
     assert json.loads(runner.invoke(main, ["unsettled", "list", "--json"]).output) == []
     shown = json.loads(runner.invoke(main, ["show", "req-bad", "--json"]).output)
     assert shown["failure"]["resolution"]["resolved_by"] == "ana"

@@ -315,13 +315,22 @@ def _reclassify(
 
 
 def resolve(
-    session: Session, request_id: str, action: str, *, who: str, note: str, now: datetime
+    session: Session,
+    request_id: str,
+    action: str,
+    *,
+    who: str,
+    note: str,
+    now: datetime,
+    repeat_ok: bool = False,
 ) -> str:
     """Resolve an unsettled failure exactly once: ``release`` the hold or ``charge_estimate``.
 
     ``charge_estimate`` charges the failure's exposure (the estimate's price; above the hold, the
     excess is a flagged true-up) and releases the rest. A second resolution, an unknown request, a
-    request with no failure, or charging the estimate of an unpriced model raise ``LedgerError``.
+    request with no failure, or charging the estimate of an unpriced model raise ``LedgerError``;
+    with ``repeat_ok``, a second resolution by the same action (the same command run again) moves
+    nothing and returns ``already <status>`` instead, as a repeated credit does.
     Returns the new status: ``released`` or ``settled_from_estimate``.
     """
     now = aware(now)
@@ -335,6 +344,8 @@ def resolve(
     if row.failure_id is None:
         raise LedgerError(f"{request_id}: not unsettled (status {row.status})")
     if row.resolved_at is not None:
+        if repeat_ok and row.action == action:
+            return f"already {row.status}"
         raise LedgerError(f"{request_id}: already resolved ({row.action})")
     if action == Action.RELEASE:
         moved = legs.release(row.id, row.reserved, row.customer, row.grain, Kind.RESOLVE_RELEASE)

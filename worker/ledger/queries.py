@@ -203,8 +203,20 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
     }
 
 
-def unsettled(session: Session, *, include_resolved: bool = False) -> list[dict[str, Any]]:
-    """Failures (open ones unless ``include_resolved``), oldest first."""
+def unsettled(
+    session: Session,
+    *,
+    include_resolved: bool = False,
+    account: str | None = None,
+    reason: str | None = None,
+    model: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """Failures (open ones unless ``include_resolved``), oldest first; each filter given narrows
+    them: the account, the reason and the model exactly, ``detected_at`` in [since, until), at
+    most ``limit`` rows (the oldest)."""
     query = (
         select(
             reservations.c.request_id,
@@ -219,6 +231,18 @@ def unsettled(session: Session, *, include_resolved: bool = False) -> list[dict[
     )
     if not include_resolved:
         query = query.where(failures.c.resolved_at.is_(None))
+    if account is not None:
+        query = query.where(reservations.c.account_id == account)
+    if reason is not None:
+        query = query.where(failures.c.reason == reason)
+    if model is not None:
+        query = query.where(reservations.c.model == model)
+    if since is not None:
+        query = query.where(failures.c.detected_at >= since)
+    if until is not None:
+        query = query.where(failures.c.detected_at < until)
+    if limit is not None:
+        query = query.limit(limit)
     return [
         {
             "request_id": row.request_id,

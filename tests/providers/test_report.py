@@ -45,11 +45,9 @@ def test_the_report_shows_each_provider_by_shape_with_the_cost_cross_check(
     assert "reasoning_apart" in table and "-0.999277" in table
     providers = [p for p in report_dict(report)["providers"] if p["provider"] == "openrouter"]
     assert providers[0]["provider_cost_micros"] == 950_000
-    assert "provider,openrouter,openai" not in render_csv(report)  # keyed columns, not positions
-    assert any(
-        line.startswith("provider,") and ",openrouter,openai," in line
-        for line in render_csv(report).splitlines()
-    )
+    providers_csv = render_csv(report, "providers")  # its own tidy table (issue 39)
+    assert providers_csv.splitlines()[0].startswith("provider,usage_shape,calls,")
+    assert any(line.startswith("openrouter,openai,") for line in providers_csv.splitlines())
 
 
 def test_the_report_counts_unpriced_components_by_model_and_field(session: Session) -> None:
@@ -86,9 +84,8 @@ def test_the_report_counts_unpriced_components_by_model_and_field(session: Sessi
         "unpriced_components"
     ]
     unpriced = [
-        (row["model"], row["usage_field"], row["count"])
-        for row in csv.DictReader(io.StringIO(render_csv(report)))
-        if row["section"] == "unpriced_component"
+        (row["model"], row["usage_field"], row["calls"])
+        for row in csv.DictReader(io.StringIO(render_csv(report, "unpriced_components")))
     ]
     assert ("sonar", "num_search_queries", "1") in unpriced
     page = render_html(report)

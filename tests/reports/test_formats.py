@@ -39,7 +39,7 @@ def test_every_format_carries_the_same_totals(report: Report) -> None:
     data = from_json(render_json(report))
     total = data["total"]
     # CSV: the total row, micros and USD.
-    csv_total = next(r for r in csv_rows(render_csv(report)) if r["section"] == "total")
+    (csv_total,) = csv_rows(render_csv(report, "total"))
     for name in COUNT_FIELDS:
         assert int(csv_total[name]) == total[name]
     for name in MONEY_FIELDS:
@@ -68,9 +68,7 @@ def test_every_format_carries_the_same_group_rows(report: Report) -> None:
     data = from_json(render_json(report))
     groups = {(g["day"], g["account"], g["model"]): g for g in data["groups"]}
     assert len(groups) == len(report.groups)
-    for row in csv_rows(render_csv(report)):
-        if row["section"] != "group":
-            continue
+    for row in csv_rows(render_csv(report, "groups")):
         account = row["account"][1:] if row["account"].startswith("'=") else row["account"]
         g = groups[(row["day"], account, row["model"])]
         assert {n: int(row[n]) for n in COUNT_FIELDS} == {n: g[n] for n in COUNT_FIELDS}
@@ -90,12 +88,9 @@ def test_drift_is_the_same_in_every_format(report: Report) -> None:
     data = from_json(render_json(report))
     drift = {d["model"]: d for d in data["drift"]["models"]}
     assert IMG in drift
-    for row in csv_rows(render_csv(report)):
-        if row["section"] == "drift":
-            d = drift[row["model"]]
-            assert [float(row[f"drift_{p}"]) for p in ("p50", "p90", "p99")] == [
-                d["p50"], d["p90"], d["p99"]
-            ]  # fmt: skip
+    for row in csv_rows(render_csv(report, "drift")):
+        d = drift[row["model"]]
+        assert [float(row[p]) for p in ("p50", "p90", "p99")] == [d["p50"], d["p90"], d["p99"]]
     text = render_table(report)
     for d in drift.values():
         assert f"{d['p50']:.6f}" in text and f"{d['p99']:.6f}" in text
@@ -113,7 +108,7 @@ def test_hostile_names_are_escaped_in_html(report: Report) -> None:
 
 
 def test_csv_defuses_formulas(report: Report) -> None:
-    accounts = [r["account"] for r in csv_rows(render_csv(report)) if r["section"] == "group"]
+    accounts = [r["account"] for r in csv_rows(render_csv(report, "groups"))]
     assert any(a.startswith("'=HYPERLINK") for a in accounts)
     assert not any(a.startswith("=") for a in accounts)
 

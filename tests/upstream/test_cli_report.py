@@ -169,14 +169,24 @@ def test_every_format_shows_the_same_reconciliation(database: Path) -> None:
         3234,
         766,
     )
-    rows = list(csv.DictReader(io.StringIO(out["csv"].stdout)))
-    (csv_total,) = [r for r in rows if r["section"] == "upstream_total"]
+    # CSV: one tidy file per section (issue 39); standard output holds the one --section names.
+    folder = database / "csv"
+    written = runner.invoke(
+        main, ["report", *WINDOW, "--upstream", "--format", "csv", "--out", str(folder)]
+    )
+    assert written.exit_code == 0, written.output
+    assert "upstream_total.csv" in {p.name for p in folder.iterdir()}
+    (csv_total,) = list(csv.DictReader((folder / "upstream_total.csv").open()))
     assert (csv_total["leak_requests"], csv_total["leak_input"], csv_total["leak_output"]) == tuple(
         map(str, LEAK)
     )
     assert csv_total["leak_cost_micros"] == str(cost)
-    (csv_margin,) = [r for r in rows if r["section"] == "margin_total"]
+    (csv_margin,) = list(csv.DictReader((folder / "margin_total.csv").open()))
     assert csv_margin["margin_micros"] == "766"
+    one = runner.invoke(
+        main, ["report", *WINDOW, "--upstream", "--format", "csv", "--section", "margin_total"]
+    )
+    assert list(csv.DictReader(io.StringIO(one.stdout))) == [csv_margin]
     html = out["html"].stdout
     cell = re.search(r'data-upstream-total="leak_input"[^>]*>([^<]*)<', html)
     assert cell is not None and cell.group(1) == str(LEAK[1])

@@ -30,7 +30,7 @@ from worker.core.errors import BillingError
 from worker.core.prices import PriceBook
 from worker.core.terminal import printable
 from worker.reports import ReportError, run_rebuild, run_report, run_verify
-from worker.reports.render_csv import render_csv
+from worker.reports.render_csv import SECTIONS, render_csv, render_sections
 from worker.reports.render_html import render_html
 from worker.reports.render_json import render_json
 from worker.reports.render_table import render_table
@@ -82,7 +82,19 @@ def _progress_display() -> Iterator[object]:
 @click.option(
     "--format", "fmt", default="table", show_default=True, help="table, csv, json or html."
 )
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Write to FILE; with --format csv, to DIR: one <section>.csv per section.",
+)
+@click.option(
+    "--section",
+    "csv_section",
+    type=click.Choice(SECTIONS),
+    default="groups",
+    show_default=True,
+    help="--format csv to standard output: the section written.",
+)
 @click.option(
     "--verify-ledger",
     is_flag=True,
@@ -105,6 +117,7 @@ def report_command(
     by: str,
     fmt: str,
     out: Path | None,
+    csv_section: str,
     verify_ledger: bool,
     rebuild_rollup: bool,
     upstream: bool,
@@ -133,7 +146,13 @@ def report_command(
         fail("report", database_error(exc))
     except BillingError as exc:  # the price book's file rows, read for --upstream
         fail("report", str(exc))
-    text = RENDERERS[fmt](found)
+    if fmt == "csv" and out is not None:
+        _write_sections(found, out)
+        return
+    try:
+        text = render_csv(found, csv_section) if fmt == "csv" else RENDERERS[fmt](found)
+    except ReportError as exc:  # a section the report does not have (upstream without --upstream)
+        fail("report", str(exc))
     if out is None:
         if sys.stdout.isatty():  # data formats keep exact names in files and pipes, not on a screen
             text = "\n".join(printable(line) for line in text.split("\n"))
@@ -145,6 +164,18 @@ def report_command(
     except OSError as exc:
         fail("report", f"cannot write {out}: {exc.strerror}")
     click.echo(f"report written to {out}", err=True)
+
+
+def _write_sections(found: object, out: Path) -> None:
+    """``--format csv --out DIR``: one tidy file per section (``render_csv``)."""
+    files = render_sections(found)  # type: ignore[arg-type]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (out / name).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail("report", f"cannot write {out}: {exc.strerror or exc}")
+    click.echo(f"report written to {out}: {', '.join(files)}", err=True)
 
 
 def _rollup(since: str | None, until: str | None, *, rebuild: bool) -> None:

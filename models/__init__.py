@@ -8,6 +8,7 @@ from models.budgets import AuthorizationCorrection, Budget
 from models.calibration import CalibrationFactor
 from models.credits import AccountCredit, CreditKind, CreditLimit
 from models.failures import Action, Failure
+from models.invoices import CustomerDetails, Invoice
 from models.ledger import Direction, Entry, Kind, LedgerCheck, Transaction
 from models.parity import ParityPair, Verdict
 from models.prices import PriceRow
@@ -39,10 +40,12 @@ __all__ = [
     "CallsDaily",
     "CreditKind",
     "CreditLimit",
+    "CustomerDetails",
     "DeploymentSecret",
     "Direction",
     "Entry",
     "Failure",
+    "Invoice",
     "Kind",
     "LedgerAccount",
     "LedgerCheck",

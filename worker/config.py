@@ -583,6 +583,24 @@ class Settings:
         "...or when its leaked tokens are this share of the day's upstream tokens; `0`: not on share",
         maximum=100,
     )
+    invoice_prefix: str = text(
+        "BILLING_INVOICE_PREFIX",
+        "INV",
+        "invoice numbers are `<prefix>-000001`, `<prefix>-000002`, ... (`billing invoice`)",
+    )
+    invoice_issuer_name: str | None = optional_text(
+        "BILLING_INVOICE_ISSUER_NAME",
+        "who issues the invoices (your company's legal name); unset: `billing invoice` refuses",
+    )
+    invoice_issuer_address: str | None = optional_text(
+        "BILLING_INVOICE_ISSUER_ADDRESS", "the issuer's postal address, lines separated by `;`"
+    )
+    invoice_issuer_email: str | None = optional_text(
+        "BILLING_INVOICE_ISSUER_EMAIL", "the issuer's billing e-mail, printed on invoices"
+    )
+    invoice_issuer_tax_id: str | None = optional_text(
+        "BILLING_INVOICE_ISSUER_TAX_ID", "the issuer's tax id (VAT number), printed on invoices"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -38,6 +38,8 @@ TABLES = {
     "budgets",
     "authorization_corrections",
     "calibration_factors",
+    "invoices",
+    "customer_details",
 }
 
 

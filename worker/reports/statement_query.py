@@ -17,6 +17,7 @@ from sqlalchemy import Date, and_, case, cast, func, literal_column, not_, selec
 from sqlalchemy.orm import Session
 
 from models import (
+    Account,
     AccountCredit,
     Entry,
     Failure,
@@ -74,6 +75,15 @@ def parse_month(text: str) -> tuple[datetime, datetime]:
     start = datetime(year, month, 1, tzinfo=UTC)
     end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
     return start, end
+
+
+def require_account(session: Session, account_id: str) -> None:
+    """A ``ReportError`` for an account the ledger has never seen (no hold, no credit): its
+    statement or invoice would be all zeros, which reads as a real, empty month."""
+    accounts = Account.__table__
+    found = session.execute(select(accounts.c.id).where(accounts.c.id == account_id)).first()
+    if found is None:
+        raise ReportError(f"no account {account_id!r}: the ledger has never seen it")
 
 
 def _position(funds: Funds) -> Position:
@@ -267,6 +277,7 @@ def run_statement(
     engine = make_engine(url, readonly=True, **connect_args(url))
     try:
         with snapshot(engine) as conn, Session(bind=conn) as session:
+            require_account(session, account_id)
             return build_statement(session, account_id, month, now=now or datetime.now(UTC))
     finally:
         engine.dispose()

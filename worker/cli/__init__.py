@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "customer": ("worker.cli.invoice", "Customer details printed on invoices (name, address, e-mail, tax id)."),
     "db": ("worker.cli.db", "Create and migrate the billing database (DATABASE_URL)."),
     "doctor": ("worker.cli.doctor", "Check configuration, Redis, the broker, the database and its migrations, the vocabularies, the notification backlog and the dead letters."),
+    "export": ("worker.cli.export", "Exports for the warehouse: one row per call, CSV, JSON Lines or Parquet."),
     "invoice": ("worker.cli.invoice", "The customer's invoice for a closed month: lines by model and kind of token, HTML or PDF."),
     "metrics": ("worker.cli.metrics", "Prometheus metrics of the worker processes."),
     "prices": ("worker.cli.prices", "The effective-dated price book (USD per 1M tokens)."),

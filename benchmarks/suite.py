@@ -19,6 +19,7 @@ from benchmarks import (
     bench_capacity,
     bench_cli,
     bench_estimate,
+    bench_export,
     bench_gateway,
     bench_latency,
     bench_ledger,
@@ -624,6 +625,40 @@ def reads(ctx: Context) -> list[Row]:
     ]
 
 
+def export(ctx: Context) -> list[Row]:
+    f = ctx.figures["export"] = bench_export.run(ctx.smoke)
+    return [
+        Row(
+            f"15. billing export calls ({f['calls']:,} calls)",
+            f"{f['ours_seconds']:.2f} s, peak RSS {f['ours_rss_mb']:,.0f} MB",
+            f"{f['peer_seconds']:.2f} s, peak RSS {f['peer_rss_mb']:,.0f} MB (the same SELECT, "
+            "streamed, rows dropped)",
+            f["ratio"],
+            "info",
+            None,
+            [
+                "every call of row 7's seed to one Parquet file (run_export, what `billing export "
+                "calls --format parquet` runs: a server-side cursor, 20,000 rows a batch, one row "
+                f"group each) in a fresh process; {rate(f['calls_per_s'], 'calls/s')}, "
+                f"{f['file_mb']:,.1f} MB written; the peer reads the same rows the same way and "
+                "converts and writes nothing; ratio = export time / SELECT time"
+            ],
+        ),
+        Row(
+            "export peak RSS: all calls vs a tenth",
+            f"{f['ours_rss_mb']:,.0f} MB ({f['calls']:,} calls)",
+            f"{f['tenth_rss_mb']:,.0f} MB ({f['tenth_calls']:,} calls)",
+            f["rss_ratio"],
+            f"≤ {f['rss_target']}x",
+            bool(f["meets_target"]),
+            [
+                "peak RSS (ru_maxrss) of the whole export over that of the first tenth of the "
+                "window, each in a fresh process: memory that does not grow with the rows"
+            ],
+        ),
+    ]
+
+
 def _against(low: float, high: float, target: float) -> str:
     """Where a ratio's interval over one run's rounds lies against a ceiling ``target``. Runs of
     the same code differ by more than their rounds do (docs/gateway.md), so this places the run's
@@ -861,9 +896,10 @@ BENCHMARKS: dict[str, Callable[[Context], list[Row]]] = {
     "gateway": gateway,
     "spend": spend,
     "reads": reads,
+    "export": export,
 }
 # In the order of the table, by row number.
 TABLE = (
     "assembly", "e2e", "naive", "latency", "estimate", "ledger", "report", "memory", "spaceless",
-    "scaling", "cli", "gateway", "capacity", "spend", "reads",
+    "scaling", "cli", "gateway", "capacity", "spend", "reads", "export",
 )  # fmt: skip

@@ -152,6 +152,7 @@ def test_unknown_accounts_and_open_months_are_one_line_errors(url: str) -> None:
         ["statement", never, "--month", MONTH],
         ["invoice", never, "--month", f"{datetime.now(UTC):%Y-%m}"],
         ["invoice", never, "--month", "2025-13"],
+        ["customer", "set", never, "--name", "Someone"],
     ):
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2, (args, result.output)

@@ -30,6 +30,7 @@ from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
+from worker.core.errors import BillingError
 from worker.core.money import Micros
 
 # The kinds of token an invoice line names, in the order lines are listed, with their label.
@@ -57,8 +58,9 @@ PER_MILLION = Decimal(1)  # USD per 1M tokens = micro-USD per token
 PER_REQUEST = Decimal(1_000_000)  # USD per request -> micro-USD per request
 
 
-class InvoiceError(ValueError):
-    """The lines of an invoice do not add up to what the ledger charged (a bug: never printed)."""
+class InvoiceError(BillingError):
+    """An invoice that would not state the ledger's figures (lines that do not add up to what it
+    charged, tokens with no rate): refused, never printed. A bug, reported in one line."""
 
 
 def quantities(sums: Mapping[str, int]) -> dict[str, int]:

@@ -158,3 +158,33 @@ def test_unknown_accounts_and_open_months_are_one_line_errors(url: str) -> None:
         assert result.exit_code == 2, (args, result.output)
         assert result.stderr.count("\n") == 1 and result.stdout == "", args
     assert "never seen" in CliRunner().invoke(main, ["invoice", never, "--month", MONTH]).stderr
+
+
+@pytest.mark.postgres
+def test_concurrent_issues_get_distinct_consecutive_numbers(pg_url: str) -> None:
+    """Processes racing for the next number: each invoice gets one, none twice, no gap (the
+    loser of a race retries); issuing one again returns its number."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sqlalchemy import text
+
+    from worker.reports.invoice_query import issue
+
+    engine = make_engine(pg_url)
+    accounts = [f"race-{uuid.uuid4().hex[:8]}" for _ in range(6)]
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        for account in accounts:
+            conn.execute(text("INSERT INTO accounts (id, created_at) VALUES (:a, :t)"),
+                         {"a": account, "t": now})  # fmt: skip
+    factory = session_factory(engine)
+    try:
+        with ThreadPoolExecutor(len(accounts)) as pool:
+            numbers = list(
+                pool.map(lambda a: issue(factory, a, "2025-01", Micros(0), now)[0], accounts)
+            )
+        assert len(set(numbers)) == len(accounts)
+        assert sorted(numbers) == list(range(min(numbers), min(numbers) + len(accounts)))
+        assert issue(factory, accounts[0], "2025-01", Micros(0), now)[0] == numbers[0]
+    finally:
+        engine.dispose()

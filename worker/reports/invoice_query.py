@@ -52,7 +52,10 @@ usage_records = UsageRecord.__table__
 invoices = Invoice.__table__
 customer_details = CustomerDetails.__table__
 
-MAX_ATTEMPTS = 5  # number allocations that lost a race to another process, retried
+MAX_ATTEMPTS = 20  # number allocations that lost a race to another process, retried
+# PostgreSQL: allocations take this transaction-scoped advisory lock, one at a time (the races the
+# unique constraints and the retries settle are then SQLite's only).
+INVOICE_LOCK = 0x62696C6C696E76  # "billinv"
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,15}")
 
 
@@ -190,6 +193,8 @@ def issue(
     for _ in range(MAX_ATTEMPTS):
         try:
             with session_of() as session, session.begin():
+                if session.get_bind().dialect.name == "postgresql":
+                    session.execute(select(func.pg_advisory_xact_lock(INVOICE_LOCK)))
                 found = session.execute(
                     select(invoices.c.number, invoices.c.total_micros, invoices.c.issued_at).where(
                         invoices.c.account_id == account_id, invoices.c.month == month

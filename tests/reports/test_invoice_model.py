@@ -8,15 +8,17 @@ exact fractions; ``allocate`` is checked against exact proportional shares.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.core.prices import Price
+from worker.core.prices import Price, load_price_book
 from worker.core.result import Usage
 from worker.reports.invoice_model import (
     TOKEN_COLUMNS,
@@ -145,3 +147,52 @@ def test_usd_shows_cents_and_the_micro_dollars_it_needs() -> None:
     assert [usd(x) for x in (12_500_000, 41, -41, 0, 1_234_567)] == [
         "12.50", "0.000041", "-0.000041", "0.00", "1.234567",
     ]  # fmt: skip
+
+
+def test_late_usage_after_a_resolution_is_an_adjustment_not_tokens_twice(session: Any) -> None:
+    """A call charged its estimate in March whose usage came in April: March bills the estimate,
+    April the difference (an adjustment, 1 call); a call released in March and charged late in
+    April is April's usage, its tokens once. Oracle: the charges the test posted."""
+    from ledger.factories import make_meta, settled, unsettled
+
+    from worker.ledger.operations import apply_result, hold, resolve
+    from worker.reports.invoice_query import content
+
+    grace = timedelta(hours=1)
+    book = load_price_book()
+    account = f"late-{uuid.uuid4().hex[:8]}"
+    march, april = datetime(2031, 3, 28, tzinfo=UTC), datetime(2031, 4, 2, tzinfo=UTC)
+    usages = {"est": Usage(prompt_tokens=5_000, completion_tokens=900),
+              "rel": Usage(prompt_tokens=700, completion_tokens=60, cached_tokens=100)}  # fmt: skip
+    charges = {}
+    for name, action in (("est", "charge_estimate"), ("rel", "release")):
+        rid = f"{account}-{name}"
+        hold(session, make_meta(rid, account_id=account, created_at=march), now=march)
+        apply_result(session, unsettled(rid, account_id=account, created_at=march, exposure=3_000),
+                     now=march, grace=grace)  # fmt: skip
+        resolve(session, rid, action, who="policy", note="grace", now=march + 3 * grace)
+        charge = book.charge("gpt-4o-mini", usages[name], march)
+        quote = book.quote("gpt-4o-mini", usages[name], march)
+        assert charge is not None and quote is not None
+        charges[name] = int(charge)
+        late = settled(rid, account_id=account, created_at=march, usage=usages[name],
+                       charge=int(charge), unit_prices=json.dumps(quote))  # fmt: skip
+        assert apply_result(session, late, now=april, grace=grace, closed=True) == "charged_late"
+    session.flush()
+    start = datetime(2031, 3, 1, tzinfo=UTC)
+    first = content(session, account, start, datetime(2031, 4, 1, tzinfo=UTC))
+    assert [(x.kind, x.quantity, int(x.amount)) for x in first.lines] == [("estimate", 1, 3_000)]
+    assert first.total == 3_000
+    second = content(
+        session, account, datetime(2031, 4, 1, tzinfo=UTC), datetime(2031, 5, 1, tzinfo=UTC)
+    )
+    assert second.total == charges["est"] - 3_000 + charges["rel"]
+    assert sum(int(x.amount) for x in second.lines) == second.total
+    by_kind = {x.kind: x for x in second.lines}
+    assert (by_kind["adjustment"].quantity, int(by_kind["adjustment"].amount)) == (
+        1, charges["est"] - 3_000,
+    )  # fmt: skip
+    rel = usages["rel"]
+    assert by_kind["input"].quantity == rel.prompt_tokens - rel.cached_tokens
+    assert by_kind["cached_input"].quantity == rel.cached_tokens
+    assert by_kind["output"].quantity == rel.completion_tokens

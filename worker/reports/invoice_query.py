@@ -110,6 +110,8 @@ def _lines(session: Session, account_id: str, start: datetime, end: datetime) ->
             func.count(),
             func.sum(per_call.c.late),
             func.sum(per_call.c.rest),
+            func.sum(case((per_call.c.late != 0, 1), else_=0)),
+            func.sum(case((per_call.c.rest != 0, 1), else_=0)),
             *sums,
         )
         .select_from(per_call.join(r, r.c.id == per_call.c.reservation_id))
@@ -119,15 +121,13 @@ def _lines(session: Session, account_id: str, start: datetime, end: datetime) ->
     lines: list[Line] = []
     estimate: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     adjusted: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for model, was_resolved, unit_prices, calls, late, rest, *token_sums in rows:
+    for model, was_resolved, unit_prices, calls, late, rest, n_late, n_rest, *token_sums in rows:
         late, rest = int(late or 0), int(rest or 0)
-        if was_resolved:
-            if rest:
-                estimate[model][0] += int(calls)
-                estimate[model][1] += rest
-            if late:
-                adjusted[model][0] += int(calls)
-                adjusted[model][1] += late
+        if was_resolved:  # the estimate charged, and the difference charged when usage came late
+            estimate[model][0] += int(n_rest or 0)
+            estimate[model][1] += rest
+            adjusted[model][0] += int(n_late or 0)
+            adjusted[model][1] += late
             continue
         group = UsageGroup(
             model, unit_prices, int(calls), dict(zip(TOKEN_COLUMNS, map(int, token_sums), strict=True)),
@@ -135,11 +135,15 @@ def _lines(session: Session, account_id: str, start: datetime, end: datetime) ->
         )  # fmt: skip
         lines.extend(usage_lines(group))
     for model, (calls, amount) in estimate.items():
+        if not calls:
+            continue
         lines.append(
             Line(model, "estimate", f"{model}: unsettled calls charged at their estimate",
                  calls, "calls", None, Micros(amount))
         )  # fmt: skip
     for model, (calls, amount) in adjusted.items():
+        if not calls:
+            continue
         lines.append(
             Line(model, "adjustment", f"{model}: usage reported after an estimate was charged",
                  calls, "calls", None, Micros(amount))

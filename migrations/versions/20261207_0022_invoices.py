@@ -4,7 +4,7 @@ and the total it charged) and ``customer_details`` (what an invoice says about t
 Downgrade drops both tables (the invoices already sent keep their numbers on paper only).
 
 Revision ID: 0022
-Revises: 0019
+Revises: 0021
 Create Date: 2026-12-07 12:00:00.000000
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0022"
-down_revision: str | None = "0019"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

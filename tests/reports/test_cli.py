@@ -80,7 +80,7 @@ def test_bad_input_is_one_line_and_exit_2(database: list, args: list[str], messa
         ("postgresql://postgres@127.0.0.1:1/nothing", "database: "),
         ("sqlite:///{tmp}/missing.db", "does not exist"),
         ("sqlite:///{tmp}/empty.db", "run `billing db upgrade`"),
-        ("nonsense://", "database"),
+        ("nonsense://", "DATABASE_URL: nonsense:// is not supported"),
     ],
 )
 def test_unreachable_or_unmigrated_database_is_one_line_and_exit_2(

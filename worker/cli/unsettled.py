@@ -54,15 +54,17 @@ def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def _filters(command: str, given: dict[str, Any]) -> dict[str, Any]:
     """The filter options as ``queries.unsettled`` keywords; a bad time is one line, exit 2."""
-    from worker.reports.spec import ReportError, parse_time
-
     found = dict(given)
-    try:
-        for name in ("since", "until"):
-            if found[name] is not None:
-                found[name] = parse_time(found[name], name)
-    except ReportError as exc:
-        fail(command, str(exc))
+    for name in ("since", "until"):
+        if found[name] is None:
+            continue
+        # Only when a time is given: ``worker.reports`` brings the report's modules with it.
+        from worker.reports.spec import ReportError, parse_time
+
+        try:
+            found[name] = parse_time(found[name], name)
+        except ReportError as exc:
+            fail(command, str(exc))
     if found["since"] and found["until"] and found["since"] >= found["until"]:
         fail(command, "--since must be before --until")
     return found

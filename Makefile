@@ -51,7 +51,7 @@ promtool:
 	@bash scripts/ensure-promtool
 
 test: lint chromium promtool
-	$(BIN)/pytest -n 2 -p no:cacheprovider
+	$(BIN)/pytest -n 2 --dist worksteal -p no:cacheprovider
 
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m devtools.demo

@@ -123,7 +123,7 @@ def test_duplicated_and_reordered_notifications(
 ) -> None:
     """Every notification twice, each call's in shuffled order: the same books as a clean run."""
     seed = 404
-    calls = _plan(scale.pick(1000, 20_000), seed, "dup")
+    calls = _plan(scale.pick(600, 20_000), seed, "dup")
     digests = {}
     for twice in (False, True):
         name = "dup-reorder" if twice else "dup-clean"

@@ -234,6 +234,10 @@ def test_hypothesis_responses_and_entries(scale, record) -> None:
     record.append(figures)
 
 
+# Runs its arguments as a child of its own and exits with the child's status.
+LAUNCHER = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
+
+
 def test_atheris(scale, record, tmp_path: Path) -> None:
     """Coverage-guided fuzzing with atheris (libFuzzer), when it is installed: no crash, no hang."""
     import atheris  # noqa: F401  (a test extra: missing it is a broken install, not a skip)
@@ -246,7 +250,12 @@ def test_atheris(scale, record, tmp_path: Path) -> None:
         (seeds / f"seed{i}").write_bytes(b"\x00".join(frames))
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
+    # Started from a small launcher process: libFuzzer's RSS limit reads the peak RSS
+    # (getrusage), which Linux carries across exec from the mm that exec replaces, so a fuzzer
+    # started straight from this (long-lived, large) xdist worker began at the worker's own peak:
+    # once at 2,083 MB, an out-of-memory before its first input.
     argv = [
+        sys.executable, "-c", LAUNCHER,
         sys.executable, str(ATHERIS_TARGET),
         f"-runs={runs}", f"-timeout={int(BOUND_SECONDS)}", "-rss_limit_mb=2048",
         "-max_len=65536", "-seed=7", f"-artifact_prefix={artifacts}/", str(seeds),

@@ -265,7 +265,7 @@ def test_the_ledger_agrees_with_an_independent_model(engine: Engine) -> None:
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=250 if sqlite else 50,
+            max_examples=120 if sqlite else 50,
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],

@@ -188,7 +188,7 @@ def test_hypothesis_streams(scale, record) -> None:
     figures = FuzzFigures("hypothesis-stream")
     started = time.monotonic()
 
-    @_hypothesis_settings(scale, 1_500, 20_000)
+    @_hypothesis_settings(scale, 1_000, 20_000)
     @given(
         records=st.lists(_record, max_size=12),
         n=st.integers(1, 3),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -71,6 +72,23 @@ def ledger_session(command: str, *, readonly: bool = False) -> Iterator[Session]
 
 def echo_json(data: Any) -> None:
     click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+def write_output(command: str, text: str, out: Path | None, written: str) -> None:
+    """A document to ``out`` (its folders made; one line on stderr says ``written`` went there),
+    or to stdout: exact in a file or a pipe, its control characters made visible on a terminal.
+    A file that cannot be written is one line and exit 2."""
+    if out is None:
+        if sys.stdout.isatty():
+            text = "\n".join(printable(line) for line in text.split("\n"))
+        sys.stdout.write(text)
+        return
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(command, f"cannot write {out}: {exc.strerror}")
+    click.echo(f"{written} written to {out}", err=True)
 
 
 @main.group("db")

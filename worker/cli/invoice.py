@@ -9,14 +9,13 @@ and exit 2. Heavy modules (SQLAlchemy, the reports) are imported inside the comm
 from __future__ import annotations
 
 import getpass
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
 from worker.cli import main
-from worker.cli.db import fail, settings
+from worker.cli.db import fail, settings, write_output
 from worker.core.terminal import printable
 
 FORMATS = ("html", "pdf", "json")
@@ -74,17 +73,7 @@ def invoice_command(account: str, month: str, fmt: str, out: Path | None) -> Non
     except BillingError as exc:
         fail("invoice", str(exc))
     text = render_invoice_html(doc) if fmt == "html" else render_invoice_json(doc)
-    if out is None:
-        if sys.stdout.isatty():
-            text = "\n".join(printable(line) for line in text.split("\n"))
-        sys.stdout.write(text)
-        return
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        fail("invoice", f"cannot write {out}: {exc.strerror}")
-    click.echo(f"invoice {doc.number} written to {out}", err=True)
+    write_output("invoice", text, out, f"invoice {doc.number}")
 
 
 @main.group("customer")

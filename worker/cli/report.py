@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from worker.cli import main
-from worker.cli.db import database_error, fail, settings
+from worker.cli.db import database_error, fail, settings, write_output
 from worker.core.errors import BillingError
 from worker.core.prices import PriceBook
 from worker.core.terminal import printable
@@ -153,17 +153,7 @@ def report_command(
         text = render_csv(found, csv_section) if fmt == "csv" else RENDERERS[fmt](found)
     except ReportError as exc:  # a section the report does not have (upstream without --upstream)
         fail("report", str(exc))
-    if out is None:
-        if sys.stdout.isatty():  # data formats keep exact names in files and pipes, not on a screen
-            text = "\n".join(printable(line) for line in text.split("\n"))
-        sys.stdout.write(text)
-        return
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        fail("report", f"cannot write {out}: {exc.strerror}")
-    click.echo(f"report written to {out}", err=True)
+    write_output("report", text, out, "report")
 
 
 def _write_sections(found: object, out: Path) -> None:

@@ -12,8 +12,7 @@ from pathlib import Path
 import click
 
 from worker.cli import main
-from worker.cli.db import fail, settings
-from worker.core.terminal import printable
+from worker.cli.db import fail, settings, write_output
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -47,17 +46,6 @@ def statement_command(account: str, month: str, fmt: str, out: Path | None) -> N
         fail("statement", str(exc))
     except SQLAlchemyError as exc:
         fail("statement", database_error(exc))
-    text = RENDERERS[fmt](found)
-    if out is None:
-        if sys.stdout.isatty():
-            text = "\n".join(printable(line) for line in text.split("\n"))
-        sys.stdout.write(text)
-    else:
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            fail("statement", f"cannot write {out}: {exc.strerror}")
-        click.echo(f"statement written to {out}", err=True)
+    write_output("statement", RENDERERS[fmt](found), out, "statement")
     if not found.ties_out:
         sys.exit(1)

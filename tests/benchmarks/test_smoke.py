@@ -1,5 +1,9 @@
 """``make bench`` keeps working: every benchmark at its smoke size, as subprocesses.
 
+The smoke runs (marker ``bench_smoke``) are the first step of ``make bench``, not of ``make test``
+(about 150 s of one core, which ``make test``'s ten minutes no longer had); the check that the
+groups cover every row once runs in both.
+
 Times are never asserted (a shared machine makes them noise); what is asserted is that every
 benchmark ran against its comparison and produced its row, its ratio and its verdict.
 
@@ -50,6 +54,7 @@ def test_the_groups_cover_every_benchmark_and_every_row_once() -> None:
     assert sorted(rows) == list(range(1, 16))
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.parametrize("only", list(GROUPS))
 def test_every_benchmark_row_is_produced_at_smoke_size(only: str, tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"

@@ -35,6 +35,7 @@ from worker.consumer.backlog import (
     recheck_count,
 )
 from worker.contract.keys import Keys
+from worker.core.anomalies import AnomalyKind
 from worker.core.result import Reason
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,13 @@ EXPOSURE = Gauge(
     ["kind"],
     multiprocess_mode="mostrecent",
 )
+ANOMALIES = Gauge(
+    "billing_alert_anomalies",
+    "Contract anomalies found in the last closed alert window, by kind (charge_above_hold: the"
+    " calls charged beyond their hold, a true-up each).",
+    ["kind"],
+    multiprocess_mode="mostrecent",
+)
 DRIFT = Gauge(
     "billing_drift_median_ppm",
     "Median reported-vs-estimated completion-token drift (ppm) of the last closed drift window, by"
@@ -160,6 +168,8 @@ def _initialize_labels() -> None:
         ALERT_DELIVERIES.labels(result)
     for kind in CORRECTION_KINDS:
         AUTH_CORRECTIONS.labels(kind)
+    for anomaly in AnomalyKind:
+        ANOMALIES.labels(str(anomaly))
 
 
 _initialize_labels()
@@ -235,12 +245,16 @@ def alert_delivery(ok: bool) -> None:
     ALERT_DELIVERIES.labels("ok" if ok else "failed").inc()
 
 
-def record_alert_window(exposure: dict[str, int], drift: dict[str, int]) -> None:
-    """For the alert aggregation: the last closed window's exposure per kind and the last closed
-    drift window's median per model."""
+def record_alert_window(
+    exposure: dict[str, int], drift: dict[str, int], anomalies: dict[str, int] | None = None
+) -> None:
+    """For the alert aggregation: the last closed window's exposure per kind, its anomalies per
+    kind (a kind absent: 0 in that window) and the last closed drift window's median per model."""
     try:
         for kind, micros in exposure.items():
             EXPOSURE.labels(kind).set(micros)
+        for kind in AnomalyKind:
+            ANOMALIES.labels(str(kind)).set((anomalies or {}).get(str(kind), 0))
         for model, ppm in drift.items():
             DRIFT.labels(model).set(ppm)
     except Exception:

@@ -168,6 +168,30 @@ def test_two_concurrent_deliverers_never_send_twice(pg_engine: Engine, receiver)
         s.execute(delete(OutboxAlert))
 
 
+def test_the_true_ups_of_the_last_window_are_a_gauge(sessions, clean, receiver) -> None:
+    """Calls charged beyond their hold are counted (billing_alert_anomalies, kind
+    charge_above_hold) for the last closed window, and 0 in the next, not logged one by one."""
+    at = base_time()
+    account = f"acct_{uuid.uuid4().hex[:6]}"
+    config = AlertConfig(webhook_url=receiver.url)
+    with sessions() as s, s.begin():
+        for held in (1, 2):  # a hold of a micro-dollar or two: every charge is beyond it
+            data = meta_dict(stream=True, account=account, created_at=at, reserved=held)
+            run_call(s, data, now=at + timedelta(seconds=10))
+        run_call(s, meta_dict(stream=True, account=account, created_at=at), now=at)
+
+    def true_ups() -> float | None:
+        labels = {"kind": "charge_above_hold"}
+        return REGISTRY.get_sample_value("billing_alert_anomalies", labels)
+
+    with freeze_time(at + timedelta(minutes=5, seconds=31)):
+        run_alerts(sessions, config)
+    assert true_ups() == 2
+    with freeze_time(at + timedelta(minutes=10, seconds=31)):
+        run_alerts(sessions, config)
+    assert true_ups() == 0
+
+
 def test_unsettled_calls_page_once_then_resolve_once(sessions, clean, receiver) -> None:
     at = base_time()
     account = f"acct_{uuid.uuid4().hex[:6]}"

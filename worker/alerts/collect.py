@@ -8,6 +8,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from models.alerts import AlertKind
 from worker.alerts.aggregation import closed_windows, window_start
 from worker.alerts.config import AlertConfig
 from worker.alerts.outbox import enqueue
@@ -65,6 +66,12 @@ def _record_metrics(
     for finding in findings:
         if window_start(finding.at, config.window) == last:
             exposure[finding.kind] += finding.exposure_micros or 0
+    # Contract anomalies of the last window by kind: charge_above_hold counts the true-ups.
+    anomalies = Counter(
+        f.reason
+        for f in findings
+        if f.kind == AlertKind.ANOMALY and window_start(f.at, config.window) == last
+    )
     [(start, end)] = closed_windows(now, config.drift_window, config.settle_slack, 1)
     drift = {model: middle for model, (middle, _) in drift_medians(session, start, end).items()}
-    metrics.record_alert_window(dict(exposure), drift)
+    metrics.record_alert_window(dict(exposure), drift, dict(anomalies))

@@ -139,38 +139,26 @@ def resolve_command(
     if request_id is None and not chosen:
         fail(command, "give REQUEST_ID or at least one filter (--account, --reason, ...)")
     now = datetime.now(UTC)
+
+    def resolve_one(session: Any, rid: str) -> None:
+        """Resolve one call (a repeat of the same resolution is not an error); say how it ended."""
+        who_ = who or _default_who()
+        status = resolve(session, rid, action, who=who_, note=note, now=now, repeat_ok=True)
+        click.echo(printable(f"{rid}: {status}"))
+
     if request_id is not None:
         if dry_run:
             fail(command, "--dry-run goes with filters; `billing show REQUEST_ID` shows one call")
         with ledger_session(command) as session:
-            status = resolve(
-                session,
-                request_id,
-                action,
-                who=who or _default_who(),
-                note=note,
-                now=now,
-                repeat_ok=True,
-            )
-        click.echo(printable(f"{request_id}: {status}"))
+            resolve_one(session, request_id)
         return
     with ledger_session(command, readonly=dry_run) as session:
         rows = unsettled(session, **filters)
-        if dry_run:
-            for row in rows:
+        for row in rows:
+            if dry_run:
                 click.echo(_line(row))
-        else:
-            for row in rows:
-                status = resolve(
-                    session,
-                    row["request_id"],
-                    action,
-                    who=who or _default_who(),
-                    note=note,
-                    now=now,
-                    repeat_ok=True,
-                )
-                click.echo(printable(f"{row['request_id']}: {status}"))
+            else:
+                resolve_one(session, row["request_id"])
     held = Micros(sum(row["reserved_micros"] for row in rows))
     verb = "would resolve" if dry_run else "resolved"
     click.echo(f"{verb} {len(rows)} by {action}, holding ${held.usd()}", err=True)

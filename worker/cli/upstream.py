@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -34,11 +35,9 @@ def upstream_group() -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 def import_command(provider: str, files: tuple[Path, ...]) -> None:
     """Import FILE... (JSON pages as downloaded); importing a period again changes nothing."""
-    from datetime import UTC, datetime
 
     from worker.core.errors import BillingError
     from worker.upstream.exports import read_export
-    from worker.upstream.store import ImportStats, import_export
 
     exports = []
     for path in files:
@@ -50,11 +49,7 @@ def import_command(provider: str, files: tuple[Path, ...]) -> None:
             exports.append((str(path), read_export(provider, raw, str(path))))
         except BillingError as exc:
             fail("upstream import", str(exc))
-    stats = ImportStats()
-    with ledger_session("upstream import") as session:
-        now = datetime.now(UTC)
-        for source, export in exports:
-            import_export(session, export, source, now, stats)
+    stats = _store("upstream import", exports)
     click.echo(
         f"upstream {provider}: {len(files)} files: {stats}; a day leaking past the thresholds is"
         " alerted by the next alert run (upstream_leakage)"
@@ -79,7 +74,6 @@ def pull_command(provider: str, since: datetime, until: datetime) -> None:
     from worker.core.errors import BillingError
     from worker.upstream import pull
     from worker.upstream.exports import read_export
-    from worker.upstream.store import ImportStats, import_export
 
     start, end = since.replace(tzinfo=UTC), until.replace(tzinfo=UTC)
     if end <= start:
@@ -96,9 +90,19 @@ def pull_command(provider: str, since: datetime, until: datetime) -> None:
             exports.append((source, read_export(provider, b"[" + b",".join(pages) + b"]", source)))
         except BillingError as exc:
             fail("upstream pull", str(exc))
+    stats = _store("upstream pull", exports)
+    click.echo(f"upstream {provider} pull {start.date()}..{end.date()}: {stats}")
+
+
+def _store(command: str, exports: list[tuple[str, Any]]) -> Any:
+    """Every export read, ``(source, Export)``, imported in one ledger transaction; the counts."""
+    from datetime import UTC
+
+    from worker.upstream.store import ImportStats, import_export
+
     stats = ImportStats()
-    with ledger_session("upstream pull") as session:
+    with ledger_session(command) as session:
         now = datetime.now(UTC)
         for source, export in exports:
             import_export(session, export, source, now, stats)
-    click.echo(f"upstream {provider} pull {start.date()}..{end.date()}: {stats}")
+    return stats

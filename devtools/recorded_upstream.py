@@ -304,6 +304,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
         else:
+            if chosen.pause is not None:  # a slow upstream: its silence before the body
+                time.sleep(chosen.pause[1])
             self._json(sent.status, sent.body or {})
 
     def _json(self, status: int, body: dict[str, Any]) -> None:

@@ -74,7 +74,10 @@ def plain_call(hook: BillingHook, data: dict[str, Any]) -> str:
 
 
 def entries(client: redis.Redis, key: str) -> list[dict[bytes, bytes]]:
-    return [fields for _id, fields in client.xrange(key)]
+    """The call's stream after its admission record (written before the upstream call)."""
+    stored = [fields for _id, fields in client.xrange(key)]
+    assert stored[0][b"kind"] == b"admission"
+    return stored[1:]
 
 
 def test_the_default_publisher_is_a_tee_from_the_environment(
@@ -95,7 +98,9 @@ def test_the_default_publisher_is_a_tee_from_the_environment(
     kinds = [fields[b"kind"] for fields in entries(redis_client, keys.request(rid))]
     assert kinds == [b"request", b"response"]
     notes = [
-        f for f in entries(redis_client, keys.events_for(rid)) if f[b"request_id"] == rid.encode()
+        f
+        for _id, f in redis_client.xrange(keys.events_for(rid))
+        if f[b"request_id"] == rid.encode()
     ]
     assert [n[b"kind"] for n in notes] == [b"open", b"close"]
     assert not (tmp_path / "spool" / spool_name()).exists()  # stopped with nothing left

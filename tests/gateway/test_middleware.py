@@ -91,7 +91,10 @@ def entries(gateway: tuple[str, Tee, Keys], rid: str) -> list[dict[bytes, bytes]
             break
         threading.Event().wait(0.02)
     client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
-    return [fields for _id, fields in client.xrange(keys.request(rid))]
+    stored = [fields for _id, fields in client.xrange(keys.request(rid))]
+    # The admission record heads every stream: written before the app ran (issue 48).
+    assert stored[0][b"kind"] == b"admission"
+    return stored[1:]
 
 
 def closes(gateway: tuple[str, Tee, Keys], rid: str) -> list[bytes]:
@@ -181,7 +184,9 @@ def test_frames_are_the_bytes_the_client_got_without_chunk(
         ):
             break
         threading.Event().wait(0.02)
-    assert_frames_are_the_body([f for _id, f in redis_client.xrange(keys.request(rid))], body)
+    stored = [f for _id, f in redis_client.xrange(keys.request(rid))]
+    assert stored[0][b"kind"] == b"admission"  # the write-ahead record, before the app ran
+    assert_frames_are_the_body(stored[1:], body)
 
 
 @settings(
@@ -322,12 +327,15 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
         self.lock = threading.Lock()
+        # Where the middleware writes each call's admission record (its Redis and keys).
+        self.client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+        self.keys = Keys(f"t-gw-rec-{id(self)}")
 
     def _record(self, method: str, request_id: str, value: Any = None) -> None:
         with self.lock:
             self.calls.append((method, request_id, value))
 
-    def open(self, meta: bytes, request_id: str) -> None:
+    def open(self, meta: bytes, request_id: str, **_admission: Any) -> None:
         self._record("open", request_id)
 
     def chunk(self, request_id: str, data: bytes) -> None:
@@ -430,15 +438,15 @@ class BrokenBook:
 
 
 class MetaRecorder(Recorder):
-    def open(self, meta: bytes, request_id: str) -> None:
+    def open(self, meta: bytes, request_id: str, **_admission: Any) -> None:
         self._record("open", request_id, orjson.loads(meta))
 
 
 def test_a_hold_that_cannot_be_priced_is_held_at_0_and_the_call_still_published(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The hold is priced after the first body bytes went out: a failure then must not lose the
-    call's ``request`` entry (a ``close`` without it would be a call the worker never saw)."""
+    """The hold is priced before the app is called (the admission records it): a failure then
+    must not lose the call (a ``close`` without its entry would be a call the worker never saw)."""
     recorder = MetaRecorder()
     app = BillingMiddleware(
         Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),

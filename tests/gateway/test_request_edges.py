@@ -270,7 +270,9 @@ def test_the_hooks_entry_says_why_the_fallback_and_holds_the_image_as_its_placeh
     asyncio.run(run())
     hook_.stop()
     rid = data["metadata"]["billing_request_id"]
-    fields = redis_client.xrange(keys.request(rid))[0][1]
+    head = redis_client.xrange(keys.request(rid))
+    assert head[0][1][b"kind"] == b"admission"  # written before the upstream call
+    fields = head[1][1]
     meta = orjson.loads(fields[b"body"])
     assert (meta["account_id"], meta["account_fallback"]) == (
         "acct-fallback",

@@ -9,7 +9,7 @@
 | ``usage_less`` | providers/openai/function_call_stream.json | a stream that never carries usage |
 | ``error_finish`` | providers/deepseek/insufficient_system_resource.json | an interrupted generation, usage sent |
 | ``dropped`` | ``clean``, cut | the connection dropped after the first chunk, mid-stream |
-| ``slow`` | ``clean``, paused | three seconds of silence after the first chunk (a client leaves) |
+| ``slow`` | ``clean``, paused | three seconds of silence after the first chunk (a client leaves); a non-streamed answer, before its body |
 
 Any provider fixture is a scenario too, as ``<provider>/<name>``.
 """

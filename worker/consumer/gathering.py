@@ -22,6 +22,9 @@ from worker.contract.entries import Entry, dead_letter_fields, parse_notificatio
 from worker.contract.keys import Keys
 from worker.core.errors import InputError
 
+# The entries at a stream's head: the gateway's admission record and the request entry.
+HEAD_ENTRIES = 2
+
 
 def group(batch: Batch, entries: list[tuple[bytes, Any]]) -> list[CallState]:
     """The entries' calls in request-id order; unusable notifications go to ``batch.dead``."""
@@ -53,11 +56,14 @@ def fetch(
     client: redis.Redis, keys: Keys, calls: list[CallState], sizes: list[StreamSize]
 ) -> list[list[Entry]]:
     """Each call's stream as far as it was sized: whole for a close (or a call marked ``whole``),
-    the request entry for an open; nothing for a refused call or a missing stream."""
+    its head for an open (``HEAD_ENTRIES``: the admission and request entries); nothing for a
+    refused call (an admitted call's reservation was made from its admission at its ``open``)
+    or a missing stream."""
     reads = []
     for call, size in zip(calls, sizes, strict=True):
         count = 0 if call.dead_reason is not None else size.entries
-        reads.append((call.request_id, count if call.closing or call.whole else min(count, 1)))
+        whole = call.closing or call.whole
+        reads.append((call.request_id, count if whole else min(count, HEAD_ENTRIES)))
     return read_streams(client, keys, reads)
 
 

@@ -71,6 +71,8 @@ def reconcile_all(
     for call, entries in zip(calls, streams, strict=True):
         if not entries:
             continue  # what a missing stream means depends on the ledger: see ``applying``
+        if call.dead_reason is not None:
+            continue  # refused unread (past the limits): only its head was read, to salvage
         try:
             if call.closing or call.whole:
                 call.meta, call.result = reconcile(entries, call.request_id, book)

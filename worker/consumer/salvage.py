@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 import orjson
 
@@ -102,14 +102,27 @@ def _created_at(data: dict, fallback: datetime, problems: list[str]) -> datetime
     return created_at
 
 
+def admission_time(fields: dict) -> datetime | None:
+    """An admission entry's ``at`` (unix ms, Redis ``TIME``), as ``read_head`` reads it."""
+    raw = fields.get(b"at")
+    if isinstance(raw, bytes) and raw.isdigit() and len(raw) <= 15:
+        return datetime.fromtimestamp(int(raw) / 1000, UTC)
+    return None
+
+
 def salvage(entries: list[Entry], request_id: str, fallback_time: datetime) -> Salvaged | None:
-    """The money facts of a refused call's stream (its first entry must be a ``request`` entry);
-    None when there is no request entry at all (nothing says a call was made)."""
+    """The money facts of a refused call's stream (its first entry must be a ``request`` entry or
+    the gateway's ``admission`` record, whose ``at`` is the call's time); None when there is
+    neither (nothing says a call was made)."""
     if not entries:
         return None
     entry_id, raw = entries[0][0], _fields(entries[0][1])
-    if raw.get(b"kind") != b"request":
+    kind = raw.get(b"kind")
+    if kind not in (b"request", b"admission"):
         return None
+    at = admission_time(raw) if kind == b"admission" else None
+    if at is not None:
+        fallback_time = at
     body = raw.get(b"body") or b""
     problems: list[str] = []
     data = _lenient_json(body) if len(body) <= MAX_CALL_BYTES else None
@@ -124,7 +137,7 @@ def salvage(entries: list[Entry], request_id: str, fallback_time: datetime) -> S
         stream=stream if isinstance(stream, bool) else False,
         include_usage=True,
         reserved_micros=Micros(_reserved(data, problems)),
-        created_at=_created_at(data, fallback_time, problems),
+        created_at=at or _created_at(data, fallback_time, problems),
     )
     # The digest of the entry it was salvaged from: a second call published under the same id is
     # still told apart (docs/events.md §5).

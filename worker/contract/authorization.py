@@ -261,7 +261,7 @@ class AuthorizationStore:
     def calls_key(self, account_id: str) -> str:
         return self.account_key(account_id) + ":calls"
 
-    def _authorize_call(
+    def authorize_call(
         self,
         account_id: str,
         request_id: str,
@@ -301,7 +301,7 @@ class AuthorizationStore:
     ) -> Decision:
         """Take ``amount`` for the call if it fits the account's funds and budgets (one round trip).
         Raises ``redis.RedisError`` when Redis cannot answer: the caller's setting decides."""
-        call = self._authorize_call(
+        call = self.authorize_call(
             account_id, request_id, amount, at, model, unknown, default_budget, default_period
         )
         return _decision(self._authorize(**call))
@@ -321,7 +321,7 @@ class AuthorizationStore:
     ) -> Decision:
         """``authorize`` on ``client``, a ``redis.asyncio`` client of the same server: the event
         loop serves other calls while the script runs (a gateway's path)."""
-        call = self._authorize_call(
+        call = self.authorize_call(
             account_id, request_id, amount, at, model, unknown, default_budget, default_period
         )
         script = self._async_scripts.get(id(client))
@@ -411,3 +411,8 @@ class AuthorizationStore:
             if not text.endswith(":calls"):
                 found.add(text[len(head) : -1])
         return sorted(found)
+
+
+# For the admission script (``worker.contract.admission``), which runs this very check and take.
+AUTHORIZE_SCRIPT = _AUTHORIZE
+decision_of = _decision

@@ -7,12 +7,13 @@ cannot make a worker hold unbounded memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
 from worker.core.errors import InputError
-from worker.core.request import RequestMeta, check_identifier, parse_request
+from worker.core.request import RequestMeta, check_identifier, parse_request, request_digest
 
 NOTIFICATION_KINDS = ("open", "close")
 
@@ -105,30 +106,102 @@ class CallRecord:
         return self.response_status is None
 
 
-def read_meta(entries: list[Entry], expected_request_id: str | None = None) -> RequestMeta:
-    """The metadata from a stream's first entry, which must be ``kind=request``, with the digest of
-    that entry (``request.request_digest``). ``expected_request_id``: the id of the notification
-    that led here; metadata naming another id is refused (an ``open`` for stream A whose metadata
-    says B must not hold B)."""
-    if not entries:
-        raise InputError("no request entry: the call's stream is empty or gone")
-    fields = _pairs(entries[0][1])
-    if fields.get(b"kind") != b"request":
-        raise InputError("no request entry: the stream does not start with kind=request")
+# The entry id of a call's admission record: the smallest id a stream takes, so every entry the
+# gateway writes after it (ids from its clock) comes later, and a replayed admission is refused as
+# the duplicate it is.
+ADMISSION_ENTRY_ID = "0-1"
+
+
+def _admission_meta(entry_id: bytes, fields: Fields) -> RequestMeta:
+    """The metadata of an ``admission`` entry: its body is a request entry of the money facts
+    alone (docs/events.md §1), its ``at`` the admission's time (Redis ``TIME``, unix ms), which is
+    the call's ``created_at``."""
+    body = fields.get(b"body")
+    if not body:
+        raise InputError("admission entry without body")
+    if len(body) > MAX_ENTRY_BYTES:
+        raise InputError(f"admission entry larger than {MAX_ENTRY_BYTES} bytes")
+    at = _decimal(text(fields.get(b"at")), MAX_TS_DIGITS)
+    try:
+        meta = parse_request(body, None)
+    except InputError as exc:
+        raise InputError(f"unparsable admission: {exc}") from None
+    if at is not None:
+        meta = replace(meta, created_at=datetime.fromtimestamp(at / 1000, UTC))
+    return replace(meta, digest=request_digest(entry_id, meta))
+
+
+def _request_meta(entry_id: bytes, fields: Fields) -> RequestMeta:
     body = fields.get(b"body")
     if not body:
         raise InputError("request entry without body")
     if len(body) > MAX_ENTRY_BYTES:
         raise InputError(f"request entry larger than {MAX_ENTRY_BYTES} bytes")
     try:
-        meta = parse_request(body, entries[0][0])
+        return parse_request(body, entry_id)
     except InputError as exc:
         raise InputError(f"unparsable metadata: {exc}") from None
+
+
+def admitted(admission: RequestMeta, request: RequestMeta) -> RequestMeta:
+    """A call's metadata when its stream holds both records: the ``request`` entry (the prompt,
+    the model that served it, how the response came) under the admission's money facts (who
+    pays, the hold, when, whether it was checked) and identity (its digest). The admission is
+    what the gateway wrote before serving: a later entry cannot move the call to another account
+    or change what was held."""
+    if request.request_id != admission.request_id:
+        raise InputError(
+            f"request entry names {request.request_id!r}, not the admission's "
+            f"{admission.request_id!r}"
+        )
+    return replace(
+        request,
+        account_id=admission.account_id,
+        # The hold admitted, or the gateway's better price once it knew the model that served
+        # (a proxy's router chooses the deployment after the admission): never less.
+        reserved_micros=max(admission.reserved_micros, request.reserved_micros),
+        created_at=admission.created_at,
+        account_fallback=admission.account_fallback,
+        admitted_unchecked=admission.admitted_unchecked,
+        digest=admission.digest,
+    )
+
+
+def read_head(
+    entries: list[Entry], expected_request_id: str | None = None
+) -> tuple[RequestMeta, int]:
+    """The metadata from a stream's head, and how many entries the head takes: a ``request``
+    entry (1), or an ``admission`` entry (the gateway's write-ahead record, docs/events.md §1)
+    followed by the ``request`` entry when it came (2: ``admitted``), or alone (1: the money facts
+    only, ``omitted_messages``). The digest is the head's first entry's (``request_digest``).
+    ``expected_request_id``: the id of the notification that led here; metadata naming another id
+    is refused (an ``open`` for stream A whose metadata says B must not hold B)."""
+    if not entries:
+        raise InputError("no request entry: the call's stream is empty or gone")
+    first = _pairs(entries[0][1])
+    kind = first.get(b"kind")
+    if kind == b"admission":
+        meta = _admission_meta(entries[0][0], first)
+        taken = 1
+        if len(entries) > 1:
+            second = _pairs(entries[1][1])
+            if second.get(b"kind") == b"request":
+                meta = admitted(meta, _request_meta(entries[1][0], second))
+                taken = 2
+    elif kind == b"request":
+        meta, taken = _request_meta(entries[0][0], first), 1
+    else:
+        raise InputError("no request entry: the stream does not start with kind=request")
     if expected_request_id is not None and meta.request_id != expected_request_id:
         raise InputError(
             f"request entry names {meta.request_id!r}, not the stream's {expected_request_id!r}"
         )
-    return meta
+    return meta, taken
+
+
+def read_meta(entries: list[Entry], expected_request_id: str | None = None) -> RequestMeta:
+    """The metadata from a stream's head (``read_head``)."""
+    return read_head(entries, expected_request_id)[0]
 
 
 _FIELDS = itemgetter(1)
@@ -163,12 +236,12 @@ def decode_call(entries: list[Entry], expected_request_id: str | None = None) ->
     """Decode a whole call stream; raises ``InputError`` when it cannot be reconciled."""
     if len(entries) > MAX_ENTRIES:
         raise InputError(f"stream has more than {MAX_ENTRIES} entries")
-    meta = read_meta(entries, expected_request_id)
+    meta, head = read_head(entries, expected_request_id)
     status: int | None = None
     body: bytes | None = None
-    frames = _raw_frames(entries[1:])
+    frames = _raw_frames(entries[head:])
     if frames is None:
-        frames, status, body = _read_entries(entries[1:])
+        frames, status, body = _read_entries(entries[head:])
     if status is not None and frames:
         raise InputError("stream holds both frames and a response")
     if meta.stream and status is not None:
@@ -248,6 +321,8 @@ def _read_entries(entries: list[Entry]) -> tuple[list[bytes], int | None, bytes 
                 held, held_at, ended = [payload], -1, False
         elif kind == b"request":
             raise InputError("second request entry in one stream")
+        elif kind == b"admission":
+            raise InputError("an admission entry after the stream's head")
         else:
             raise InputError(f"unknown entry kind {text(kind)!r}")
     if held is not None:

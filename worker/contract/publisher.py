@@ -26,7 +26,7 @@ import msgspec
 import orjson
 import redis
 
-from worker.contract.entries import MAX_ENTRY_BYTES
+from worker.contract.entries import ADMISSION_ENTRY_ID, MAX_ENTRY_BYTES
 from worker.contract.keys import Keys
 
 CLOSE_REASONS = ("done", "client_disconnect", "upstream_error", "timeout")
@@ -75,16 +75,48 @@ def request_body(meta: dict[str, Any] | bytes, request_id: str | None = None) ->
 
 
 def open_commands(
-    keys: Keys, request_id: str, body: bytes, ttl_seconds: int, next_id: NextId = None
+    keys: Keys,
+    request_id: str,
+    body: bytes,
+    ttl_seconds: int,
+    next_id: NextId = None,
+    *,
+    admitted: bool = False,
 ) -> list[Command]:
-    """The ``request`` entry, the key's TTL, then the ``open`` notification."""
+    """The ``request`` entry, the key's TTL, then the ``open`` notification. For an ``admitted``
+    call (its admission record wrote the stream's head and the ``open``, ``admission_commands``)
+    the ``request`` entry alone: no TTL, for nothing may expire a call the worker has not
+    finalized (it deletes the stream when it has), and no second ``open``."""
     key = keys.request(request_id)
+    entry = XAdd(key, {"kind": b"request", "body": body}, next_id() if next_id else AUTO_ID)
+    if admitted:
+        return [entry]
     return [
-        XAdd(key, {"kind": b"request", "body": body}, next_id() if next_id else AUTO_ID),
+        entry,
         Expire(key, ttl_seconds),
         XAdd(
             keys.events_for(request_id),
             {"kind": b"open", "request_id": request_id.encode(), "ts": b"%d" % now_ms()},
+        ),
+    ]
+
+
+def admission_fields(body: bytes, at_ms: int) -> dict[str, bytes]:
+    """The fields of a call's ``admission`` entry (docs/events.md §1): the money facts (a request
+    entry without its prompt) and the admission's time, unix ms."""
+    return {"kind": b"admission", "at": b"%d" % at_ms, "body": body}
+
+
+def admission_commands(keys: Keys, request_id: str, fields: dict[str, bytes]) -> list[Command]:
+    """A call's write-ahead record as commands: its ``admission`` entry under
+    ``ADMISSION_ENTRY_ID`` (a replay is refused as the duplicate it is), then ``open``. The
+    gateway's admission script writes the same two in one step (``worker.contract.admission``);
+    these are what it spools when Redis cannot take them."""
+    return [
+        XAdd(keys.request(request_id), fields, ADMISSION_ENTRY_ID),
+        XAdd(
+            keys.events_for(request_id),
+            {"kind": b"open", "request_id": request_id.encode(), "ts": fields["at"]},
         ),
     ]
 
@@ -189,10 +221,25 @@ class Publisher:
         else:
             queue_commands(self._pipe, commands)
 
-    def open(self, meta: dict[str, Any] | bytes, request_id: str | None = None) -> None:
-        """Write the ``request`` entry, set the key's TTL, then notify ``open``."""
+    def open(
+        self,
+        meta: dict[str, Any] | bytes,
+        request_id: str | None = None,
+        *,
+        admission: dict[str, bytes] | None = None,
+    ) -> None:
+        """Write the ``request`` entry, set the key's TTL, then notify ``open``; for a call
+        whose ``admission`` record was written (its fields), the ``request`` entry alone."""
         body, rid = request_body(meta, request_id)
-        self._run(open_commands(self.keys, rid, body, self.ttl_seconds))
+        commands = open_commands(
+            self.keys, rid, body, self.ttl_seconds, admitted=admission is not None
+        )
+        self._run(commands)
+
+    @property
+    def client(self) -> Any:
+        """The Redis client it writes with."""
+        return self._client
 
     def frames(self, request_id: str, events: Iterable[bytes | str]) -> None:
         """Append SSE events as sent to the client, one entry each (an entry may hold several;

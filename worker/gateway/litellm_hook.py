@@ -88,8 +88,9 @@ from litellm.integrations.custom_logger import CustomLogger
 from litellm.proxy._types import ProxyException
 
 from worker.config import Settings
+from worker.contract.authorization import AuthorizationStore
 from worker.contract.keys import Keys
-from worker.contract.publisher import Publisher
+from worker.contract.publisher import Publisher, admission_fields
 from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier, request_from_dict
@@ -106,7 +107,10 @@ REQUEST_ID_KEY = "billing_request_id"
 FALLBACK_KEY = "billing_account_fallback"  # why the call is billed to the fallback account
 HOLD_KEY = "billing_reserved_micros"  # the hold the authorization took (spend control)
 UNCHECKED_KEY = "billing_unchecked"  # served without a spend check (Redis away, fail open)
-HOOK_KEYS = (FALLBACK_KEY, HOLD_KEY, UNCHECKED_KEY)  # only the hook sets them, never a client
+ADMISSION_KEY = "billing_admission"  # the call's admission record: its entry's ``at`` and ``body``
+IN_FLIGHT_KEY = "billing_in_flight"  # an idempotency key's marker, cleared when the call ends
+# Only the hook sets them, never a client.
+HOOK_KEYS = (FALLBACK_KEY, HOLD_KEY, UNCHECKED_KEY, ADMISSION_KEY, IN_FLIGHT_KEY)
 DONE_EVENT = b"data: [DONE]\n\n"
 STOP_TIMEOUT_SECONDS = 5.0
 CHAT_CALL_TYPES = ("acompletion", "completion")
@@ -259,6 +263,7 @@ class BillingHook(CustomLogger):
         super().__init__()
         self.authorizer = authorizer
         self.fallback_account = check_identifier(fallback_account, "fallback_account")
+        self._authorizer_made = authorizer is not None
         self._publisher_factory = publisher_factory
         self._publisher: Publisher | Tee | None = None
         self._publisher_pid = 0
@@ -289,6 +294,16 @@ class BillingHook(CustomLogger):
         mine = isinstance(publisher, Tee) and self._publisher_pid == os.getpid()
         if mine and not publisher.stop(STOP_TIMEOUT_SECONDS):  # type: ignore[union-attr]
             log.warning("billing: Redis unreachable at shutdown; the rest stays in the spool")
+
+    def admitter(self) -> Authorizer:
+        """Who writes each call's admission record: the spend-control ``authorizer``, else one
+        on the publisher's Redis that admits without a spend check."""
+        if self.authorizer is None or not self._authorizer_made:
+            publisher = self.publisher
+            store = AuthorizationStore(publisher.client, publisher.keys.prefix)
+            self.authorizer = Authorizer(store, check_spend=False, keys=publisher.keys)
+            self._authorizer_made = True
+        return self.authorizer
 
     @property
     def book(self) -> PriceBook:
@@ -375,7 +390,11 @@ class BillingHook(CustomLogger):
             except Exception as exc:  # the call is published all the same: held at 0, no prompt
                 log.error("billing: the request of %s not read: %s", rid, type(exc).__name__)
                 meta = self._bare_meta(data, rid, model, stream=stream)
-            publisher.open(entry_body(meta), rid)
+            admission = _admission_fields(data)
+            if admission is None:
+                publisher.open(entry_body(meta), rid)
+            else:
+                publisher.open(entry_body(meta), rid, admission=admission)
 
         self._publish(rid, "open", open_call)
 
@@ -410,11 +429,10 @@ class BillingHook(CustomLogger):
             if problem is not None:  # the reason only: the id may be anything a client sent
                 metadata[FALLBACK_KEY] = problem
                 log.warning("billing: %s billed to %s: %s", rid, account, problem)
-            if self.authorizer is not None:
-                await self._authorize(self.authorizer, data, metadata, rid, account)
+            await self._admit(self.admitter(), data, metadata, rid, account)
         return data
 
-    async def _authorize(
+    async def _admit(
         self,
         authorizer: Authorizer,
         data: dict[str, Any],
@@ -422,26 +440,51 @@ class BillingHook(CustomLogger):
         rid: str,
         account: str,
     ) -> None:
-        """Take the call's hold, or raise the refusal (see the module docstring)."""
+        """Write the call's admission record, with spend control taking its hold, or raise the
+        refusal (see the module docstring)."""
         at = datetime.now(UTC)
         model = str(data.get("model") or "unknown")
+        deployments = deployment_models(model)
         try:
             priced = {**data, "messages": slim_messages(data.get("messages") or [])}
             # The router has not chosen the deployment yet: the most any of them could cost.
             amount = max(
                 int(reserve(self.book, {**priced, "model": name}, at))
-                for name in (model, *deployment_models(model))
+                for name in (model, *deployments)
             )
         except Exception as exc:  # held at 0 and said, as the middleware does
             log.error("billing: the hold of %s not priced: %s", rid, type(exc).__name__)
             amount = 0
-        admission = await authorizer.admit_async(account, rid, amount, at, model)
+        facts = within_contract(
+            {
+                "request_id": rid,
+                "account_id": account,
+                "account_fallback": metadata.get(FALLBACK_KEY),
+                # The model the worker prices: the deployment's when the alias has one model.
+                "model": deployments[0] if len(set(deployments)) == 1 else model,
+                "stream": data.get("stream") is True,
+                "include_usage": True,
+                "reserved_micros": amount,
+                "created_at": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                "n": _optional(data, "n", int),
+                "max_tokens": _optional(data, "max_completion_tokens", int)
+                or _optional(data, "max_tokens", int),
+                "messages": [],
+                "omitted_messages": True,
+            }
+        )
+        facts = {k: v for k, v in facts.items() if v is not None}
+        admission = await authorizer.admit_async(
+            account, rid, amount, at, model, facts=facts,
+            spool=getattr(self.publisher, "spool_now", None),
+        )  # fmt: skip
         if admission.refusal is not None:
             refused = admission.refusal
             error = orjson.loads(refused.body())["error"]
+            spend = refused.status == 402
             raise ProxyException(
                 message=refused.message,
-                type="budget_exceeded",
+                type="budget_exceeded" if spend else refused.type,
                 param=None,
                 code=refused.status,
                 headers={"x-billing-request-id": rid},
@@ -457,6 +500,11 @@ class BillingHook(CustomLogger):
                 },
             )
         metadata[HOLD_KEY] = amount
+        if admission.fields is not None:
+            metadata[ADMISSION_KEY] = {
+                "at": admission.fields["at"].decode(),
+                "body": admission.fields["body"].decode(),
+            }
         if admission.unchecked:
             metadata[UNCHECKED_KEY] = True
 
@@ -543,6 +591,18 @@ class BillingHook(CustomLogger):
         return None
 
 
+def _admission_fields(data: dict[str, Any]) -> dict[str, bytes] | None:
+    """The admission entry's fields the pre-call hook kept in the call's metadata."""
+    metadata = data.get("metadata")
+    kept = metadata.get(ADMISSION_KEY) if isinstance(metadata, dict) else None
+    if not isinstance(kept, dict):
+        return None
+    at, body = kept.get("at"), kept.get("body")
+    if not isinstance(at, str) or not isinstance(body, str):
+        return None
+    return admission_fields(body.encode(), int(at))
+
+
 def deployment_models(alias: str) -> list[str]:
     """The models the proxy's router may send a call for ``alias`` to (``litellm_params.model``
     without its provider prefix); none outside a proxy or for a name it does not route."""
@@ -561,10 +621,9 @@ def deployment_models(alias: str) -> list[str]:
     return found
 
 
-def make_authorizer() -> Authorizer | None:
-    """The hook's spend control: an ``Authorizer`` when ``BILLING_AUTHORIZE`` is on, else None."""
-    settings = Settings.from_env()
-    return Authorizer.from_settings(settings) if settings.authorize else None
+def make_authorizer() -> Authorizer:
+    """The hook's admission (and, with ``BILLING_AUTHORIZE`` on, spend control)."""
+    return Authorizer.from_settings(Settings.from_env())
 
 
 check_spool_dir()  # the proxy's start-up: it loads this module from its config

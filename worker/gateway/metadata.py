@@ -238,11 +238,28 @@ def request_entry(
     return entry
 
 
+# The fields of a request entry its admission record keeps: the money facts, never the prompt.
+ADMISSION_FACTS = (
+    "request_id", "account_id", "model", "stream", "include_usage", "reserved_micros",
+    "created_at", "n", "max_tokens", "idempotency_key", "provider", "account_fallback",
+    "authorization", "web_search_options",
+)  # fmt: skip
+
+
+def admission_facts(entry: dict[str, Any]) -> dict[str, Any]:
+    """The call's admission record (docs/events.md §1): ``entry``'s money facts, a request entry
+    of its own whose prompt is left out (``omitted_messages``), for the worker to finalize the
+    call from should nothing else of it ever arrive."""
+    facts = {key: entry[key] for key in ADMISSION_FACTS if entry.get(key) is not None}
+    return {**facts, "messages": [], "omitted_messages": True}
+
+
 __all__ = [
     "FALLBACK_ACCOUNT",
     "CallInfo",
     "MetadataHook",
     "RequestMetaError",
+    "admission_facts",
     "asks_to_stream",
     "new_request_id",
     "read_body",

@@ -14,14 +14,13 @@ app unchanged), then, in this order:
 2. asks the gateway's ``hook`` whose call it is (``metadata``; None: not billed, passed through);
    an account id the worker would refuse is billed to ``fallback_account`` instead, the entry's
    ``account_fallback`` saying why;
-3. checks the ``request`` entry as the worker will (a field outside the contract: HTTP 400);
-   with spend control on (``authorizer``), prices the hold now and takes it from the
-   authorization store: a call that does not fit is answered HTTP 402 (``authorize``) and never
-   reaches the app nor the publisher;
+3. checks the ``request`` entry as the worker will (a field outside the contract: HTTP 400),
+   prices the hold, and writes the call's admission record (``authorize``: one Redis step, the
+   spool when Redis cannot; with spend control on it takes the hold too): a call that does not
+   fit is answered HTTP 402, one that cannot be recorded 503, a reused request id or an
+   idempotency key in flight 409, and none of them reaches the app;
 4. calls the app (every response carries the call's ``X-Billing-Request-Id``), watching what it sends. Once the response's first body bytes went to the client
-   (so not on the time to first byte) it prices the hold from the price book when the hook gave
-   none (``reservation``; any price it gives is within the contract, so the check of step 3
-   stands) and publishes the ``request`` entry (within its byte budget, media replaced by
+   (so not on the time to first byte) it publishes the ``request`` entry beside the admission (within its byte budget, media replaced by
    placeholders: ``request_budget``) and ``open`` (``stream``
    is how the response came: an SSE body, or a plain one such as an upstream's JSON error, which
    is then recorded as the non-streamed response it was); each body chunk goes to the client
@@ -51,17 +50,18 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
+from worker.contract.authorization import AuthorizationStore
 from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier
-from worker.gateway.authorize import Authorizer
+from worker.gateway.authorize import Admission, Authorizer
 from worker.gateway.events import EventSplitter
 from worker.gateway.metadata import (
     FALLBACK_ACCOUNT,
     MetadataHook,
+    admission_facts,
     asks_to_stream,
     inflate,
     new_request_id,
@@ -120,6 +120,7 @@ class _Call:
     """One billed call on its way through the app: what the middleware saw of its response."""
 
     __slots__ = (
+        "admission",
         "chunk",
         "created_at",
         "disconnected",
@@ -157,6 +158,7 @@ class _Call:
         # streamed, whatever the request's ``stream`` said.
         self.usage_asked = usage_asked
         self.price = price  # the hold's price, when the entry's ``reserved_micros`` awaits it
+        self.admission: Admission | None = None  # the write-ahead record, once admitted
         self.started = False  # the app started its response (``status``, ``streamed``)
         self.opened = False  # ``open`` published
         self.streamed = False
@@ -192,8 +194,12 @@ class _Call:
         if entry["stream"] != streamed:
             usage = self.usage_asked if streamed else True
             entry = {**entry, "stream": streamed, "include_usage": usage}
+        fields = self.admission.fields if self.admission is not None else None
         try:
-            self.publisher.open(entry_body(entry), self.request_id)
+            if fields is None:
+                self.publisher.open(entry_body(entry), self.request_id)
+            else:
+                self.publisher.open(entry_body(entry), self.request_id, admission=fields)
         except Exception:
             log.exception("billing: open of %s not published", self.request_id)
 
@@ -277,6 +283,10 @@ class BillingMiddleware:
         fallback_account: str = FALLBACK_ACCOUNT,
         authorizer: Authorizer | None = None,
     ) -> None:
+        if authorizer is None:  # every call is admitted, with or without spend control
+            keys = publisher.keys
+            store = AuthorizationStore(publisher.client, keys.prefix)
+            authorizer = Authorizer(store, check_spend=False, keys=keys)
         self.authorizer = authorizer
         self.fallback_account = check_identifier(fallback_account, "fallback_account")
         self.app = app
@@ -317,12 +327,15 @@ class BillingMiddleware:
         if call is None:
             await self.app(scope, replay, send)
             return
-        if self.authorizer is not None:
-            refused = await self._authorize(self.authorizer, call)
-            if refused is not None:
-                await _answer(send, refused)
-                return
-        await self._run(scope, replay, send, call)
+        admission = await self._admit(self.authorizer, call)
+        if admission.refusal is not None:
+            await _answer(send, admission.refusal)
+            return
+        call.admission = admission
+        try:
+            await self._run(scope, replay, send, call)
+        finally:
+            await self.authorizer.finish_async(admission, call.request_id)
 
     def _prepare(self, scope: Scope, raw: bytes) -> _Call | Refusal | None:
         inflated = inflate(raw, _header(scope, b"content-encoding"))
@@ -360,22 +373,10 @@ class BillingMiddleware:
                 self.fallback_account,
                 entry["account_fallback"],
             )
-        price: Callable[[], int] | None = None
-        if self.authorizer is not None:
-            # Priced now, before the app: the hold is what the authorization takes.
-            entry["reserved_micros"] = self._hold(body, entry, info.provider, reserved, created_at)
-        elif reserved is None:
-            # Priced after the first body bytes went out (``_Call.open``), from the messages as
-            # published (an image as its placeholder, not its bytes).
-            price = partial(
-                reserve,
-                self.prices,
-                {**body, "messages": entry["messages"]},
-                created_at,
-                provider=info.provider,
-                default_max_tokens=self.default_max_tokens,
-            )
-        return _Call(self.publisher, request_id, entry, price, usage_asked(body), created_at)
+        # Priced now, before the app: the hold is what the admission records (and, with spend
+        # control, takes), from the messages as published (an image as its placeholder).
+        entry["reserved_micros"] = self._hold(body, entry, info.provider, reserved, created_at)
+        return _Call(self.publisher, request_id, entry, None, usage_asked(body), created_at)
 
     def _hold(
         self,
@@ -402,18 +403,20 @@ class BillingMiddleware:
             log.exception("billing: the hold of %s not priced; held at 0", entry["request_id"])
             return 0
 
-    @staticmethod
-    async def _authorize(authorizer: Authorizer, call: _Call) -> Refusal | None:
-        """Take the call's hold; the refusal the client gets, or None (the entry says
-        ``authorization: unchecked`` when it was admitted unchecked)."""
+    async def _admit(self, authorizer: Authorizer, call: _Call) -> Admission:
+        """Write the call's admission record, taking its hold with spend control (one Redis
+        round trip; the spool when Redis cannot): the refusal the client gets, or the record
+        (the entry says ``authorization: unchecked`` when it was admitted unchecked)."""
         entry = call.entry
         admission = await authorizer.admit_async(
             entry["account_id"], call.request_id, entry["reserved_micros"], call.created_at,
-            entry["model"],
+            entry["model"], facts=admission_facts(entry),
+            idempotency_key=entry.get("idempotency_key"),
+            spool=getattr(self.publisher, "spool_now", None),
         )  # fmt: skip
         if admission.unchecked:
             entry["authorization"] = "unchecked"
-        return admission.refusal
+        return admission
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, call: _Call) -> None:
         async def watch(message: Message) -> None:

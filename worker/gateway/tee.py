@@ -120,6 +120,7 @@ from worker.contract.keys import Keys
 from worker.contract.publisher import (
     Command,
     XAdd,
+    admission_commands,
     close_commands,
     frame_commands,
     now_ms,
@@ -531,11 +532,54 @@ class Tee:
 
         return next_id
 
-    def open(self, meta: dict[str, Any] | bytes, request_id: str | None = None) -> None:
-        """Queue the ``request`` entry, the key's TTL and the ``open`` notification."""
+    def open(
+        self,
+        meta: dict[str, Any] | bytes,
+        request_id: str | None = None,
+        *,
+        admission: dict[str, bytes] | None = None,
+    ) -> None:
+        """Queue the ``request`` entry, the key's TTL and the ``open`` notification; for a call
+        whose ``admission`` record was written before it was served (its entry's fields,
+        ``worker.gateway.authorize``), the ``request`` entry alone (``open_commands``). Should
+        the call's later writes be spooled, the admission entry goes before them again, so a
+        replay after the worker deleted the finalized stream re-creates it under the same head."""
         body, rid = request_body(meta, request_id)
-        commands = open_commands(self.keys, rid, body, self.ttl_seconds, self._next_id(rid))
-        self._submit(rid, commands, opening=True)
+        commands = open_commands(
+            self.keys,
+            rid,
+            body,
+            self.ttl_seconds,
+            self._next_id(rid),
+            admitted=admission is not None,
+        )
+        if admission is None:
+            self._submit(rid, commands, opening=True)
+            return
+        whole = [*admission_commands(self.keys, rid, admission)[:1], *commands]
+        with self._lock:
+            live = (
+                not self._spooling and self._queued_bytes + _size(commands) <= self.max_queue_bytes
+            )
+            taken = commands if live else whole
+            self._submit_locked(rid, taken, _size(taken), opening=True)
+            if live:
+                self._opens[rid] = whole
+
+    def spool_now(self, commands: list[Command]) -> bool:
+        """Write ``commands`` to the spool before returning (a call's admission when Redis
+        cannot take it): True once the file holds them, False when the disk refuses them. Every
+        later write goes to the spool too until it is replayed, so the call's writes stay in order."""
+        with self._lock:
+            try:
+                if self._spool is None:
+                    self._spool = Spool.own(self.spool_dir)
+            except OSError as exc:
+                self._spool_failed(exc, "an admission refused")
+                return False
+            size = self._spool.size
+            self._spill_locked(commands, resend=False)
+            return self._spooling and self._spool is not None and self._spool.size > size
 
     def frames(self, request_id: str, events: Iterable[bytes | str]) -> None:
         """Queue SSE events as sent to the client: they extend the call's run of frames waiting in
@@ -1140,3 +1184,8 @@ class Tee:
         spill): for a gateway's readiness check. A tee that is not ready still writes to Redis;
         it loses batches only if it must spool."""
         return self._spool_ok
+
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis client it writes with (the gateway's admission runs on its settings)."""
+        return self._client

@@ -1,0 +1,318 @@
+"""Admission is one write-ahead record (issue 48, point 3): whatever happens to the gateway, its tee,
+the call's stream or the worker after a call was admitted, the call ends in the ledger.
+
+Each fault against the real example gateway (the ASGI middleware and the tee, in a process of its
+own where it is killed), the recorded upstream, the real openai client and a real ``billing
+worker`` on PostgreSQL:
+
+* the gateway killed (SIGKILL) while its calls stream, their first chunks sent and the tee's
+  queue (the linger) lost with it: every call is unsettled ``incomplete``, its hold the exposure;
+* the worker down for longer than the streams' TTL: every call settles as the upstream sent it
+  (an admitted call's stream has no TTL: only the worker deletes it);
+* Redis away and the spool refusing writes: every call is refused (503), none served unbilled;
+  Redis away with a spool: every call is served, spooled, and settles once Redis is back;
+* an ``Idempotency-Key`` reused while its call is in flight: 409, and served once.
+
+Short in ``make test``; ``make chaos`` runs them at full size (``--chaos-full``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from gateway.edges import usage_of
+from gateway.harness import BillingWorker, Call, oracle_charge, wait_decided
+from gateway.serving import served
+from gateway.upstream import Upstream
+from sqlalchemy.orm import Session, sessionmaker
+
+from devtools.example_app import create_app
+from devtools.localservers.ports import free_port
+from devtools.localservers.processes import die_with_parent
+from devtools.localservers.redis_server import PrivateRedis
+from worker.contract.keys import Keys
+from worker.gateway.tee import Tee
+from worker.ledger.balances import ledger_is_balanced
+from worker.ledger.database import make_engine
+
+from .conftest import Scale
+
+pytestmark = [pytest.mark.chaos, pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
+
+MODEL = "gpt-4o-mini"  # what the ``clean`` scenario's recording names
+PRICES = {"input": "0.15", "cached_input": "0.075", "output": "0.60"}  # USD per 1M tokens
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Stack:
+    def __init__(self, redis_server: PrivateRedis, upstream: Upstream, env: dict[str, str],
+                 sessions: sessionmaker[Session], workdir: Path) -> None:  # fmt: skip
+        self.redis = redis_server
+        self.upstream = upstream
+        self.env = env
+        self.sessions = sessions
+        self.workdir = workdir
+        self.keys = Keys(env["BILLING_PREFIX"])
+
+    def worker(self, name: str) -> BillingWorker:
+        return BillingWorker(self.env, self.workdir / name)
+
+
+@pytest.fixture(scope="module")
+def stack(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("admission")
+    redis_server = PrivateRedis(workdir / "redis")
+    redis_server.start()
+    upstream = Upstream.start()
+    book = workdir / "prices.toml"
+    book.write_text(
+        f'[[price]]\nmodel = "{MODEL}"\n' + "".join(f'{k} = "{v}"\n' for k, v in PRICES.items())
+    )
+    env = {
+        "REDIS_URL": redis_server.url(0),
+        "CELERY_BROKER_URL": redis_server.url(1),
+        "DATABASE_URL": pg_url,
+        "BILLING_PREFIX": f"adm-{uuid.uuid4().hex[:8]}",
+        "BILLING_PRICE_BOOK": str(book),
+        "BILLING_DRAIN_MS": "500",
+        "BILLING_BLOCK_MS": "100",
+        "BILLING_SWEEP_IDLE_MS": "2000",
+        "BILLING_SWEEP_INTERVAL_SECONDS": "3",
+        "BILLING_CLAIM_IDLE_MS": "3000",
+    }
+    engine = make_engine(pg_url)
+    try:
+        yield Stack(redis_server, upstream, env, sessionmaker(engine), workdir)
+    finally:
+        upstream.stop()
+        redis_server.stop()
+        engine.dispose()
+
+
+def _accounts(count: int) -> list[str]:
+    run = uuid.uuid4().hex[:8]
+    return [f"acct-adm-{run}-{i}" for i in range(count)]
+
+
+def _gateway_process(stack: Stack, upstream_url: str, port: int) -> subprocess.Popen[bytes]:
+    log = open(stack.workdir / f"gateway-{port}.log", "ab")  # noqa: SIM115 - the process's
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [
+        sys.executable, "-m", "devtools.example_app", "--upstream", upstream_url,
+        "--port", str(port), "--redis", stack.env["REDIS_URL"],
+        "--prefix", stack.env["BILLING_PREFIX"], "--spool-dir", str(stack.workdir / f"spool-{port}"),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True, preexec_fn=die_with_parent,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=0.5)
+            return proc
+        except httpx.TransportError:
+            if proc.poll() is not None:
+                raise AssertionError((stack.workdir / f"gateway-{port}.log").read_text()) from None
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the gateway did not start")
+
+
+def _check_books(stack: Stack, calls: list[Call]) -> None:
+    with stack.sessions() as session:
+        assert ledger_is_balanced(session)
+
+
+def test_a_gateway_killed_mid_stream_loses_no_admitted_call(stack: Stack, scale: Scale) -> None:
+    """SIGKILL while every call has had its first chunk (and the rest is 3 s away): the request
+    entries and frames waiting in the tee die with it; the admission records do not."""
+    count = scale.pick(6, 100)
+    port = free_port()
+    proc = _gateway_process(stack, stack.upstream.scenario_url("slow"), port)
+    worker = stack.worker("worker-kill")
+    worker.start()
+    accounts = _accounts(count)
+    started = threading.Barrier(count + 1, timeout=60)
+    errors: list[BaseException] = []
+
+    def stream(account: str) -> None:
+        try:
+            with (
+                httpx.Client(timeout=30) as client,
+                client.stream(
+                    "POST", f"http://127.0.0.1:{port}/v1/chat/completions",
+                    headers={"Authorization": f"Bearer {account}"},
+                    json={"model": MODEL, "stream": True, "stream_options": {"include_usage": True},
+                          "messages": [{"role": "user", "content": "Say hello."}]},
+                ) as answer,
+            ):  # fmt: skip
+                assert answer.status_code == 200
+                chunks = answer.iter_raw()
+                next(chunks)  # the first chunk came
+                started.wait()
+                for _ in chunks:
+                    pass
+        except (httpx.HTTPError, threading.BrokenBarrierError):
+            pass  # the gateway died under it
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=stream, args=(a,)) for a in accounts]
+    try:
+        for thread in threads:
+            thread.start()
+        started.wait()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not errors, errors
+        calls = wait_decided(stack.sessions, accounts, count, timeout=90, processes=(worker,))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        worker.stop()
+    assert sorted(c.account_id for c in calls) == sorted(accounts)  # every call, none twice
+    assert {(c.status, c.reason) for c in calls} == {("unsettled", "incomplete")}
+    _check_books(stack, calls)
+
+
+def test_a_worker_down_past_the_stream_ttl_loses_nothing(stack: Stack, scale: Scale) -> None:
+    """Calls made while no worker runs, with streams whose TTL is one second, read three
+    seconds later: every one settles at the upstream's usage."""
+    count = scale.pick(4, 200)
+    keys = stack.keys
+    tee = Tee.from_url(stack.env["REDIS_URL"], keys, ttl_seconds=1,
+                       spool_dir=stack.workdir / "spool-ttl")  # fmt: skip
+    accounts = _accounts(count)
+    with served(create_app(stack.upstream.scenario_url("clean"), tee)) as url:
+        for i, account in enumerate(accounts):
+            client = openai.OpenAI(base_url=url + "/v1", api_key=account, max_retries=0)
+            if i % 2:
+                client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "Say hello."}]
+                )
+            else:
+                for _ in client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "Say hello."}],
+                    stream=True, stream_options={"include_usage": True},
+                ):  # fmt: skip
+                    pass
+        assert tee.flush(10)
+    tee.stop()
+    time.sleep(3)  # past every TTL the tee set
+    worker = stack.worker("worker-ttl")
+    worker.start()
+    try:
+        calls = wait_decided(stack.sessions, accounts, count, timeout=90, processes=(worker,))
+    finally:
+        worker.stop()
+    assert sorted(c.account_id for c in calls) == sorted(accounts)
+    assert {(c.status, c.usage_source) for c in calls} == {("settled", "reported")}
+    sent = stack.upstream.sent[-count:]
+    for call in calls:
+        assert call.charge_micros is not None and call.charge_micros > 0
+    assert sum(c.charge_micros or 0 for c in calls) == sum(
+        oracle_charge(PRICES, usage_of(s)) for s in sent
+    )
+    _check_books(stack, calls)
+
+
+def test_no_redis_and_no_spool_serves_nothing(stack: Stack, tmp_path: Path) -> None:
+    """The admission cannot be written anywhere: the call is refused with 503, never served."""
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    not_a_directory = tmp_path / "spool"
+    not_a_directory.write_text("a file where the spool directory should be")
+    tee = Tee.from_url(dead, stack.keys, spool_dir=not_a_directory, retry_seconds=0.1)
+    before = len(stack.upstream.sent)
+    try:
+        with served(create_app(stack.upstream.scenario_url("clean"), tee)) as url:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="acct-nowhere", max_retries=0)
+            for stream in (False, True):
+                with pytest.raises(openai.InternalServerError) as refused:
+                    client.chat.completions.create(
+                        model=MODEL, messages=[{"role": "user", "content": "Say hello."}],
+                        stream=stream,
+                    )  # fmt: skip
+                assert refused.value.status_code == 503
+                assert refused.value.code == "billing_unavailable"
+    finally:
+        tee.stop(0.5)
+    assert len(stack.upstream.sent) == before  # nothing reached the upstream
+
+
+def test_redis_away_the_spool_keeps_every_admission(stack: Stack, scale: Scale) -> None:
+    """Redis stopped: the admission records go to the spool before the calls are served; once
+    Redis is back the tee replays them and the worker settles every call as sent."""
+    count = scale.pick(4, 200)
+    accounts = _accounts(count)
+    tee = Tee.from_url(stack.env["REDIS_URL"], stack.keys, spool_dir=stack.workdir / "spool-away",
+                       retry_seconds=0.2)  # fmt: skip
+    worker = stack.worker("worker-away")
+    try:
+        with served(create_app(stack.upstream.scenario_url("clean"), tee)) as url:
+            stack.redis.stop()
+            try:
+                for account in accounts:
+                    client = openai.OpenAI(base_url=url + "/v1", api_key=account, max_retries=0)
+                    client.chat.completions.create(
+                        model=MODEL, messages=[{"role": "user", "content": "Say hello."}]
+                    )
+            finally:
+                stack.redis.start()
+            assert tee.flush(30)
+        worker.start()
+        calls = wait_decided(stack.sessions, accounts, count, timeout=90, processes=(worker,))
+    finally:
+        tee.stop()
+        worker.stop()
+    assert {(c.status, c.usage_source) for c in calls} == {("settled", "reported")}
+    assert sorted(c.account_id for c in calls) == sorted(accounts)
+    _check_books(stack, calls)
+
+
+def test_an_idempotency_key_in_flight_is_refused_then_free_again(stack: Stack) -> None:
+    """Two calls with one Idempotency-Key at once: one served, the other 409 (the openai client
+    would retry it; here it does not). Once the first ended, the key serves a new call."""
+    tee = Tee.from_url(stack.env["REDIS_URL"], stack.keys, spool_dir=stack.workdir / "spool-idem")
+    account = _accounts(1)[0]
+    key = f"idem-{uuid.uuid4().hex}"
+    before = len(stack.upstream.sent)
+    try:
+        with served(create_app(stack.upstream.scenario_url("slow"), tee)) as url:
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}]}
+            headers = {"Authorization": f"Bearer {account}", "Idempotency-Key": key}
+            results: list[int] = []
+
+            def call() -> None:
+                answer = httpx.post(url + "/v1/chat/completions", json=body, headers=headers,
+                                    timeout=30)  # fmt: skip
+                results.append(answer.status_code)
+
+            first = threading.Thread(target=call)
+            first.start()
+            time.sleep(1.0)  # the first is in flight (the slow scenario pauses 3 s)
+            second = httpx.post(url + "/v1/chat/completions", json=body, headers=headers,
+                                timeout=30)  # fmt: skip
+            assert second.status_code == 409
+            assert second.json()["error"]["code"] == "idempotency_key_in_use"
+            first.join(30)
+            assert results == [200]
+            third = httpx.post(url + "/v1/chat/completions", json=body, headers=headers,
+                               timeout=30)  # fmt: skip
+            assert third.status_code == 200
+    finally:
+        tee.stop()
+    assert len(stack.upstream.sent) == before + 2  # the refused call never went upstream

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models import AuthorizationCorrection
 from worker.contract.authorization import AuthorizationStore, Verdict
+from worker.contract.keys import Keys
 from worker.core.money import Micros
 from worker.ledger.budgets import set_budget
 from worker.ledger.credits import credit, set_limit
@@ -141,6 +142,31 @@ def test_late_releases_unrecorded_holds_and_unseen_charges_are_corrections(
     # Nothing left to correct: the next run records none.
     sync(sessions, store, policy, now=later, accounts=[account])
     assert len(corrections(sessions, account)) == 4
+
+
+def test_a_stale_hold_whose_admission_is_in_redis_waits_for_a_lagging_worker(
+    sessions: sessionmaker[Session], store: AuthorizationStore, account: str
+) -> None:
+    """The admission script takes the hold and writes the call's stream head in one step: a hold
+    the ledger does not know yet, whose stream exists, is a call the worker has not reached (it
+    lags), not one that never happened; it is kept. Once the stream is gone it is dropped."""
+    fund(sessions, account, 1_000_000)
+    store.mark_ready()
+    sync(sessions, store, POLICY, now=NOW, accounts=[account])
+    rid = f"{account}-lagging"
+    assert store.authorize(account, rid, 50_000, NOW, "gpt-4o-mini").admitted
+    stream = Keys(store.prefix).request(rid)
+    store.client.xadd(stream, {"kind": "admission", "at": "1", "body": "{}"}, id="0-1")
+    policy = SyncPolicy(stale_after=timedelta(minutes=5))
+    later = NOW + timedelta(minutes=10)
+    sync(sessions, store, policy, now=later, accounts=[account])
+    assert corrections(sessions, account) == []
+    assert sorted(store.calls(account)) == [rid]
+    assert spendable(store, account) == 1_000_000 - 50_000
+    store.client.delete(stream)
+    sync(sessions, store, policy, now=later, accounts=[account])
+    assert corrections(sessions, account) == [("never_recorded", -50_000)]
+    assert spendable(store, account) == 1_000_000
 
 
 def test_budgets_and_this_months_spend_come_from_the_ledger(

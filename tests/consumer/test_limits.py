@@ -5,14 +5,19 @@ does not outlive its dead letter, and the dead-letter stream stays bounded."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 import redis
+from sqlalchemy import select
 
+from models.failures import Failure
+from models.reservations import Reservation
 from worker.config import Settings
 from worker.consumer.consumer import Consumer
 from worker.consumer.sweeper import Sweeper
 from worker.contract import entries
 from worker.contract.keys import Keys
+from worker.contract.publisher import admission_commands, admission_fields, queue_commands
 
 from .test_consumer import KEY as FINGERPRINT_KEY
 from .test_consumer import drain, frames, meta, play, status
@@ -136,6 +141,35 @@ def test_a_stream_past_the_byte_limit_is_refused_unread(
     )
     assert big["request_id"] not in read_ids(reads)
     assert small["request_id"] in read_ids(reads)
+
+
+def test_an_admitted_stream_past_the_limits_is_recorded_from_its_admission(
+    consumer, publisher, sessions, redis_client, account, reads, monkeypatch
+) -> None:
+    """Its open and close read in one batch, after the stream grew past the limits (a 51 MB
+    answer): the stream is refused unread but for its admission entry, and the call is recorded
+    unsettled ``unreadable`` under the admission's account, its hold the exposure."""
+    monkeypatch.setattr(entries, "MAX_STREAM_BYTES", 50_000)
+    m = meta(account, reserved=7_000)
+    admitted = {**m, "messages": [], "omitted_messages": True}
+    fields = admission_fields(orjson.dumps(admitted), 1_796_000_000_000)
+    queue_commands(redis_client, admission_commands(consumer.keys, m["request_id"], fields))
+    publisher.open(m, admission=fields)
+    publisher.frames(m["request_id"], ["data: " + "x" * 10_000 + "\n\n"] * 10 + frames())
+    publisher.close(m["request_id"])
+    drain(consumer)
+    assert dead_reasons(redis_client, consumer.keys)[0].startswith("call stream larger")
+    assert reads == [[(m["request_id"], 1)]]  # the admission entry alone
+    assert status(sessions, m["request_id"]) == "unsettled"
+    with sessions() as session:
+        reservation = session.scalars(
+            select(Reservation).where(Reservation.request_id == m["request_id"])
+        ).one()
+        assert (reservation.account_id, reservation.reserved_micros) == (account, 7_000)
+        assert (
+            session.scalar(select(Failure.reason).where(Failure.reservation_id == reservation.id))
+            == "unreadable"
+        )
 
 
 def test_an_over_limit_stream_is_not_reread_by_the_recheck(

@@ -16,7 +16,13 @@ from typing import Any
 import redis
 
 from worker.consumer.calls import Batch, CallState
-from worker.consumer.reading import StreamSize, read_streams, size_streams, within_budget
+from worker.consumer.reading import (
+    StreamSize,
+    read_admissions,
+    read_streams,
+    size_streams,
+    within_budget,
+)
 from worker.consumer.steps import Step
 from worker.contract.entries import Entry, dead_letter_fields, parse_notification
 from worker.contract.keys import Keys
@@ -56,15 +62,20 @@ def fetch(
     client: redis.Redis, keys: Keys, calls: list[CallState], sizes: list[StreamSize]
 ) -> list[list[Entry]]:
     """Each call's stream as far as it was sized: whole for a close (or a call marked ``whole``),
-    its head for an open (``HEAD_ENTRIES``: the admission and request entries); nothing for a
-    refused call (an admitted call's reservation was made from its admission at its ``open``)
-    or a missing stream."""
+    its head for an open (``HEAD_ENTRIES``: the admission and request entries); for a call refused
+    unread (past the limits), its admission entry alone, to be recorded from
+    (``read_admissions``); nothing for a missing stream."""
     reads = []
     for call, size in zip(calls, sizes, strict=True):
         count = 0 if call.dead_reason is not None else size.entries
         whole = call.closing or call.whole
         reads.append((call.request_id, count if whole else min(count, HEAD_ENTRIES)))
-    return read_streams(client, keys, reads)
+    streams = read_streams(client, keys, reads)
+    refused = [index for index, call in enumerate(calls) if call.dead_reason is not None]
+    heads = read_admissions(client, keys, [calls[index].request_id for index in refused])
+    for index, head in zip(refused, heads, strict=True):
+        streams[index] = head
+    return streams
 
 
 class Gather(Step[Batch]):

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from worker.contract.entries import Entry, size_refusal
+from worker.contract.entries import ADMISSION_ENTRY_ID, Entry, size_refusal
 from worker.contract.keys import Keys
 
 
@@ -95,3 +95,18 @@ def read_streams(
             pipe.xrange(keys.request(request_id), "-", "+", count=count)
         replies = iter(pipe.execute())
     return [next(replies) if count > 0 else [] for _request_id, count in reads]
+
+
+def read_admissions(
+    client: redis.Redis, keys: Keys, request_ids: Sequence[str]
+) -> list[list[Entry]]:
+    """For each request id, its stream's admission entry alone (``ADMISSION_ENTRY_ID``, written
+    by the gateway's admission script: the money facts, no prompt), raw, in one round trip;
+    ``[]`` for a stream without one. A stream refused unread past the limits is still finalized
+    from it (``worker.consumer.salvage``)."""
+    if not request_ids:
+        return []
+    pipe = raw_stream_pipeline(client)
+    for request_id in request_ids:
+        pipe.xrange(keys.request(request_id), ADMISSION_ENTRY_ID, ADMISSION_ENTRY_ID)
+    return [list(reply) for reply in pipe.execute()]

@@ -221,6 +221,21 @@ def _sync(
     return stats
 
 
+def awaiting_no_record(store: AuthorizationStore, request_ids: list[str]) -> list[str]:
+    """Of the stale holds the ledger does not know, those no record will ever come for: a call
+    whose stream still exists in Redis was admitted (its admission record heads the stream,
+    written by the script that took the hold) and the worker will record it, however far behind
+    it is; only a hold without one is dropped."""
+    if not request_ids:
+        return []
+    keys = Keys(store.prefix)
+    pipe = store.client.pipeline(transaction=False)
+    for rid in request_ids:
+        pipe.exists(keys.request(rid))
+    found = pipe.execute()
+    return [rid for rid, exists in zip(request_ids, found, strict=True) if not exists]
+
+
 def _install(
     store: AuthorizationStore,
     spend: AccountSpend,
@@ -233,11 +248,14 @@ def _install(
     account = spend.account_id
     closed = [rid for rid in calls if rid in states and not states[rid].open]
     stale = int((now - policy.stale_after).timestamp() * 1000)
-    dropped = [
-        rid
-        for rid, call in calls.items()
-        if rid not in states and call.get("s") == "h" and int(call.get("t", 0)) < stale
-    ]
+    dropped = awaiting_no_record(
+        store,
+        [
+            rid
+            for rid, call in calls.items()
+            if rid not in states and call.get("s") == "h" and int(call.get("t", 0)) < stale
+        ],
+    )
     added = [
         _entry(rid, amount, created_at, model)
         for rid, (amount, created_at, model) in spend.open_holds.items()

@@ -711,21 +711,22 @@ def spend(ctx: Context) -> list[Row]:
     low, high = f["added_ttfb_p99_interval_ms"]
     return [
         Row(
-            "13. spend control: TTFB added by authorization",
+            "13. admission + hold: TTFB added before the upstream call",
             f"TTFB p99 {p99['authorized']:.2f} ms, {f['round_trips']:.2f} Redis round trips/call",
-            f"TTFB p99 {p99['plain']:.2f} ms (same billed gateway, authorization off)",
+            f"TTFB p99 {p99['plain']:.2f} ms (same gateway, --no-billing)",
             p99["authorized"] / p99["plain"] if p99["plain"] else None,
             f"≤ {f['target_ttfb_ms']} ms p99 added, ≤ {f['target_round_trips']:.0f} round trips",
             bool(f["meets_target"]),
             [
-                f"the example ASGI gateway with BillingMiddleware + Tee, twice, one with "
-                f"--authorize (the hold priced and taken from the Redis authorization store before "
-                f"the upstream call); {f['calls']:,} streamed calls paced open-loop at "
+                f"the example ASGI gateway with BillingMiddleware + Tee and --authorize (the hold "
+                f"priced, the admission record written and the hold taken in one Redis script "
+                f"before the upstream call) against the same gateway --no-billing; "
+                f"{f['calls']:,} streamed calls paced open-loop at "
                 f"{f['rate']:,.0f} calls/s in all (achieved {f['achieved_rate']:,.0f}), "
                 f"alternating the gateways; TTFB added at p99 {f['added_ttfb_p99_ms']:+.2f} ms "
                 f"(95 % bootstrap interval {low:+.2f} … {high:+.2f} ms), at p50 "
-                f"{p50['authorized'] - p50['plain']:+.2f} ms; authorization scripts per "
-                f"authorized call {f['round_trips']:.2f} (Redis INFO commandstats); "
+                f"{p50['authorized'] - p50['plain']:+.2f} ms; admission scripts per "
+                f"billed call {f['round_trips']:.2f} (Redis INFO commandstats); "
                 f"{f['holds_taken']:,} holds taken"
             ],
         )

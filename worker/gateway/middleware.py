@@ -58,6 +58,7 @@ from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier
 from worker.gateway.authorize import Authorizer
+from worker.gateway.content_coding import ResponseDecoder
 from worker.gateway.events import EventSplitter
 from worker.gateway.metadata import (
     FALLBACK_ACCOUNT,
@@ -73,6 +74,7 @@ from worker.gateway.refusals import NOT_JSON, Refusal, refusal
 from worker.gateway.request_budget import entry_body
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, reserve
 from worker.gateway.routes import is_chat_completion
+from worker.gateway.usage_option import UsageChunkStrip, usage_options, with_usage_asked
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,15 @@ def close_reason_of(exc: BaseException) -> str:
 
 
 REQUEST_ID_HEADER = b"x-billing-request-id"
+_BODY_HEADERS = (b"content-length", b"content-encoding")
+
+
+def _forwarded_scope(scope: Scope, length: int) -> Scope:
+    """``scope`` for a request body the middleware rewrote: plain (not encoded), ``length``
+    bytes."""
+    headers = [(k, v) for k, v in scope.get("headers") or () if k.lower() not in _BODY_HEADERS]
+    headers.append((b"content-length", b"%d" % length))
+    return {**scope, "headers": headers}
 
 
 async def _answer(send: Send, refused: Refusal) -> None:
@@ -122,9 +133,11 @@ class _Call:
     __slots__ = (
         "chunk",
         "created_at",
+        "decoder",
         "disconnected",
         "entry",
         "finished",
+        "forward",
         "held",
         "held_bytes",
         "held_since",
@@ -137,6 +150,7 @@ class _Call:
         "started",
         "status",
         "streamed",
+        "strip",
         "usage_asked",
     )
 
@@ -171,9 +185,26 @@ class _Call:
         self.held: list[bytes] = []  # chunks not handed to ``chunk`` yet
         self.held_bytes = 0
         self.held_since = 0.0
+        # The request bytes the app gets instead of the client's when the gateway asks the
+        # upstream for usage (``usage_option``); the client's usage-only chunks are then stripped.
+        self.forward: bytes | None = None
+        self.strip: UsageChunkStrip | None = None
+        self.decoder: ResponseDecoder | None = None  # the response's Content-Encoding, undone
 
-    def start(self, status: int, streamed: bool) -> None:
+    def start(self, status: int, streamed: bool, headers: Iterable[tuple[bytes, bytes]]) -> None:
         self.started, self.status, self.streamed = True, status, streamed
+        encoding = None
+        for key, value in headers:
+            if key.lower() == b"content-encoding":
+                encoding = value.decode("latin-1")
+        decoder = ResponseDecoder.for_header(encoding)
+        if decoder is not None and decoder.failed:
+            # A coding this gateway cannot undo: the body goes as it came, a plain response the
+            # worker cannot read (unsettled ``unreadable``, exposed at the hold), never nothing.
+            self.streamed, decoder = False, None
+        self.decoder = decoder
+        if self.forward is not None and self.streamed and decoder is None:
+            self.strip = UsageChunkStrip()
 
     def publish(self, method: str, *args: Any) -> None:
         try:
@@ -322,6 +353,9 @@ class BillingMiddleware:
             if refused is not None:
                 await _answer(send, refused)
                 return
+        if call.forward is not None:
+            pending[0] = {"type": "http.request", "body": call.forward, "more_body": False}
+            scope = _forwarded_scope(scope, len(call.forward))
         await self._run(scope, replay, send, call)
 
     def _prepare(self, scope: Scope, raw: bytes) -> _Call | Refusal | None:
@@ -336,6 +370,11 @@ class BillingMiddleware:
         info = self.hook(scope, body)
         if info is None:
             return None
+        forward = None
+        options = usage_options(body)
+        if options is not None:  # usage asked of the upstream (``usage_option``)
+            forward = with_usage_asked(inflated, body, options)  # type: ignore[arg-type]
+            body = {**body, "stream_options": options}
         created_at = datetime.now(UTC)
         request_id = info.request_id or new_request_id()
         reserved = info.reserved_micros
@@ -375,7 +414,9 @@ class BillingMiddleware:
                 provider=info.provider,
                 default_max_tokens=self.default_max_tokens,
             )
-        return _Call(self.publisher, request_id, entry, price, usage_asked(body), created_at)
+        call = _Call(self.publisher, request_id, entry, price, usage_asked(body), created_at)
+        call.forward = forward
+        return call
 
     def _hold(
         self,
@@ -423,10 +464,16 @@ class BillingMiddleware:
                 for key, value in message.get("headers") or ():
                     if key.lower() == b"content-type":
                         content_type = value
-                call.start(message["status"], content_type.lower().startswith(_SSE))
                 headers = list(message.get("headers") or ())
+                call.start(message["status"], content_type.lower().startswith(_SSE), headers)
                 headers.append((REQUEST_ID_HEADER, call.request_id.encode()))
                 message = {**message, "headers": headers}
+            raw = message.get("body", b"") if body else b""
+            if body and call.strip is not None:  # what the client gets: no usage chunk
+                shown = call.strip.feed(raw)
+                if not message.get("more_body", False):
+                    shown += call.strip.rest()
+                message = {**message, "body": shown}
             try:
                 await send(message)
             except OSError:  # uvicorn's ClientDisconnected: the client went away
@@ -436,7 +483,7 @@ class BillingMiddleware:
                 if not call.opened:
                     # After the first body bytes went out: not on the time to first byte.
                     call.open(call.streamed)
-                call.body(message.get("body", b""))
+                call.body(raw if call.decoder is None else call.decoder.feed(raw))
                 if not message.get("more_body", False):
                     call.finished = True
 

@@ -1,0 +1,162 @@
+"""Usage is always asked, and a response's Content-Encoding is read: the real openai client calls the
+example ASGI gateway, which proxies to the recorded upstream (it sends a stream's usage chunk only
+when the request asks, as OpenAI does: ``devtools.recorded_upstream``); a real ``billing worker``
+settles every call from the ledger's point of view.
+
+The oracles are the upstream's own record of what it was asked and what it sent (``Upstream.sent``)
+and the charge computed here from the book's rates, apart from the worker's pricing code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from chaos.fleet import Worker, worker_env
+from sqlalchemy.orm import sessionmaker
+from starlette.middleware.gzip import GZipMiddleware
+
+from devtools.example_app import account_from_key, proxy_app
+from worker.contract.keys import Keys
+from worker.gateway.middleware import BillingMiddleware
+from worker.gateway.tee import Tee
+from worker.ledger.database import make_engine
+
+from .harness import wait_decided
+from .serving import served
+from .test_e2e import expected_charge, sent_usage, served_model
+from .upstream import SCENARIO_HEADER, Upstream
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
+
+MODEL = "gpt-4o-mini"
+REDIS = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    with Upstream.start() as up:
+        yield up
+
+
+@pytest.fixture
+def billing(pg_url: str, prefix: str, tmp_path: Path) -> Iterator[tuple[Tee, sessionmaker]]:
+    env = worker_env(REDIS, "redis://127.0.0.1:6379/11", pg_url, prefix)
+    worker = Worker(env, tmp_path / "worker", "usage-e2e", concurrency=1)
+    tee = Tee.from_url(REDIS, Keys(prefix), spool_dir=tmp_path / "spool")
+    engine = make_engine(pg_url)
+    try:
+        worker.start()
+        yield tee, sessionmaker(engine)
+    finally:
+        tee.stop()
+        worker.stop()
+        engine.dispose()
+
+
+def _client(url: str, account: str, scenario: str) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=url + "/v1", api_key=account, max_retries=0,
+        default_headers={SCENARIO_HEADER: scenario},
+    )  # fmt: skip
+
+
+def _stream(url: str, account: str, scenario: str, **options: object) -> list:
+    client = _client(url, account, scenario)
+    messages = [{"role": "user", "content": f"Tell me about {scenario}."}]
+    return list(
+        client.chat.completions.create(model=MODEL, messages=messages, stream=True, **options)
+    )
+
+
+def test_every_stream_asks_usage_upstream_and_only_an_asking_client_gets_it(
+    upstream: Upstream, billing: tuple[Tee, sessionmaker], tmp_path: Path
+) -> None:
+    tee, sessions = billing
+    account = f"acct-{uuid.uuid4().hex[:8]}"
+    with served(proxy_app(upstream.base_url)) as plain_url:  # the same app, unbilled
+        unbilled = _stream(plain_url, account, "clean")
+    app = BillingMiddleware(proxy_app(upstream.base_url), publisher=tee, hook=account_from_key)
+    with served(app) as url:
+        silent = _stream(url, account, "clean")
+        asked = _stream(url, account, "clean", stream_options={"include_usage": True})
+        refused = _stream(url, account, "clean", stream_options={"include_usage": False})
+        raw = httpx.post(
+            url + "/v1/chat/completions",
+            headers={"Authorization": f"Bearer {account}", SCENARIO_HEADER: "clean"},
+            json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True},
+        )
+        usage_less = _stream(url, account, "usage_less")
+        time.sleep(0.2)  # the last close is published after the client's last byte
+    assert tee.flush(timeout=10)
+
+    sent = upstream.sent
+    # The unbilled gateway forwarded the client's request as it was: no usage asked, none sent.
+    assert not sent[0].include_usage and all(c.usage is None for c in unbilled)
+    # Through the billing gateway, the upstream was asked for usage every time.
+    assert [s.include_usage for s in sent[1:]] == [True] * 5
+    # Only the client that asked got the usage chunk; the others got every other chunk.
+    assert [c.choices for c in asked][-1] == [] and asked[-1].usage is not None
+    for chunks in (silent, refused):
+        assert all(c.choices for c in chunks), "a usage-only chunk reached a client"
+        assert [c.model_dump(exclude={"usage"}) for c in chunks] == [
+            c.model_dump(exclude={"usage"}) for c in asked[:-1]
+        ]
+    # The raw bytes: the upstream's events as sent, less the usage-only one, byte for byte.
+    wire = [_wire(f) for f in sent[4].frames if not (isinstance(f, dict) and f["choices"] == [])]
+    assert raw.content == b"".join(b"data: %s\n\n" % data for data in wire)
+    assert usage_less and all(c.usage is None for c in usage_less)
+
+    calls = wait_decided(sessions, [account], 5, timeout=90)
+    assert len(calls) == 5
+    settled = [c for c in calls if c.status == "settled"]
+    # The four clean streams are billed at the upstream's usage, whether the client asked or not.
+    charge = expected_charge(sent_usage(sent[1]), served_model(sent[1]))
+    assert sorted(c.charge_micros for c in settled) == [charge] * 4
+    assert {c.usage_source for c in settled} == {"reported"}
+    # The stream that never carried usage, though asked: missing, not a legitimate estimate.
+    (missing,) = [c for c in calls if c.status != "settled"]
+    assert (missing.status, missing.reason) == ("unsettled", "missing_usage")
+
+
+def _wire(frame: object) -> bytes:
+    """A frame as the recorded upstream writes it."""
+    return frame.encode() if isinstance(frame, str) else json.dumps(frame, separators=(",", ":")).encode()
+
+
+def test_a_gzipped_answer_is_read_and_the_client_gets_it_gzipped(
+    upstream: Upstream, billing: tuple[Tee, sessionmaker]
+) -> None:
+    tee, sessions = billing
+    account = f"acct-{uuid.uuid4().hex[:8]}"
+    inner = GZipMiddleware(proxy_app(upstream.base_url), minimum_size=1)
+    app = BillingMiddleware(inner, publisher=tee, hook=account_from_key)
+    with served(app) as url:
+        reply = httpx.post(
+            url + "/v1/chat/completions",
+            headers={
+                "Authorization": f"Bearer {account}", SCENARIO_HEADER: "clean_body",
+                "Accept-Encoding": "gzip",
+            },
+            json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]},
+        )  # fmt: skip
+        client = _client(url, account, "clean_body")
+        body = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "y"}]
+        )
+        time.sleep(0.2)
+    assert tee.flush(timeout=10)
+    assert reply.headers["content-encoding"] == "gzip"  # the client got the encoded bytes
+    assert reply.json()["usage"] == upstream.sent[0].body["usage"]
+    assert body.usage is not None
+    calls = wait_decided(sessions, [account], 2, timeout=90)
+    charge = expected_charge(sent_usage(upstream.sent[0]), served_model(upstream.sent[0]))
+    assert [(c.status, c.usage_source, c.charge_micros) for c in calls] == [
+        ("settled", "reported", charge)
+    ] * 2

@@ -127,7 +127,11 @@ def test_every_stream_asks_usage_upstream_and_only_an_asking_client_gets_it(
 
 def _wire(frame: object) -> bytes:
     """A frame as the recorded upstream writes it."""
-    return frame.encode() if isinstance(frame, str) else json.dumps(frame, separators=(",", ":")).encode()
+    return (
+        frame.encode()
+        if isinstance(frame, str)
+        else json.dumps(frame, separators=(",", ":")).encode()
+    )
 
 
 def test_a_gzipped_answer_is_read_and_the_client_gets_it_gzipped(

@@ -28,19 +28,22 @@ def _optional(module: str) -> Any:
 
 
 class _Zlib:
-    __slots__ = ("_name", "_object", "_started")
+    __slots__ = ("_head", "_object")
 
     def __init__(self, name: str) -> None:
-        self._name = name
+        # deflate: zlib-wrapped or raw, told apart by the first two bytes (held until they came)
+        self._head: bytes | None = b"" if name == "deflate" else None
         self._object = zlib.decompressobj(_WBITS[name])
-        self._started = False
 
     def __call__(self, data: bytes) -> bytes:
-        if not self._started and self._name == "deflate" and data:
-            self._started = True
-            try:
-                return self._object.decompress(data)
-            except zlib.error:  # raw deflate, with no zlib header
+        if self._head is not None:
+            data = self._head + data
+            if len(data) < 2:
+                self._head = data
+                return b""
+            self._head = None
+            cmf, flg = data[0], data[1]
+            if cmf & 0x0F != 8 or (cmf << 8 | flg) % 31:  # not a zlib header (RFC 1950)
                 self._object = zlib.decompressobj(-zlib.MAX_WBITS)
         return self._object.decompress(data)
 
@@ -53,7 +56,9 @@ def _step(name: str) -> Callable[[bytes], bytes] | None:
         return None if brotli is None else brotli.Decompressor().process
     if name == "zstd":
         zstandard = _optional("zstandard")
-        return None if zstandard is None else zstandard.ZstdDecompressor().decompressobj().decompress
+        return (
+            None if zstandard is None else zstandard.ZstdDecompressor().decompressobj().decompress
+        )
     return None
 
 
@@ -61,7 +66,7 @@ class ResponseDecoder:
     """Undoes a list of content codings, last applied first. ``feed`` returns the decoded bytes
     of a chunk (b"" once ``failed``: a coding it does not know, or bytes that do not decode)."""
 
-    __slots__ = ("encoding", "failed", "_steps")
+    __slots__ = ("_steps", "encoding", "failed")
 
     def __init__(self, encoding: str) -> None:
         self.encoding = encoding

@@ -38,6 +38,11 @@ app unchanged), then, in this order:
    when it raised anything else, ended without finishing its body, or answered an HTTP error
    (a stream with status ≥ 400, a plain body with status ≥ 500), else ``done``.
 
+Every billed request that asks to stream without asking for usage is forwarded asking for it
+(``usage_option``: the entry's ``include_usage`` is then true), and the usage-only chunk is taken
+out of what the client receives, never out of what is published. A response's
+``Content-Encoding`` is undone for the publisher only (``content_coding``).
+
 A request that never got a response (the app raised first, the client left first) is published at
 the end, as asked, with no frames: the worker keeps it unsettled ``incomplete``. A body that is not
 a JSON object is refused (step 1): the middleware could not bill what the app might serve from it.

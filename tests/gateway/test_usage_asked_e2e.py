@@ -9,6 +9,7 @@ and the charge computed here from the book's rates, apart from the worker's pric
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 import uuid
@@ -20,7 +21,11 @@ import openai
 import pytest
 from chaos.fleet import Worker, worker_env
 from sqlalchemy.orm import sessionmaker
+from starlette.applications import Starlette
 from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from devtools.example_app import account_from_key, proxy_app
 from worker.contract.keys import Keys
@@ -164,3 +169,40 @@ def test_a_gzipped_answer_is_read_and_the_client_gets_it_gzipped(
     assert [(c.status, c.usage_source, c.charge_micros) for c in calls] == [
         ("settled", "reported", charge)
     ] * 2
+
+
+def test_a_coding_the_gateway_cannot_undo_is_recorded_unreadable_at_its_hold(
+    billing: tuple[Tee, sessionmaker],
+) -> None:
+    """``br`` without its library here (``zstd`` likewise): the client gets the bytes as they came,
+    the worker records the call unsettled ``unreadable`` with its hold as exposure, never nothing."""
+    if importlib.util.find_spec("brotli") or importlib.util.find_spec("brotlicffi"):
+        pytest.skip("brotli is installed here: br is decoded")
+    tee, sessions = billing
+    account = f"acct-{uuid.uuid4().hex[:8]}"
+    coded = b"\x1b\x00\xf8\xa5@\x02\xb2\x9e\x9c\x00"  # not decodable without brotli
+
+    async def chat(request: Request) -> Response:
+        media = "text/event-stream" if (await request.json()).get("stream") else "application/json"
+        return Response(coded, media_type=media, headers={"content-encoding": "br"})
+
+    app = BillingMiddleware(
+        Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+        publisher=tee,
+        hook=account_from_key,
+        authorizer=None,
+    )
+    with served(app) as url:
+        for stream in (False, True):
+            reply = httpx.post(
+                url + "/v1/chat/completions",
+                headers={"Authorization": f"Bearer {account}", "Accept-Encoding": "identity"},
+                json={"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                      "stream": stream, "max_tokens": 10},
+            )  # fmt: skip
+            assert reply.headers["content-encoding"] == "br"
+            assert reply.read() == coded
+        time.sleep(0.2)
+    assert tee.flush(timeout=10)
+    calls = wait_decided(sessions, [account], 2, timeout=90)
+    assert [(c.status, c.reason) for c in calls] == [("unsettled", "unreadable")] * 2

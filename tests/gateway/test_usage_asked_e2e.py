@@ -9,11 +9,13 @@ and the charge computed here from the book's rates, apart from the worker's pric
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import time
 import uuid
-from collections.abc import Iterator
+import zlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -24,7 +26,7 @@ from sqlalchemy.orm import sessionmaker
 from starlette.applications import Starlette
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from devtools.example_app import account_from_key, proxy_app
@@ -36,7 +38,7 @@ from worker.ledger.database import make_engine
 from .harness import wait_decided
 from .serving import served
 from .test_e2e import expected_charge, sent_usage, served_model
-from .upstream import SCENARIO_HEADER, Upstream
+from .upstream import SCENARIO_HEADER, Upstream, load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis]
 
@@ -206,3 +208,66 @@ def test_a_coding_the_gateway_cannot_undo_is_recorded_unreadable_at_its_hold(
     assert tee.flush(timeout=10)
     calls = wait_decided(sessions, [account], 2, timeout=90)
     assert [(c.status, c.reason) for c in calls] == [("unsettled", "unreadable")] * 2
+
+
+def test_a_gzipped_stream_is_read_and_stripped_for_a_client_that_did_not_ask(
+    billing: tuple[Tee, sessionmaker],
+) -> None:
+    """An app that gzips its SSE body (as an upstream's gzip passed through would be): the worker
+    bills the usage under the coding; a client that asked gets the gzip bytes as they came, one
+    that did not gets the events decoded, less the usage chunk (it cannot be cut out coded)."""
+    tee, sessions = billing
+    account = f"acct-{uuid.uuid4().hex[:8]}"
+    frames = load("clean").frames
+    assert frames is not None
+    events = [b"data: %s\n\n" % _wire(frame) for frame in frames]
+    asked_upstream: list[bool] = []
+
+    async def chat(request: Request) -> StreamingResponse:
+        options = (await request.json()).get("stream_options") or {}
+        asked_upstream.append(options.get("include_usage") is True)
+
+        async def body() -> AsyncIterator[bytes]:
+            packer = zlib.compressobj(wbits=31)
+            for event in events:
+                yield packer.compress(event) + packer.flush(zlib.Z_SYNC_FLUSH)
+            yield packer.flush()
+
+        return StreamingResponse(
+            body(), media_type="text/event-stream", headers={"content-encoding": "gzip"}
+        )
+
+    app = BillingMiddleware(
+        Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+        publisher=tee,
+        hook=account_from_key,
+    )
+    request = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+    headers = {"Authorization": f"Bearer {account}"}
+    with served(app) as url, httpx.Client() as client:
+        with client.stream(
+            "POST", url + "/v1/chat/completions", headers=headers,
+            json={**request, "stream_options": {"include_usage": True}},
+        ) as asked:  # fmt: skip
+            coded = b"".join(asked.iter_raw())
+            assert asked.headers["content-encoding"] == "gzip"
+        with client.stream(
+            "POST", url + "/v1/chat/completions", headers=headers, json=request
+        ) as silent:
+            plain = b"".join(silent.iter_raw())
+            assert "content-encoding" not in silent.headers
+        time.sleep(0.2)
+    assert tee.flush(timeout=10)
+    assert asked_upstream == [True, True]
+    assert gzip.decompress(coded) == b"".join(events)
+    usage_chunk = [
+        e for e, f in zip(events, frames, strict=True) if f != "[DONE]" and f["choices"] == []
+    ]
+    assert len(usage_chunk) == 1
+    assert plain == b"".join(e for e in events if e not in usage_chunk)
+    calls = wait_decided(sessions, [account], 2, timeout=90)
+    usage = next(f["usage"] for f in frames if isinstance(f, dict) and f.get("usage"))
+    charge = expected_charge(usage, next(f["model"] for f in frames if isinstance(f, dict)))
+    assert [(c.status, c.usage_source, c.charge_micros) for c in calls] == [
+        ("settled", "reported", charge)
+    ] * 2

@@ -101,6 +101,8 @@ def test_the_client_gets_every_event_but_the_usage_chunk_whatever_the_chunking(
 def test_what_is_a_usage_chunk() -> None:
     assert is_usage_chunk(USAGE)
     assert is_usage_chunk(USAGE.replace(b"\n", b"\r\n"))
+    assert is_usage_chunk(b'data: {"usage": {"prompt_tokens": 1}, "choices": [ ]}\n\n')
+    assert not is_usage_chunk(b'data: {"choices":[],"usage":{"a":1}} \n\n'.replace(b"[]", b"[1]"))
     assert not is_usage_chunk(CHUNK)
     assert not is_usage_chunk(b'data: {"choices":[{"index":0}],"usage":{"prompt_tokens":1}}\n\n')
     assert not is_usage_chunk(b'data: {"choices":[],"usage":null}\n\n')

@@ -138,6 +138,7 @@ class _Call:
     __slots__ = (
         "chunk",
         "created_at",
+        "decoded",
         "decoder",
         "disconnected",
         "entry",
@@ -195,6 +196,7 @@ class _Call:
         self.forward: bytes | None = None
         self.strip: UsageChunkStrip | None = None
         self.decoder: ResponseDecoder | None = None  # the response's Content-Encoding, undone
+        self.decoded = False  # the client gets the body decoded (a coded stream to strip)
 
     def start(self, status: int, streamed: bool, headers: Iterable[tuple[bytes, bytes]]) -> None:
         self.started, self.status, self.streamed = True, status, streamed
@@ -208,8 +210,10 @@ class _Call:
             # worker cannot read (unsettled ``unreadable``, exposed at the hold), never nothing.
             self.streamed, decoder = False, None
         self.decoder = decoder
-        if self.forward is not None and self.streamed and decoder is None:
+        if self.forward is not None and self.streamed:
+            # The usage chunk is cut from the events: a coded stream goes to the client decoded.
             self.strip = UsageChunkStrip()
+            self.decoded = decoder is not None
 
     def publish(self, method: str, *args: Any) -> None:
         try:
@@ -471,11 +475,16 @@ class BillingMiddleware:
                         content_type = value
                 headers = list(message.get("headers") or ())
                 call.start(message["status"], content_type.lower().startswith(_SSE), headers)
+                if call.decoded:
+                    headers = [(k, v) for k, v in headers if k.lower() not in _BODY_HEADERS]
                 headers.append((REQUEST_ID_HEADER, call.request_id.encode()))
                 message = {**message, "headers": headers}
-            raw = message.get("body", b"") if body else b""
+            # What the publisher reads: the body with its coding undone.
+            data = message.get("body", b"") if body else b""
+            if body and call.decoder is not None:
+                data = call.decoder.feed(data)
             if body and call.strip is not None:  # what the client gets: no usage chunk
-                shown = call.strip.feed(raw)
+                shown = call.strip.feed(data)
                 if not message.get("more_body", False):
                     shown += call.strip.rest()
                 message = {**message, "body": shown}
@@ -488,7 +497,7 @@ class BillingMiddleware:
                 if not call.opened:
                     # After the first body bytes went out: not on the time to first byte.
                     call.open(call.streamed)
-                call.body(raw if call.decoder is None else call.decoder.feed(raw))
+                call.body(data)
                 if not message.get("more_body", False):
                     call.finished = True
 

@@ -14,6 +14,7 @@ upstream's, as sent (with usage asked, OpenAI adds ``"usage": null`` to every ot
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -24,6 +25,7 @@ from worker.gateway.metadata import asks_to_stream, usage_asked
 _OPTIONS_KEY = b"stream_options"
 _ESCAPE = b"\\u"
 _JSON_SPACE = b" \t\r\n"
+_NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 
 
 def usage_options(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -64,7 +66,7 @@ def with_usage_asked(raw: bytes, body: dict[str, Any], options: dict[str, Any]) 
 def is_usage_chunk(event: bytes) -> bool:
     """Whether an SSE event is a usage-only chunk: its data a JSON object with ``choices: []``
     and a ``usage`` object."""
-    if b'"usage"' not in event or b'"choices"' not in event:
+    if b'"usage"' not in event or _NO_CHOICES.search(event) is None:
         return False
     lines = event.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
     data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]

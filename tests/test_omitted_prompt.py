@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from worker.core.anomalies import AnomalyKind, classify
+from worker.core.estimate import estimate_prompt
 from worker.core.prices import load_price_book
 from worker.core.reconcile import reconcile_stream
 from worker.core.request import request_from_dict
@@ -173,3 +174,30 @@ def test_a_prompt_left_out_uncounted_is_never_settled_silently() -> None:
     assert (reported.outcome, reported.usage_source) == (Outcome.SETTLED, UsageSource.REPORTED)
     assert reported.usage is not None and reported.usage.prompt_tokens == 30007
     assert "prompt_uncounted" in reported.anomalies
+
+
+def test_cut_tool_definitions_are_scaled_without_the_gateways_count() -> None:
+    """A tool whose long description was cut: scaled up from what was kept, flagged approximate.
+    The reference is the estimate of the uncut tools (the property checked is the scaling)."""
+    description = " ".join(["Reads the file at the path and returns its lines."] * 3_000)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"read_{i}",
+                "description": description,
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+        for i in range(4)
+    ]
+    whole = estimate_prompt(MODEL, [{"role": "user", "content": "go"}], tools)
+    cut = orjson.loads(
+        entry_body({**entry([{"role": "user", "content": "go"}]), "tools": tools}, 60_000)
+    )
+    assert all("omitted_chars" in tool["function"] for tool in cut["tools"])
+    del cut["prompt_estimate"]
+    result = settle(orjson.dumps(cut))
+    assert abs(result.estimate.prompt_tokens - whole) <= whole * 0.05
+    assert result.estimate.approximate
+    assert settle(orjson.dumps({**cut, "prompt_estimate": whole})).estimate.prompt_tokens == whole

@@ -12,11 +12,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import orjson
+import pytest
 import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from worker.core.anomalies import AnomalyKind, classify
+from worker.core.errors import RequestMetaError
 from worker.core.estimate import estimate_prompt
 from worker.core.prices import load_price_book
 from worker.core.reconcile import reconcile_stream
@@ -201,3 +203,19 @@ def test_cut_tool_definitions_are_scaled_without_the_gateways_count() -> None:
     assert abs(result.estimate.prompt_tokens - whole) <= whole * 0.05
     assert result.estimate.approximate
     assert settle(orjson.dumps({**cut, "prompt_estimate": whole})).estimate.prompt_tokens == whole
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("prompt_estimate", -1),
+        ("prompt_estimate", 10**9 + 1),
+        ("prompt_estimate", "30007"),
+        ("prompt_estimate", True),
+        ("omitted_messages", "yes"),
+        ("omitted_messages", 1),
+    ],
+)
+def test_the_counts_of_what_was_cut_are_checked_at_the_boundary(field: str, value: object) -> None:
+    with pytest.raises(RequestMetaError, match=field):
+        request_from_dict({**entry([]), field: value})

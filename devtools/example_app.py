@@ -68,7 +68,10 @@ def proxy_app(upstream: str, *, on_shutdown: Callable[[], object] | None = None)
                 yield chunk
 
         kept = {
-            k: v for k, v in reply.headers.items() if k.lower() in ("content-type", "x-request-id")
+            k: v
+            for k, v in reply.headers.items()
+            # the body goes as it came (``aiter_raw``), so its coding goes with it
+            if k.lower() in ("content-type", "content-encoding", "x-request-id")
         }
         return StreamingResponse(
             body(),

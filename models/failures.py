@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, Text
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, BigId, UTCDateTime
@@ -49,6 +49,10 @@ class Failure(Base):
     estimate_completion_tokens: Mapped[int]
     exposure_micros: Mapped[int | None] = mapped_column(BigInteger)
     finish_reasons: Mapped[str | None] = mapped_column(Text)
+    # The exposure is the price of usage the provider reported before the call broke (an
+    # ``error_finish`` with a billable usage block), not an estimate: ``charge_delivered`` charges
+    # it at the grace's end.
+    exposure_reported: Mapped[bool] = mapped_column(default=False, server_default=text("false"))
     detected_at: Mapped[datetime] = mapped_column(UTCDateTime())
     resolved_by: Mapped[str | None] = mapped_column(String(200))
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -167,7 +167,12 @@ def test_twins_settle_at_what_the_upstream_sent(stack: Stack, scenario: str) -> 
     )
     assert chunks[-1].usage is not None  # the client got the usage it asked for
     sents.append(sent)
-    _, sent = stack.call(scenario, stream=True, account=account)
+    silent, sent = stack.call(scenario, stream=True, account=account)
+    # LiteLLM asks the upstream for usage on every stream, as the ASGI middleware does
+    # (``worker.gateway.usage_option``), and keeps the usage-only chunk from a client that did
+    # not ask: it got every other chunk, and no usage.
+    assert sent.include_usage
+    assert silent and all(c.choices for c in silent) and all(c.usage is None for c in silent)
     sents.append(sent)
     body, sent = stack.call(scenario, stream=False, account=account)
     assert body.usage.prompt_tokens == upstream_usage(sent)["prompt_tokens"]

@@ -130,14 +130,15 @@ def test_asgi_stream_flags_the_app_streams(edges: Edges) -> None:
     answer, served_calls = edges.post(edges.gateway, orjson.dumps(asked), payer)
     assert served_calls == 1
     assert answer.headers["content-type"].startswith("text/event-stream")
-    # Not asked for usage: the upstream sends none, and the worker bills the estimate.
+    # Not asked for usage by the client: the gateway asks the upstream all the same, bills its
+    # usage, and the client gets no usage chunk.
     answer, served_calls = edges.post(edges.gateway, orjson.dumps(body(payer, stream=1)), payer)
     assert served_calls == 1
     assert answer.headers["content-type"].startswith("text/event-stream")
+    assert b'"choices":[]' not in answer.content
     with_usage, without = edges.decided([payer], 2)
-    assert_settled_as_sent([with_usage], edges.last_sent(2)[:1])
-    assert with_usage.stream is True
-    assert (without.stream, without.status, without.usage_source) == (True, "settled", "estimated")
+    assert_settled_as_sent([with_usage, without], edges.last_sent(2))
+    assert (with_usage.stream, without.stream) == (True, True)
 
 
 def test_asgi_an_account_the_worker_refuses_is_billed_to_the_fallback(edges: Edges) -> None:

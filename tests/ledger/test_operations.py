@@ -306,6 +306,29 @@ def test_one_transaction_per_kind_per_reservation(session: Session) -> None:
     assert all(count == 1 for _, count in counts)
 
 
+def test_charge_delivered_charges_usage_the_provider_reported_before_an_error(
+    session: Session,
+) -> None:
+    """An error finish whose provider reported usage (the reconciler exposes it at that usage's
+    price, marked ``usage_before_error``) is charged that exposure at the grace's end, never 0;
+    one without usage is released, its exposure kept as unbilled exposure."""
+    cases = {"reported": (("usage_before_error",), 3_100), "estimated": ((), 2_900)}
+    for rid, (anomalies, exposure) in cases.items():
+        hold(session, make_meta(rid), now=NOW)
+        result = unsettled(rid, reason=Reason.ERROR_FINISH, exposure=exposure, anomalies=anomalies)
+        apply_result(session, result, now=NOW, grace=GRACE)
+    assert failure(session, "reported").exposure_reported is True
+    assert failure(session, "estimated").exposure_reported is False
+    expiry = NOW + GRACE + timedelta(seconds=1)
+    assert resolve_expired(session, now=expiry, grace=GRACE, policy="charge_delivered") == 2
+    assert status(session, "reported") == "settled_from_estimate"
+    assert status(session, "estimated") == "released"
+    assert failure(session, "estimated").exposure_micros == 2_900
+    # Charged exactly the reported usage's price, nothing held.
+    assert balance(session, "acct-1") == Balance(Micros(-3_100), Micros(0), Micros(3_100))
+    assert ledger_is_balanced(session)
+
+
 def test_charge_delivered_charges_served_answers_and_releases_the_rest(session: Session) -> None:
     """The default policy: a call whose answer was served without usage (``incomplete``: the
     client hung up mid-answer; ``missing_usage``) is charged its estimate after grace; an error

@@ -33,6 +33,14 @@ EXPECTED = {
     "deepseek/cache_hit_miss.json": (*SETTLED, 66, "deepseek", (100, 80, 50, 0)),
     # 11 * 0.27 + 40 * 1.10 = 2.97 + 44 = 46.97 → 47
     "deepseek/litellm_issue_block.json": (*SETTLED, 47, "deepseek", (11, 0, 40, 0)),
+    # a usage chunk, then an error event: an error finish, never billed as clean
+    "openai/usage_then_error_stream.json": (
+        Outcome.UNSETTLED,
+        Reason.ERROR_FINISH,
+        None,
+        "openai",
+        (20, 0, 5, 0),
+    ),
     # an interrupted generation with a usage block: never billed as clean
     "deepseek/insufficient_system_resource.json": (
         Outcome.UNSETTLED,
@@ -281,3 +289,20 @@ def test_litellm_zero_usage_is_unsettled_with_its_exposure() -> None:
     # the estimate: the function call is 22 completion tokens (see the legacy function call test)
     assert result.estimate.completion_tokens == 22
     assert result.exposure_micros is not None and result.exposure_micros > 0
+
+
+# The provider reported (and bills) the usage of these broken calls: their exposure is its price.
+USAGE_BEFORE_ERROR = {
+    # 20 * 0.15 + 5 * 0.60 = 3 + 3 = 6
+    "openai/usage_then_error_stream.json": 6,
+    # 12 * 0.55 + 3 * 2.19 = 6.60 + 6.57 = 13.17 → 13
+    "deepseek/insufficient_system_resource.json": 13,
+}
+
+
+@pytest.mark.parametrize("name", sorted(USAGE_BEFORE_ERROR))
+def test_usage_before_an_error_is_exposure_never_zero(name: str) -> None:
+    result = reconcile(name)
+    assert (result.outcome, result.reason) == (Outcome.UNSETTLED, Reason.ERROR_FINISH)
+    assert result.exposure_micros == USAGE_BEFORE_ERROR[name]
+    assert "usage_before_error" in result.anomalies

@@ -43,6 +43,9 @@ class AnomalyKind(StrEnum):
     # the gateway served the call without a spend check: Redis was unreachable (or the store not
     # built yet) and BILLING_AUTH_UNREACHABLE is ``open``
     ADMITTED_UNCHECKED = "admitted_unchecked"
+    # the request entry came without its prompt (``omitted_messages``) and no count of it: the
+    # estimate lacks the prompt; a call without usage is unsettled ``missing_usage``
+    PROMPT_UNCOUNTED = "prompt_uncounted"
 
 
 def is_non_streamable(model: str, prefixes: Iterable[str]) -> bool:
@@ -113,6 +116,11 @@ def classify(
         named = "another model" if requested is None else requested
         found[AnomalyKind.MODEL_SUBSTITUTED] = f"requested {named}, served {result.model}" + (
             ", which has no price" if result.unpriced else ""
+        )
+    if "prompt_uncounted" in result.anomalies:
+        found[AnomalyKind.PROMPT_UNCOUNTED] = (
+            "the request entry came without its prompt and no count of it: the estimate lacks it"
+            + ("; no usage either, so unsettled" if result.usage is None else "")
         )
     if result.reason is Reason.IMPLAUSIBLE_USAGE:
         found[AnomalyKind.IMPLAUSIBLE_USAGE] = result.usage_problem or "implausible usage"

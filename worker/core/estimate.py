@@ -218,25 +218,31 @@ def _count(encoding: tiktoken.Encoding, text: object) -> int:
 MAX_OMITTED_CHARS = 1 << 40
 
 
-def _text_part_tokens(encoding: tiktoken.Encoding, part: Mapping[Any, Any]) -> tuple[int, bool]:
-    """A text part; one the gateway cut to a prefix (``"omitted_chars": N``) is counted as its
-    prefix's tokens scaled to the whole's length, ``(len(prefix) + N) / len(prefix)``, rounded up,
-    and flagged (the rest is assumed to read like the prefix). An empty prefix, or an ``N`` that is
-    not a count, leaves the rest uncounted (flagged)."""
-    text = part.get("text")
-    tokens = _count(encoding, text)
-    omitted = part.get("omitted_chars")
+def scaled(tokens: int, kept: int, omitted: object) -> tuple[int, bool]:
+    """The tokens of ``kept`` characters the gateway left of strings it cut (``"omitted_chars":
+    N`` on the object that held them) scaled to the whole's length, ``(kept + N) / kept``, rounded
+    up, and flagged (the rest is assumed to read like what was kept). No ``N`` (or 0): as counted,
+    unflagged. No characters kept, or an ``N`` that is not a count: the rest uncounted, flagged."""
     if omitted is None or omitted == 0:
         return tokens, False
     if (
         not isinstance(omitted, int)
         or isinstance(omitted, bool)
         or not 0 < omitted <= MAX_OMITTED_CHARS
-        or not isinstance(text, str)
-        or not text
+        or kept <= 0
     ):
         return tokens, True
-    return -(-tokens * (len(text) + omitted) // len(text)), True
+    return -(-tokens * (kept + omitted) // kept), True
+
+
+def _length(value: object) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+def _text_part_tokens(encoding: tiktoken.Encoding, part: Mapping[Any, Any]) -> tuple[int, bool]:
+    """A text part; one the gateway cut to a prefix is scaled up from it (``scaled``)."""
+    text = part.get("text")
+    return scaled(_count(encoding, text), _length(text), part.get("omitted_chars"))
 
 
 def _content_tokens(encoding: tiktoken.Encoding, content: object, model: str) -> tuple[int, bool]:
@@ -264,7 +270,12 @@ def _content_tokens(encoding: tiktoken.Encoding, content: object, model: str) ->
                 total += tokens
                 uncounted = uncounted or inexact
             elif kind == "refusal":
-                total += _count(encoding, part.get("refusal"))
+                refusal = part.get("refusal")
+                tokens, inexact = scaled(
+                    _count(encoding, refusal), _length(refusal), part.get("omitted_chars")
+                )
+                total += tokens
+                uncounted = uncounted or inexact
             elif kind in ("image_url", "input_image"):
                 image = image_part_tokens(model, part)
                 total += image.tokens
@@ -274,10 +285,13 @@ def _content_tokens(encoding: tiktoken.Encoding, content: object, model: str) ->
     return total, uncounted
 
 
-def _call_tokens(encoding: tiktoken.Encoding, function: object) -> int:
+def _call_tokens(encoding: tiktoken.Encoding, function: object) -> tuple[int, bool]:
+    """A tool call's name and arguments; arguments the gateway cut are scaled up (``scaled``)."""
     if not isinstance(function, Mapping):
-        return 0
-    return _count(encoding, function.get("name")) + _count(encoding, function.get("arguments"))
+        return 0, False
+    name, arguments = function.get("name"), function.get("arguments")
+    tokens = _count(encoding, name) + _count(encoding, arguments)
+    return scaled(tokens, _length(name) + _length(arguments), function.get("omitted_chars"))
 
 
 def _message_tokens(
@@ -285,9 +299,11 @@ def _message_tokens(
 ) -> tuple[int, bool]:
     total = TOKENS_PER_MESSAGE
     uncounted = False
+    strings = chars = 0  # the message's own strings, which its ``omitted_chars`` counts cuts of
     for key, value in message.items():
         if isinstance(value, str):
-            total += _count(encoding, value)
+            strings += _count(encoding, value)
+            chars += len(value)
             if key == "name":
                 total += TOKENS_PER_NAME
         elif key == "content":
@@ -299,10 +315,15 @@ def _message_tokens(
             # the model reads back, so they are counted like any other string.
             for call in value:
                 if isinstance(call, Mapping):
-                    total += _call_tokens(encoding, call.get("function"))
+                    tokens, inexact = _call_tokens(encoding, call.get("function"))
+                    total += tokens
+                    uncounted = uncounted or inexact
         elif key == "function_call":
-            total += _call_tokens(encoding, value)
-    return total, uncounted
+            tokens, inexact = _call_tokens(encoding, value)
+            total += tokens
+            uncounted = uncounted or inexact
+    tokens, inexact = scaled(strings, chars, message.get("omitted_chars"))
+    return total + tokens, uncounted or inexact
 
 
 def _strip_period(text: str) -> str:
@@ -322,12 +343,51 @@ def _as_text(value: object) -> str:
     return ""
 
 
+def _cut_of(value: object, depth: int = 0) -> tuple[int, int]:
+    """The characters of every string nested in ``value`` (values and list items), and the sum of
+    the ``omitted_chars`` counts in it (a count that is not one: -1, so ``scaled`` flags it)."""
+    if depth > 64:
+        return 0, 0
+    chars = omitted = 0
+    items: Iterable[object] = ()
+    if isinstance(value, Mapping):
+        count = value.get("omitted_chars")
+        if count is not None:
+            ok = isinstance(count, int) and not isinstance(count, bool) and count >= 0
+            omitted = count if ok else -1
+        items = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    for item in items:
+        if isinstance(item, str):
+            chars += len(item)
+        elif isinstance(item, Mapping | list | tuple):
+            more, cut = _cut_of(item, depth + 1)
+            chars += more
+            omitted = -1 if -1 in (omitted, cut) else omitted + cut
+    return chars, omitted
+
+
 def _tool_tokens(encoding: tiktoken.Encoding, tool: object, constants: ToolConstants) -> int:
     """One tool definition, by the cookbook's ``num_tokens_for_tools``.
 
     Accepts the ``tools`` shape (``{"type": "function", "function": {...}}``) and the legacy
-    ``functions`` shape (the function object itself). Missing descriptions count as empty.
+    ``functions`` shape (the function object itself). Missing descriptions count as empty. A
+    definition whose strings the gateway cut (``omitted_chars`` anywhere in it) is scaled up from
+    what was kept (``scaled``: the whole definition's characters).
     """
+    tokens = _tool_tokens_as_sent(encoding, tool, constants)
+    chars, omitted = _cut_of(tool)
+    return scaled(tokens, chars, omitted or None)[0]
+
+
+def _tool_cut(tool: object) -> bool:
+    return _cut_of(tool)[1] != 0
+
+
+def _tool_tokens_as_sent(
+    encoding: tiktoken.Encoding, tool: object, constants: ToolConstants
+) -> int:
     if not isinstance(tool, Mapping):
         return 0
     function = tool.get("function")
@@ -376,6 +436,7 @@ def _prompt_tokens(
         constants = TOOL_CONSTANTS[tokenizer.encoding]
         total += sum(_tool_tokens(encoding, tool, constants) for tool in tools)
         total += constants.func_end
+        uncounted = uncounted or any(_tool_cut(tool) for tool in tools)
     return total, uncounted
 
 

@@ -20,6 +20,7 @@ from worker.core.estimate import estimate
 from worker.core.money import Micros
 from worker.core.outcome import (
     IMPLAUSIBLE_USAGE,
+    MISSING_USAGE,
     UNPRICED_COMPONENT,
     Decision,
     decide_response,
@@ -28,12 +29,13 @@ from worker.core.outcome import (
 )
 from worker.core.prices import PriceBook
 from worker.core.request import RequestMeta
-from worker.core.result import Choice, Outcome, Reason, Result, Usage, UsageSource
+from worker.core.result import Choice, Estimate, Outcome, Reason, Result, Usage, UsageSource
 from worker.core.searches import with_searches
 from worker.core.sse import lenient_loads
 from worker.core.substitution import billed_model
 from worker.core.usage import (
     Reading,
+    Verdict,
     against_output,
     bound_for,
     cost_drifted,
@@ -71,6 +73,19 @@ def _error_text(error: dict[str, Any] | None) -> str | None:
     code = error.get("code") or error.get("type") if isinstance(error, dict) else None
     text = f"{code}: {message}" if code and message else str(message or code or "error")
     return text[:200]
+
+
+def whole_prompt(meta: RequestMeta, guess: Estimate) -> tuple[Estimate, bool]:
+    """The estimate with its prompt covering the whole request as sent, and whether it could not.
+
+    A gateway that published the prompt cut to its budget counts the whole one with this very
+    estimate and says so (``prompt_estimate``): that count is the prompt's. An entry whose
+    messages were left out (``omitted_messages``) with no such count cannot be estimated: the
+    estimate counts what came (the completion), and the second value is True, which the
+    reconciler never lets pass silently (``build_result``)."""
+    if meta.prompt_estimate is not None:
+        return replace(guess, prompt_tokens=meta.prompt_estimate), False
+    return guess, meta.omitted_messages
 
 
 def produced_output(choices: Iterable[Choice]) -> bool:
@@ -149,7 +164,13 @@ def build_result(
     and for the call's provider; the exposure is the estimate's price, or for
     ``inconsistent_usage`` the price of the larger reading, or for ``unpriced_component`` the
     price of the parts that were read (a lower bound: the unpriced fields are left out; the
-    estimate's price when those parts have no price either). A reported usage whose row prices the
+    estimate's price when those parts have no price either), or for an ``error_finish`` whose
+    provider reported billable usage that usage's price (marked ``usage_before_error`` in
+    ``Result.anomalies``, which the failure row keeps as ``exposure_reported``: the provider bills
+    it, so the grace's ``charge_delivered`` charges it). The estimate's prompt
+    covers the whole request as sent (``whole_prompt``); when it cannot (the prompt left out,
+    uncounted) the anomaly ``prompt_uncounted`` says so, and a call that would have been settled
+    at the estimate is unsettled ``missing_usage`` instead. A reported usage whose row prices the
     model but not a component it has (a kind of token or a fee: ``PriceBook.unpriced_components``)
     is unsettled ``unpriced_component`` too, exposed at the rest. A charge records the rates it was
     computed at (``Result.unit_prices``, ``PriceBook.quote``). An exposure is capped at
@@ -161,10 +182,17 @@ def build_result(
     """
     if reading is None:
         reading = read_reported(meta, assembled, prices)
-    guess = estimate(meta.model, meta.messages, meta.tools, assembled.choices)
+    guess, uncounted = whole_prompt(
+        meta, estimate(meta.model, meta.messages, meta.tools, assembled.choices)
+    )
     table: CalibrationTable = getattr(prices, "calibration", EMPTY)
     factors = table.lookup(meta.provider, meta.model)
     anomalies = _anomalies(meta, assembled)
+    if uncounted:
+        anomalies.append("prompt_uncounted")
+        if decision.outcome is Outcome.SETTLED and decision.usage_source is UsageSource.ESTIMATED:
+            # no usage and no estimate of the prompt: the call cannot be charged from what came
+            decision = MISSING_USAGE
     if substituted:
         anomalies.append("model_substituted")
     tier = assembled.service_tier
@@ -184,6 +212,17 @@ def build_result(
     elif decision.reason is Reason.UNPRICED_COMPONENT and reading.usage is not None:
         known = price(reading.usage)
         exposure = exposure if known is None else known
+    elif (
+        decision.reason is Reason.ERROR_FINISH
+        and reading.verdict is Verdict.BILLABLE
+        and reading.usage is not None
+    ):
+        # The provider reported (and bills) the usage of a call that then broke: that usage is
+        # the exposure, which ``charge_delivered`` charges at the grace's end (never 0).
+        reported_price = price(reading.usage)
+        if reported_price is not None:
+            exposure = reported_price
+            anomalies.append("usage_before_error")
     charge: Micros | None = None
     billed: Usage | None = None
     if decision.outcome is Outcome.SETTLED:

@@ -74,6 +74,12 @@ class RequestMeta:
     # The search context size of a request that asked for web search (``web_search_options``;
     # ``medium`` when it names none): ``worker.core.searches`` bills the search its usage may not count.
     web_search: str | None = None
+    # The prompt tokens of the whole request as sent, counted by the gateway with the worker's own
+    # estimate when it published the prompt cut to its budget (``prompt_estimate``); the estimate
+    # then covers what was cut. None when the entry carries the prompt whole.
+    prompt_estimate: int | None = None
+    # The gateway published the entry without its messages and tools (``omitted_messages``).
+    omitted_messages: bool = False
     # Which request entry this metadata came from (``request_digest``); None when it did not come
     # from a call's stream (a replay file, a test). Stored on the reservation, never the prompt.
     digest: str | None = None
@@ -143,6 +149,19 @@ def _optional_int(
         raise RequestMetaError(f"{key}: expected an integer, got {type(value).__name__}")
     if not low <= value <= high:
         raise RequestMetaError(f"{key}: must be between {low} and {high}")
+    return value
+
+
+# No prompt holds more tokens (a ``prompt_estimate`` beyond it is no count a gateway made).
+MAX_PROMPT_ESTIMATE = 10**9
+
+
+def _omitted_messages(data: dict[str, Any]) -> bool:
+    value = data.get("omitted_messages")
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RequestMetaError("omitted_messages: expected a boolean")
     return value
 
 
@@ -325,6 +344,8 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
         account_fallback=_note(data, "account_fallback"),
         admitted_unchecked=_authorization(data),
         web_search=_web_search(data),
+        prompt_estimate=_optional_int(data, "prompt_estimate", 0, MAX_PROMPT_ESTIMATE),
+        omitted_messages=_omitted_messages(data),
         digest=None
         if entry_id is None
         else _digest(entry_id, request_id, account_id, model, stream, reserved, created_at),

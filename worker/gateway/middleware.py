@@ -37,6 +37,11 @@ app unchanged), then, in this order:
    when it raised anything else, ended without finishing its body, or answered an HTTP error
    (a stream with status ≥ 400, a plain body with status ≥ 500), else ``done``.
 
+Every billed request that asks to stream without asking for usage is forwarded asking for it
+(``usage_option``: the entry's ``include_usage`` is then true), and the usage-only chunk is taken
+out of what the client receives, never out of what is published. A response's
+``Content-Encoding`` is undone for the publisher only (``content_coding``).
+
 A request that never got a response (the app raised first, the client left first) is published at
 the end, as asked, with no frames: the worker keeps it unsettled ``incomplete``. A body that is not
 a JSON object is refused (step 1): the middleware could not bill what the app might serve from it.
@@ -57,6 +62,7 @@ from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier
 from worker.gateway.authorize import Admission, Authorizer
+from worker.gateway.content_coding import ResponseDecoder
 from worker.gateway.events import EventSplitter
 from worker.gateway.metadata import (
     FALLBACK_ACCOUNT,
@@ -73,6 +79,7 @@ from worker.gateway.refusals import NOT_JSON, Refusal, refusal
 from worker.gateway.request_budget import entry_body
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, reserve
 from worker.gateway.routes import is_chat_completion
+from worker.gateway.usage_option import UsageChunkStrip, usage_options, with_usage_asked
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +112,15 @@ def close_reason_of(exc: BaseException) -> str:
 
 
 REQUEST_ID_HEADER = b"x-billing-request-id"
+_BODY_HEADERS = (b"content-length", b"content-encoding")
+
+
+def _forwarded_scope(scope: Scope, length: int) -> Scope:
+    """``scope`` for a request body the middleware rewrote: plain (not encoded), ``length``
+    bytes."""
+    headers = [(k, v) for k, v in scope.get("headers") or () if k.lower() not in _BODY_HEADERS]
+    headers.append((b"content-length", b"%d" % length))
+    return {**scope, "headers": headers}
 
 
 async def _answer(send: Send, refused: Refusal) -> None:
@@ -123,9 +139,12 @@ class _Call:
         "admission",
         "chunk",
         "created_at",
+        "decoded",
+        "decoder",
         "disconnected",
         "entry",
         "finished",
+        "forward",
         "held",
         "held_bytes",
         "held_since",
@@ -138,6 +157,7 @@ class _Call:
         "started",
         "status",
         "streamed",
+        "strip",
         "usage_asked",
     )
 
@@ -173,9 +193,29 @@ class _Call:
         self.held: list[bytes] = []  # chunks not handed to ``chunk`` yet
         self.held_bytes = 0
         self.held_since = 0.0
+        # The request bytes the app gets instead of the client's when the gateway asks the
+        # upstream for usage (``usage_option``); the client's usage-only chunks are then stripped.
+        self.forward: bytes | None = None
+        self.strip: UsageChunkStrip | None = None
+        self.decoder: ResponseDecoder | None = None  # the response's Content-Encoding, undone
+        self.decoded = False  # the client gets the body decoded (a coded stream to strip)
 
-    def start(self, status: int, streamed: bool) -> None:
+    def start(self, status: int, streamed: bool, headers: Iterable[tuple[bytes, bytes]]) -> None:
         self.started, self.status, self.streamed = True, status, streamed
+        encoding = None
+        for key, value in headers:
+            if key.lower() == b"content-encoding":
+                encoding = value.decode("latin-1")
+        decoder = ResponseDecoder.for_header(encoding)
+        if decoder is not None and decoder.failed:
+            # A coding this gateway cannot undo: the body goes as it came, a plain response the
+            # worker cannot read (unsettled ``unreadable``, exposed at the hold), never nothing.
+            self.streamed, decoder = False, None
+        self.decoder = decoder
+        if self.forward is not None and self.streamed:
+            # The usage chunk is cut from the events: a coded stream goes to the client decoded.
+            self.strip = UsageChunkStrip()
+            self.decoded = decoder is not None
 
     def publish(self, method: str, *args: Any) -> None:
         try:
@@ -332,6 +372,9 @@ class BillingMiddleware:
             await _answer(send, admission.refusal)
             return
         call.admission = admission
+        if call.forward is not None:
+            pending[0] = {"type": "http.request", "body": call.forward, "more_body": False}
+            scope = _forwarded_scope(scope, len(call.forward))
         try:
             await self._run(scope, replay, send, call)
         finally:
@@ -349,6 +392,11 @@ class BillingMiddleware:
         info = self.hook(scope, body)
         if info is None:
             return None
+        forward = None
+        options = usage_options(body)
+        if options is not None:  # usage asked of the upstream (``usage_option``)
+            forward = with_usage_asked(inflated, body, options)  # type: ignore[arg-type]
+            body = {**body, "stream_options": options}
         created_at = datetime.now(UTC)
         request_id = info.request_id or new_request_id()
         reserved = info.reserved_micros
@@ -376,7 +424,9 @@ class BillingMiddleware:
         # Priced now, before the app: the hold is what the admission records (and, with spend
         # control, takes), from the messages as published (an image as its placeholder).
         entry["reserved_micros"] = self._hold(body, entry, info.provider, reserved, created_at)
-        return _Call(self.publisher, request_id, entry, None, usage_asked(body), created_at)
+        call = _Call(self.publisher, request_id, entry, None, usage_asked(body), created_at)
+        call.forward = forward
+        return call
 
     def _hold(
         self,
@@ -426,10 +476,21 @@ class BillingMiddleware:
                 for key, value in message.get("headers") or ():
                     if key.lower() == b"content-type":
                         content_type = value
-                call.start(message["status"], content_type.lower().startswith(_SSE))
                 headers = list(message.get("headers") or ())
+                call.start(message["status"], content_type.lower().startswith(_SSE), headers)
+                if call.decoded:
+                    headers = [(k, v) for k, v in headers if k.lower() not in _BODY_HEADERS]
                 headers.append((REQUEST_ID_HEADER, call.request_id.encode()))
                 message = {**message, "headers": headers}
+            # What the publisher reads: the body with its coding undone.
+            data = message.get("body", b"") if body else b""
+            if body and call.decoder is not None:
+                data = call.decoder.feed(data)
+            if body and call.strip is not None:  # what the client gets: no usage chunk
+                shown = call.strip.feed(data)
+                if not message.get("more_body", False):
+                    shown += call.strip.rest()
+                message = {**message, "body": shown}
             try:
                 await send(message)
             except OSError:  # uvicorn's ClientDisconnected: the client went away
@@ -439,7 +500,7 @@ class BillingMiddleware:
                 if not call.opened:
                     # After the first body bytes went out: not on the time to first byte.
                     call.open(call.streamed)
-                call.body(message.get("body", b""))
+                call.body(data)
                 if not message.get("more_body", False):
                     call.finished = True
 

@@ -28,6 +28,11 @@ ASGI middleware and the LiteLLM hook both publish the entry through ``entry_body
 4. If even a cap of 0 does not fit (a prompt of very many small parts), the entry goes with
    ``messages`` and ``tools`` empty and ``"omitted_messages": true``; past that (an enormous
    idempotency key), with the contract's money fields alone. The money always gets through.
+5. **What was cut is counted**: whenever 3 or 4 applies, the entry carries ``prompt_estimate``,
+   the prompt tokens of ``messages`` and ``tools`` before the cut (media as their placeholders),
+   counted with the worker's own estimate (``worker.core.estimate.estimate_prompt``), so that the
+   worker's estimate covers the whole request as sent, whatever was left out. It costs a
+   tokenizer pass over the prompt, only for an entry past the budget.
 
 Never logs: prompts are personal data.
 """
@@ -42,6 +47,7 @@ from typing import Any
 import orjson
 
 from worker.contract.entries import MAX_ENTRY_BYTES
+from worker.core.estimate import estimate_prompt
 from worker.gateway.image_header import MAX_SIDE, Base64Bytes, data_url, image_size
 
 # The request entry's budget: three quarters of what the worker accepts, so the entry never meets
@@ -58,7 +64,7 @@ KEPT_KEYS = frozenset({"role", "type", "detail", "format", "id", "tool_call_id",
 MONEY_FIELDS = (
     "request_id", "account_id", "model", "stream", "include_usage", "reserved_micros",
     "created_at", "n", "max_tokens", "temperature", "seed", "provider", "upstream_key",
-    "account_fallback", "authorization",
+    "account_fallback", "authorization", "prompt_estimate",
 )  # fmt: skip
 # Short labels (an image's detail, an audio's format) are kept as sent up to this length.
 MAX_LABEL_CHARS = 32
@@ -364,7 +370,28 @@ def _cap(lengths: list[int], excess: int) -> int | None:
     return low
 
 
+def whole_prompt_tokens(entry: dict[str, Any]) -> int | None:
+    """The prompt tokens of ``entry``'s ``messages`` and ``tools`` as they are, by the worker's
+    estimate; None when the entry names no model or the count fails (the entry then goes
+    without it, and the worker says what it could not count)."""
+    model = entry.get("model")
+    messages, tools = entry.get("messages"), entry.get("tools")
+    if not isinstance(model, str):
+        return None
+    try:
+        return estimate_prompt(
+            model,
+            messages if isinstance(messages, list) else [],
+            tools if isinstance(tools, list) else [],
+        )
+    except Exception:  # a tokenizer's bug must not cost the call its record
+        return None
+
+
 def _fit(entry: dict[str, Any], size: int, budget: int) -> bytes:
+    counted = whole_prompt_tokens(entry)
+    if counted is not None:
+        entry = {**entry, "prompt_estimate": counted}
     lengths: list[int] = []
     _lengths(entry.get("messages"), False, lengths)
     _lengths(entry.get("tools"), False, lengths)

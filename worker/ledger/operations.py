@@ -379,7 +379,9 @@ def resolve_expired(
     ``release`` keeps the estimate's price on the failure row as unbilled exposure; under
     ``charge_estimate`` an unpriced failure is released (there is no price to charge);
     ``charge_delivered`` charges the estimate of the failures whose answer was served
-    (``DELIVERED_REASONS``) and releases the others; ``none`` leaves everything for a person.
+    (``DELIVERED_REASONS``) and the exposure of an ``error_finish`` whose provider reported usage
+    (``exposure_reported``: the exposure is that usage's price, which the provider bills),
+    and releases the others; ``none`` leaves everything for a person.
     Rows locked by another process are skipped, not waited for.
     """
     now = aware(now)
@@ -388,7 +390,12 @@ def resolve_expired(
     if policy == "none":
         return 0
     query = (
-        select(reservations.c.request_id, failures.c.exposure_micros, failures.c.reason)
+        select(
+            reservations.c.request_id,
+            failures.c.exposure_micros,
+            failures.c.reason,
+            failures.c.exposure_reported,
+        )
         .select_from(failures.join(reservations, reservations.c.id == failures.c.reservation_id))
         .where(
             failures.c.resolved_at.is_(None),
@@ -401,13 +408,16 @@ def resolve_expired(
     if limit is not None:
         query = query.limit(limit)
     resolved = 0
-    for request_id, exposure, reason in session.execute(query).all():
+    for request_id, exposure, reason, reported in session.execute(query).all():
         action = policy
         note = f"grace of {int(grace.total_seconds())}s expired; policy {policy}"
         if policy == "charge_delivered":
-            action = "charge_estimate" if reason in DELIVERED_REASONS else "release"
+            delivered = reason in DELIVERED_REASONS or (reason == Reason.ERROR_FINISH and reported)
+            action = "charge_estimate" if delivered else "release"
             if action == "release":
                 note += f" ({reason}: released)"
+            elif reason == Reason.ERROR_FINISH:
+                note += " (error_finish: the provider reported usage)"
         if action == "charge_estimate" and exposure is None:
             action = "release"
             note += " (unpriced: released)"

@@ -102,6 +102,7 @@ def failure_values(
         "estimate_completion_tokens": result.estimate.completion_tokens,
         "exposure_micros": None if exposure is None else int(micros(exposure)),
         "finish_reasons": joined(result.finish_reasons),
+        "exposure_reported": "usage_before_error" in result.anomalies,
         "detected_at": now,
     }
 

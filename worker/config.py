@@ -509,7 +509,8 @@ class Settings:
         "BILLING_AUTH_UNKNOWN_ACCOUNT",
         ("refuse", "default_budget"),
         "an account with no funds, credit limit or budget: `refuse` (402) or give it"
-        " `BILLING_AUTH_DEFAULT_BUDGET_USD`",
+        " `BILLING_AUTH_DEFAULT_BUDGET_USD`; the worker's setting decides (its sync writes it"
+        " into the store, which the gateways follow)",
     )
     auth_default_budget_micros: int = usd(
         "BILLING_AUTH_DEFAULT_BUDGET_USD",
@@ -519,6 +520,12 @@ class Settings:
     )
     auth_default_period: str = choice(
         "BILLING_AUTH_DEFAULT_PERIOD", ("day", "month"), "the default budget's period (UTC)"
+    )
+    auth_unpriced_hold_micros: int = usd(
+        "BILLING_AUTH_UNPRICED_HOLD_USD",
+        0,
+        "the hold of a call whose model the price book does not price; `0`: such a call is"
+        " refused (400 `model_not_priced`), never held at 0",
     )
     auth_timeout_ms: int = integer(
         "BILLING_AUTH_TIMEOUT_MS",

@@ -187,7 +187,7 @@ def test_concurrent_first_calls_of_a_new_user_under_a_default_budget(tmp_path) -
     tiny budget. Here only what fits the default budget is."""
     options = {"unknown": "default_budget", "default_budget": 3 * HOLD}
     for gateway in serve(tmp_path, options, "redis://127.0.0.1:6379/0"):
-        gateway.authorizer.store.mark_ready()
+        gateway.authorizer.store.mark_ready("default_budget", 3 * HOLD)
         statuses = run_all(gateway, [f"newuser.{i}" for i in range(40)])
         assert (statuses.count(200), statuses.count(402)) == (3, 37)
 

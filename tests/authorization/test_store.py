@@ -126,6 +126,8 @@ def test_unknown_accounts_are_refused_or_get_the_default_budget_exactly(store) -
     assert store.figures("new") == {}
 
     # BerriAI/litellm#40095: concurrent first requests of a new end user under a default budget.
+    store.mark_ready("default_budget", 3 * HOLD, "day")
+
     def first(i: int) -> Verdict:
         client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
         try:

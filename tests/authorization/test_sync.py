@@ -16,6 +16,7 @@ from models import AuthorizationCorrection
 from worker.contract.authorization import AuthorizationStore, Verdict
 from worker.contract.keys import Keys
 from worker.core.money import Micros
+from worker.core.prices import load_price_book
 from worker.ledger.budgets import set_budget
 from worker.ledger.credits import credit, set_limit
 from worker.ledger.operations import apply_result, hold
@@ -195,3 +196,73 @@ def test_budgets_and_this_months_spend_come_from_the_ledger(
     assert store.authorize(account, "r4", 400_000, NOW, "o3").verdict is Verdict.ADMITTED
     refused = store.authorize(account, "r5", 440_001, NOW, "gpt-4o")
     assert (refused.verdict, refused.budget) == (Verdict.BUDGET_EXCEEDED, "month for gpt-4o")
+
+
+def test_a_model_budget_counts_the_spend_of_every_name_of_the_model(
+    sessions: sessionmaker[Session], store: AuthorizationStore, account: str
+) -> None:
+    """Was: the ledger recorded the dated deployment and the gateway authorized the alias, so the
+    per-model budget refilled at every sync (7x). The sync names both as ``budget_model``."""
+    fund(sessions, account, 10_000_000)
+    with sessions() as session, session.begin():
+        set_budget(session, account, "day", Micros(100_000), model="gpt-4o-mini-2024-07-18",
+                   note="n", who="t", now=NOW)  # fmt: skip
+        for i, model in enumerate(("gpt-4o-mini-2024-07-18", "openai/gpt-4o-mini")):
+            meta = make_meta(f"{account}-{i}", account_id=account, reserved=40_000, model=model,
+                             created_at=NOW)  # fmt: skip
+            hold(session, meta, now=NOW)
+            apply_result(session, settled(meta.request_id, account_id=account, reserved=40_000,
+                         charge=40_000, model=model, created_at=NOW), now=NOW, grace=GRACE)  # fmt: skip
+        hold(session, make_meta(f"{account}-open", account_id=account, reserved=10_000,
+                                model="gpt-4o-mini-2024-07-18", created_at=NOW), now=NOW)  # fmt: skip
+    store.mark_ready()
+    sync(sessions, store, POLICY, now=NOW, accounts=[account], book=load_price_book())
+    # 80,000 charged and 10,000 held under two spellings, all gpt-4o-mini's: 10,000 left.
+    refused = store.authorize(account, "r1", 10_001, NOW, "gpt-4o-mini")
+    assert (refused.verdict, refused.budget, refused.used) == (
+        Verdict.BUDGET_EXCEEDED, "day for gpt-4o-mini", 90_000
+    )  # fmt: skip
+    assert store.authorize(account, "r2", 10_000, NOW, "gpt-4o-mini").verdict is Verdict.ADMITTED
+
+
+def test_a_call_counts_in_its_own_period_whichever_side_of_midnight_the_sync_is(
+    sessions: sessionmaker[Session], store: AuthorizationStore, account: str
+) -> None:
+    """Was: the sync installed only its own day's spend, so a gateway whose clock was still in
+    the day before found that day's budget empty again."""
+    midnight = NOW.replace(hour=0, minute=0, second=0) + timedelta(days=1)
+    before, sync_at = midnight - timedelta(seconds=30), midnight + timedelta(seconds=30)
+    fund(sessions, account, 10_000_000)
+    with sessions() as session, session.begin():
+        set_budget(session, account, "day", Micros(100_000), note="n", who="t", now=NOW)
+        meta = make_meta(f"{account}-1", account_id=account, reserved=90_000, created_at=before)
+        hold(session, meta, now=before)
+        apply_result(session, settled(meta.request_id, account_id=account, reserved=90_000,
+                     charge=90_000, created_at=before), now=before, grace=GRACE)  # fmt: skip
+    store.mark_ready()
+    sync(sessions, store, POLICY, now=sync_at, accounts=[account])
+    refused = store.authorize(account, "late", 10_001, before + timedelta(seconds=1), "m")
+    assert (refused.verdict, refused.used) == (Verdict.BUDGET_EXCEEDED, 90_000)
+    assert store.authorize(account, "next", 100_000, sync_at, "m").verdict is Verdict.ADMITTED
+
+
+def test_the_store_follows_the_workers_unknown_account_rule_not_the_gateways(
+    sessions: sessionmaker[Session], store: AuthorizationStore, account: str
+) -> None:
+    """Was: a gateway set to ``default_budget`` beside a worker set to ``refuse`` admitted a new
+    account without bound once the sync had cleared the budget the gateway gave it."""
+    store.mark_ready()
+    sync(sessions, store, POLICY, now=NOW, accounts=[account])  # the worker: refuse
+    gateway = {"unknown": "default_budget", "default_budget": 50_000, "default_period": "day"}
+    assert store.authorize(account, "a", 1, NOW, "m", **gateway).verdict is (
+        Verdict.UNKNOWN_ACCOUNT
+    )
+    # An account hash without funds or budget (the old script's default budget, cleared by a
+    # sync under ``refuse``) bounds nothing, so it is refused whatever the policy.
+    store.install(account, funds=None, charged=0, fields={})
+    store.mark_ready("default_budget", 50_000, "day")
+    assert store.authorize(account, "b", 1, NOW, "m").verdict is Verdict.UNKNOWN_ACCOUNT
+    sync(sessions, store, SyncPolicy(unknown="default_budget", default_budget=50_000),
+         now=NOW, accounts=[account])  # fmt: skip
+    assert store.authorize(account, "c", 50_000, NOW, "m").verdict is Verdict.ADMITTED
+    assert store.authorize(account, "d", 1, NOW, "m").verdict is Verdict.BUDGET_EXCEEDED

@@ -143,7 +143,7 @@ def test_a_client_cannot_set_the_hold_or_the_unchecked_flag_through_metadata(
     for authorizer in (None, Authorizer(store)):
         tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
         hook = BillingHook(lambda t=tee: t, book=load_price_book(), authorizer=authorizer)
-        data = request()
+        data = {**request(), "model": "gpt-4o-mini"}  # priced: outside a proxy, no deployments
         data["metadata"] = {"billing_reserved_micros": 0, "billing_unchecked": True}
         rid = plain_call(hook, data)
         hook.stop()

@@ -197,3 +197,17 @@ def test_balance_shows_what_the_gateway_holds_in_flight(
     assert flight == {"calls": 1, "held_micros": 300_000, "spendable_micros": 650_000}
     text = runner.invoke(main, ["balance", "acct-f"]).output
     assert "in flight: 1 calls holding 300000 micros" in text
+
+
+def test_a_model_budget_shows_the_spend_of_every_name_of_the_model() -> None:
+    from worker.cli.balance import budgets_list
+    from worker.core.prices import load_price_book
+    from worker.ledger.spend import AccountSpend
+
+    spend = AccountSpend("a", funds=None, charged=0, budgets={("day", "gpt-4o-mini"): 100})
+    spend.spent = {("day", "gpt-4o-mini-2024-07-18"): 30, ("day", "openai/gpt-4o-mini"): 5,
+                   ("day", "gpt-4o"): 7, ("day", ""): 42}  # fmt: skip
+    shown = budgets_list(spend, load_price_book().budget_model)
+    assert shown == [
+        {"period": "day", "model": "gpt-4o-mini", "limit_micros": 100, "charged_micros": 35}
+    ]

@@ -7,6 +7,7 @@ Heavy modules (SQLAlchemy, the ledger) are imported inside the command, when it 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -18,16 +19,29 @@ from worker.core.terminal import printable
 FIGURES = ("funded", "held", "charged", "available")
 
 
-def budgets_list(spend: Any) -> list[dict[str, Any]]:
-    """Each budget in force with what the ledger charged of it in the current period."""
+def budgets_list(spend: Any, model_of: Callable[[str], str] = str) -> list[dict[str, Any]]:
+    """Each budget in force with what the ledger charged of it in the current period: a model's
+    budget counts the calls of every name ``model_of`` gives it (``PriceBook.budget_model``, as
+    spend control does)."""
     if spend is None:
         return []
+
+    def charged(period: str, model: str) -> int:
+        if not model:
+            return int(spend.spent.get((period, ""), 0))
+        name = model_of(model)
+        return sum(
+            int(amount)
+            for (p, m), amount in spend.spent.items()
+            if p == period and m and model_of(m) == name
+        )
+
     return [
         {
             "period": period,
             "model": model or None,
             "limit_micros": limit,
-            "charged_micros": int(spend.spent.get((period, model), 0)),
+            "charged_micros": charged(period, model),
         }
         for (period, model), limit in sorted(spend.budgets.items())
     ]
@@ -98,9 +112,12 @@ def balance_command(account: str | None, at: str | None, as_json: bool) -> None:
             fail("balance", str(exc))
     from datetime import UTC, datetime
 
+    from worker.cli.db import settings
+    from worker.consumer.pricing import effective_book
     from worker.ledger.spend import spend_snapshot
 
     with ledger_session("balance", readonly=True) as session:
+        model_of = effective_book(session, settings("balance").price_book).budget_model
         found = account_funds(session, None if account is None else [account], as_of=as_of)
         spends = (
             spend_snapshot(session, datetime.now(UTC), None if account is None else [account])
@@ -111,7 +128,7 @@ def balance_command(account: str | None, at: str | None, as_json: bool) -> None:
     rows = []
     for funds in found.values():
         row = funds_dict(funds)
-        row["budgets"] = budgets_list(spends.get(funds.account_id))
+        row["budgets"] = budgets_list(spends.get(funds.account_id), model_of)
         if flights.get(funds.account_id) is not None:
             row["in_flight"] = flights[funds.account_id]
         rows.append(row)
@@ -132,7 +149,7 @@ def balance_command(account: str | None, at: str | None, as_json: bool) -> None:
             click.echo(
                 f"  {'spendable':<12} {int(funds.spendable):>18} micros  ${funds.spendable.usd():>18}"
             )
-        for budget in budgets_list(spends.get(funds.account_id)):
+        for budget in budgets_list(spends.get(funds.account_id), model_of):
             scope = budget["period"] + (f" {budget['model']}" if budget["model"] else "")
             click.echo(
                 printable(

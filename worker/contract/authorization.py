@@ -4,8 +4,11 @@ upstream (docs/gateway.md, "Spend control"). The ledger stays the truth; this is
 Keys (an account's two keys share one hash tag, so each script touches one Redis Cluster slot):
 
 - ``<prefix>:auth:ready``: set once the store was built from the ledger (``install``, by the sync
-  task). Absent (a Redis restart or loss, a new deployment), every authorization answers
-  ``not_ready`` and the gateway's ``BILLING_AUTH_UNREACHABLE`` setting decides, as when Redis is down.
+  task), to the policy for accounts the store does not know (``policy_value``: the worker's
+  ``BILLING_AUTH_UNKNOWN_ACCOUNT`` and default budget; the script follows it, not the gateway's
+  settings, so the gateway and the sync cannot disagree). Absent (a Redis restart or loss, a new
+  deployment), every authorization answers ``not_ready`` and the gateway's
+  ``BILLING_AUTH_UNREACHABLE`` setting decides, as when Redis is down.
 - ``<prefix>:auth:{<account>}``, a hash: ``funds`` (funded + the credit limit in force; absent for an
   account never funded nor given a limit, which only its budgets bound), ``charged`` (what the
   ledger had charged it at the last sync), ``held`` (the sum of its calls' current amounts), budget
@@ -17,7 +20,9 @@ Keys (an account's two keys share one hash tag, so each script touches one Redis
   month and model, ``t`` when it was authorized, ms). A call's current amount is its hold while
   held, its charge once released.
 
-spendable = funds - charged - held; a budget's use = ``s|scope`` + ``p|scope``. Amounts are integer
+spendable = funds - charged - held; a budget's use = ``s|scope`` + ``p|scope``; a budget of 0 refuses
+every call (the kill switch), whatever its hold; an account with neither funds nor a budget that
+bounds the call is refused (``unknown_account``), whatever the policy. Amounts are integer
 micro-USD, kept as decimal strings and changed with HINCRBY only (never Lua floats).
 
 Every operation is one script, idempotent per request id: ``authorize`` takes a hold once (a second
@@ -65,6 +70,13 @@ class Decision:
         return self.verdict in (Verdict.ADMITTED, Verdict.DUPLICATE)
 
 
+def policy_value(unknown: str, default_budget: int, default_period: str) -> bytes:
+    """The ready key's value: ``<unknown> <default budget micros> <d|m>``."""
+    if unknown not in UNKNOWN_POLICIES:
+        raise ValueError(f"unknown: one of {UNKNOWN_POLICIES}, not {unknown!r}")
+    return f"{unknown} {int(default_budget)} {_PERIOD_CODE[default_period]}".encode()
+
+
 def day_scope(at: datetime) -> str:
     return "d:" + at.astimezone(UTC).strftime("%Y-%m-%d")
 
@@ -84,14 +96,17 @@ def spent_field(scope: str, model: str = "") -> str:
 
 
 _AUTHORIZE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_ready'} end
+local policy = redis.call('GET', KEYS[1])
+if not policy then return {'not_ready'} end
+local unknown, dflt, dperiod = string.match(policy, '^(%S+) (%d+) ([dm])$')
+if not unknown then unknown, dflt, dperiod = ARGV[7], ARGV[8], ARGV[9] end
 local acct, calls = KEYS[2], KEYS[3]
 local rid, amount = ARGV[1], tonumber(ARGV[2])
 local day, month, model = ARGV[3], ARGV[4], ARGV[5]
 if redis.call('HEXISTS', calls, rid) == 1 then return {'duplicate'} end
 if redis.call('EXISTS', acct) == 0 then
-  if ARGV[7] ~= 'default_budget' then return {'unknown_account'} end
-  redis.call('HSET', acct, 'b|' .. ARGV[9], ARGV[8], 'charged', '0', 'held', '0')
+  if unknown ~= 'default_budget' then return {'unknown_account'} end
+  redis.call('HSET', acct, 'b|' .. dperiod, dflt, 'charged', '0', 'held', '0')
 end
 local scopes = {'d', 'm', 'd|' .. model, 'm|' .. model}
 local periods = {day, month, day .. '|' .. model, month .. '|' .. model}
@@ -102,7 +117,7 @@ for i = 1, 4 do
   names[#names + 1] = 'p|' .. periods[i]
 end
 local v = redis.call('HMGET', acct, unpack(names))
-if not v[1] and ARGV[7] ~= 'default_budget' and not (v[4] or v[7] or v[10] or v[13]) then
+if not v[1] and not (v[4] or v[7] or v[10] or v[13]) then
   return {'unknown_account'}
 end
 if v[1] then
@@ -113,7 +128,7 @@ for i = 1, 4 do
   local limit = v[3 + 3 * i - 2]
   if limit then
     local used = tonumber(v[3 + 3 * i - 1] or '0') + tonumber(v[3 + 3 * i] or '0')
-    if used + amount > tonumber(limit) then
+    if tonumber(limit) <= 0 or used + amount > tonumber(limit) then
       return {'budget_exceeded', scopes[i], tonumber(limit), used}
     end
   end
@@ -388,8 +403,21 @@ class AuthorizationStore:
             [_text(r) for r in reply[3] or []],
         )
 
-    def mark_ready(self) -> None:
-        self.client.set(self.ready_key, b"1")
+    def mark_ready(
+        self, unknown: str = "refuse", default_budget: int = 0, default_period: str = "day"
+    ) -> None:
+        """The store is built; an account it does not know is governed by this policy (the
+        worker's ``BILLING_AUTH_UNKNOWN_ACCOUNT``, ``…_DEFAULT_BUDGET_USD``, ``…_DEFAULT_PERIOD``):
+        the authorization script reads it here, so the gateway and the sync follow one rule."""
+        self.client.set(self.ready_key, policy_value(unknown, default_budget, default_period))
+
+    def keep_policy(
+        self, unknown: str = "refuse", default_budget: int = 0, default_period: str = "day"
+    ) -> None:
+        """``mark_ready``'s policy written again, only while the store is ready (never marks a
+        store ready that a Redis loss emptied)."""
+        value = policy_value(unknown, default_budget, default_period)
+        self.client.set(self.ready_key, value, xx=True)
 
     def is_ready(self) -> bool:
         return bool(self.client.exists(self.ready_key))

@@ -422,6 +422,12 @@ def _prompt_tokens(
     model: str, messages: object, tools: object, table: EncodingTable
 ) -> tuple[int, bool]:
     encoding, tokenizer = _encoder(model, table)
+    return _prompt_tokens_with(encoding, tokenizer, model, messages, tools)
+
+
+def _prompt_tokens_with(
+    encoding: Any, tokenizer: Tokenizer, model: str, messages: object, tools: object
+) -> tuple[int, bool]:
     name = base_model_name(model) if isinstance(model, str) else ""
     total = 0
     uncounted = False
@@ -456,6 +462,28 @@ def estimate_prompt(
     counted on an assumption (an image's unknown size, a cut text's rest).
     """
     return _prompt_tokens(model, messages, tools, table)[0]
+
+
+class _ByteCount:
+    """Stands in for an encoding: a text's "tokens" are its UTF-8 bytes (``prompt_bytes_bound``)."""
+
+    @staticmethod
+    def encode_ordinary(text: str) -> bytes:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def prompt_bytes_bound(
+    model: str,
+    messages: Sequence[Any],
+    tools: Sequence[Any] = (),
+    table: EncodingTable = DEFAULT_TABLE,
+) -> int:
+    """An upper bound of ``estimate_prompt`` without the tokenizer: the same rules with each text
+    counted as its UTF-8 bytes. Every token of the shipped encodings is at least one byte, so a
+    text has at most as many tokens as bytes; the per-message, per-name, per-tool and image counts
+    are the estimate's own. Linear in the text, a few ms for megabytes."""
+    tokenizer = table.resolve(model)
+    return _prompt_tokens_with(_ByteCount(), tokenizer, model, messages, tools)[0]
 
 
 # ---------------------------------------------------------------- completion

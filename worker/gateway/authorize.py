@@ -44,6 +44,7 @@ from worker.contract.authorization import (
 from worker.contract.keys import Keys
 from worker.contract.publisher import Command, admission_commands, admission_fields, now_ms
 from worker.core.money import Micros
+from worker.core.request import MAX_RESERVED_MICROS
 from worker.gateway.refusals import Refusal
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,9 @@ class Authorizer:
     ``unknown``: ``refuse`` or ``default_budget`` (an account without funds or a budget gets
     ``default_budget`` micros per ``default_period``). ``check_spend``: spend control
     (``BILLING_AUTHORIZE``); off, every call is still admitted with its write-ahead record.
-    ``keys``: the contract's keys (prefix and partitions, as the worker's)."""
+    ``keys``: the contract's keys (prefix and partitions, as the worker's). ``unpriced_hold``:
+    with spend control, the hold of a call whose model the price book does not price (0:
+    refused, ``holds.unpriced_hold``)."""
 
     def __init__(
         self,
@@ -151,6 +154,7 @@ class Authorizer:
         unknown: str = "refuse",
         default_budget: int = 0,
         default_period: str = "day",
+        unpriced_hold: int = 0,
     ) -> None:
         if unreachable not in UNREACHABLE_POLICIES:
             raise ValueError(f"unreachable: one of {UNREACHABLE_POLICIES}, not {unreachable!r}")
@@ -166,6 +170,10 @@ class Authorizer:
         self.unknown = unknown
         self.default_budget = default_budget
         self.default_period = default_period
+        if not 0 <= unpriced_hold <= MAX_RESERVED_MICROS:
+            raise ValueError(f"unpriced_hold out of range: {unpriced_hold}")
+        # The hold of a call whose model the price book does not price; 0: such a call is refused.
+        self.unpriced_hold = unpriced_hold
         self._async_clients: dict[int, Any] = {}
         self.unchecked = 0  # calls admitted without a check (Redis away, store not built)
         self.refused = 0
@@ -184,6 +192,7 @@ class Authorizer:
             unknown=settings.auth_unknown_account,
             default_budget=settings.auth_default_budget_micros,
             default_period=settings.auth_default_period,
+            unpriced_hold=settings.auth_unpriced_hold_micros,
         )
 
     @classmethod

@@ -15,9 +15,14 @@ It is a ``CustomLogger`` whose proxy hooks write docs/events.md's entries throug
   end) is billed to the fallback account instead (``fallback_account``, ``litellm-anonymous`` by
   default, also the account of a call no source names), the request entry's ``account_fallback``
   saying why (never the id: a client may send anything).
-  With spend control on (``BILLING_AUTHORIZE``), it then prices the hold (for the model the
-  client named: the deployment is not chosen yet) and takes it from the authorization store
-  (``authorize``); a call that does not fit is refused as LiteLLM refuses its own budgets, a
+  It then prices the hold off the event loop (``holds.price_hold``, for every deployment of the
+  model name the client named: the router has not chosen one yet). With spend control on
+  (``BILLING_AUTHORIZE``), a deployment without a price refuses the call (HTTP 400
+  ``model_not_priced``) unless ``BILLING_AUTH_UNPRICED_HOLD_USD`` sets a ceiling, the output limit
+  held is written into ``data`` when the request states none (``max_tokens``, which LiteLLM maps
+  per provider), and the hold is taken from the authorization store (``authorize``), recording
+  when (``billing_admitted_at``: the call's ``created_at``, its budget period); a call that does
+  not fit is refused as LiteLLM refuses its own budgets, a
   ``ProxyException`` of type ``budget_exceeded``, here with status 402 (the body's ``code``, as
   LiteLLM writes it) and, in ``provider_specific_fields``, ``billing_code`` (``insufficient_funds``,
   ``budget_exceeded`` or ``unknown_account``), the account and the amounts. The hold is priced at
@@ -95,9 +100,11 @@ from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier, request_from_dict
 from worker.gateway.authorize import Authorizer
+from worker.gateway.holds import price_hold, unpriced_hold
 from worker.gateway.metadata import search_options, usable_account
+from worker.gateway.refusals import Refusal
 from worker.gateway.request_budget import entry_body, slim_messages
-from worker.gateway.reservation import reserve
+from worker.gateway.reservation import NOT_PROMPT, Unpriced, reserve
 from worker.gateway.spool import probe
 from worker.gateway.tee import Tee
 
@@ -109,8 +116,19 @@ HOLD_KEY = "billing_reserved_micros"  # the hold the authorization took (spend c
 UNCHECKED_KEY = "billing_unchecked"  # served without a spend check (Redis away, fail open)
 ADMISSION_KEY = "billing_admission"  # the call's admission record: its entry's ``at`` and ``body``
 IN_FLIGHT_KEY = "billing_in_flight"  # an idempotency key's marker, cleared when the call ends
+ADMITTED_KEY = "billing_admitted_at"  # when the hold was taken: the call's created_at (its period)
 # Only the hook sets them, never a client.
-HOOK_KEYS = (FALLBACK_KEY, HOLD_KEY, UNCHECKED_KEY, ADMISSION_KEY, IN_FLIGHT_KEY)
+HOOK_KEYS = (FALLBACK_KEY, HOLD_KEY, UNCHECKED_KEY, ADMISSION_KEY, IN_FLIGHT_KEY, ADMITTED_KEY)
+# The field a held output limit is written into: every LiteLLM provider config takes
+# ``max_tokens`` (some only it), and LiteLLM sends it as ``max_completion_tokens`` to OpenAI's
+# reasoning models, which refuse ``max_tokens`` (o-series, gpt-5: LiteLLM 1.108.7).
+WRITTEN_LIMIT = "max_tokens"
+LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "n")
+# The fields of a request that LiteLLM's ``data`` holds besides the proxy's own (``client_body``).
+PROMPT_FIELDS = frozenset(
+    {"messages", "tools", "functions", "tool_choice", "function_call", "response_format",
+     "prediction"}
+)  # fmt: skip
 DONE_EVENT = b"data: [DONE]\n\n"
 STOP_TIMEOUT_SECONDS = 5.0
 CHAT_CALL_TYPES = ("acompletion", "completion")
@@ -149,7 +167,21 @@ def check_spool_dir() -> None:
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return rfc3339_of(datetime.now(UTC))
+
+
+def rfc3339_of(at: datetime) -> str:
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def admitted_at(metadata: dict[str, Any]) -> str | None:
+    """When the call was admitted, as its ``created_at``: the period its budgets count it in is
+    the one it was admitted in."""
+    raw = metadata.get(ADMITTED_KEY)
+    try:
+        return rfc3339_of(datetime.fromisoformat(raw)) if isinstance(raw, str) else None
+    except ValueError:
+        return None
 
 
 ACCOUNT_SOURCES = ("end_user", "team", "user", "key")
@@ -332,7 +364,7 @@ class BillingHook(CustomLogger):
         messages = slim_messages(data.get("messages") or [])
         # Priced for the deployment's model (the one the worker prices), not the alias asked, and
         # from the messages as published (an image as its placeholder, not its bytes).
-        priced = {**data, "model": model, "messages": messages}
+        priced = {**client_body(data), "model": model, "messages": messages}
         held = metadata.get(HOLD_KEY)
         meta: dict[str, Any] = {
             "request_id": rid,
@@ -342,14 +374,13 @@ class BillingHook(CustomLogger):
             "model": model,
             "stream": stream,
             "include_usage": include_usage,
-            # The deployment's price; with spend control, at least the hold taken (which may be
-            # 0 when the model name was priced before routing and the router's lists did not
-            # name the deployment: the ledger then holds the better estimate).
-            "reserved_micros": max(
-                int(reserve(self.book, priced, at, provider=provider)),
-                held if isinstance(held, int) else 0,
-            ),
-            "created_at": now_rfc3339(),
+            # The hold the admission recorded (what the ledger holds: ``hold_of_routes`` priced
+            # every deployment the router could pick); where it is 0 (a model name the book does
+            # not price, without spend control), the price of the deployment that served.
+            "reserved_micros": held
+            if isinstance(held, int) and held > 0
+            else int(reserve(self.book, priced, at, provider=provider)),
+            "created_at": admitted_at(metadata) or now_rfc3339(),
             "messages": messages,
             "tools": data.get("tools") or data.get("functions") or [],
             "n": _optional(data, "n", int),
@@ -445,16 +476,7 @@ class BillingHook(CustomLogger):
         at = datetime.now(UTC)
         model = str(data.get("model") or "unknown")
         deployments = deployment_models(model)
-        try:
-            priced = {**data, "messages": slim_messages(data.get("messages") or [])}
-            # The router has not chosen the deployment yet: the most any of them could cost.
-            amount = max(
-                int(reserve(self.book, {**priced, "model": name}, at))
-                for name in (model, *deployments)
-            )
-        except Exception as exc:  # held at 0 and said, as the middleware does
-            log.error("billing: the hold of %s not priced: %s", rid, type(exc).__name__)
-            amount = 0
+        amount, budget_model = await self._hold(authorizer, data, rid, model, at)
         facts = within_contract(
             {
                 "request_id": rid,
@@ -475,31 +497,13 @@ class BillingHook(CustomLogger):
         )
         facts = {k: v for k, v in facts.items() if v is not None}
         admission = await authorizer.admit_async(
-            account, rid, amount, at, model, facts=facts,
+            account, rid, amount, at, budget_model, facts=facts,
             spool=getattr(self.publisher, "spool_now", None),
         )  # fmt: skip
         if admission.refusal is not None:
-            refused = admission.refusal
-            error = orjson.loads(refused.body())["error"]
-            spend = refused.status == 402
-            raise ProxyException(
-                message=refused.message,
-                type="budget_exceeded" if spend else refused.type,
-                param=None,
-                code=refused.status,
-                headers={"x-billing-request-id": rid},
-                openai_code=refused.code,
-                # LiteLLM's error body keeps ``code`` for the status; the reason is here.
-                provider_specific_fields={
-                    "billing_code": refused.code,
-                    **{
-                        k: v
-                        for k, v in error.items()
-                        if k not in ("message", "type", "param", "code")
-                    },
-                },
-            )
+            raise_refusal(admission.refusal, rid)
         metadata[HOLD_KEY] = amount
+        metadata[ADMITTED_KEY] = at.isoformat()
         if admission.fields is not None:
             metadata[ADMISSION_KEY] = {
                 "at": admission.fields["at"].decode(),
@@ -507,6 +511,36 @@ class BillingHook(CustomLogger):
             }
         if admission.unchecked:
             metadata[UNCHECKED_KEY] = True
+
+    async def _hold(
+        self, authorizer: Authorizer, data: dict[str, Any], rid: str, model: str, at: datetime
+    ) -> tuple[int, str]:
+        """The call's hold and the model its budgets apply to, priced off the event loop
+        (``holds.price_hold``) for every deployment the router may pick (it has not chosen one
+        yet), from the request as the client sent it (``client_body``). With spend control, a
+        deployment without a price refuses the call (HTTP 400 ``model_not_priced``, raised) unless
+        ``unpriced_hold`` sets a ceiling, and a request that states no output limit gets the one
+        held written into ``data`` (``WRITTEN_LIMIT``, which LiteLLM maps per provider)."""
+        body = client_body(data)
+        priced = {**body, "messages": slim_messages(body.get("messages") or [])}
+        try:
+            found = await price_hold(
+                self.book, priced, at, routes=deployment_routes(model) or [(model, None)],
+                field=WRITTEN_LIMIT,
+            )  # fmt: skip
+        except Exception as exc:  # a bug in pricing: unpriced, never held at 0 under spend control
+            log.error("billing: the hold of %s not priced: %s", rid, type(exc).__name__)
+            found = Unpriced(model, "its hold could not be priced", model)
+        if isinstance(found, Unpriced):
+            if not authorizer.check_spend:
+                return 0, found.budget_model
+            held = unpriced_hold(found, authorizer.unpriced_hold, rid)
+            if isinstance(held, Refusal):
+                raise_refusal(held, rid)
+            return held  # type: ignore[return-value]
+        if authorizer.check_spend and found.write is not None:
+            data[found.write] = found.output_tokens
+        return int(found.micros), found.model
 
     async def async_post_call_response_headers_hook(
         self,
@@ -601,6 +635,58 @@ def _admission_fields(data: dict[str, Any]) -> dict[str, bytes] | None:
     if not isinstance(at, str) or not isinstance(body, str):
         return None
     return admission_fields(body.encode(), int(at))
+
+
+def raise_refusal(refused: Refusal, rid: str) -> None:
+    """Raise ``refused`` as LiteLLM raises its own budget errors (see the module docstring)."""
+    error = orjson.loads(refused.body())["error"]
+    spend = refused.status == 402
+    raise ProxyException(
+        message=refused.message,
+        type="budget_exceeded" if spend else refused.type,
+        param=None,
+        code=refused.status,
+        headers={"x-billing-request-id": rid},
+        openai_code=refused.code,
+        # LiteLLM's error body keeps ``code`` for the status; the reason is here.
+        provider_specific_fields={
+            "billing_code": refused.code,
+            **{k: v for k, v in error.items() if k not in ("message", "type", "param", "code")},
+        },
+    )
+
+
+def client_body(data: dict[str, Any]) -> dict[str, Any]:
+    """The request as the client sent it (the proxy's snapshot, ``proxy_server_request.body``),
+    without the keys the proxy adds to ``data`` but with the limits the hook wrote; failing that,
+    ``data``'s chat-completion fields."""
+    request = data.get("proxy_server_request")
+    body = request.get("body") if isinstance(request, dict) else None
+    if isinstance(body, dict) and "messages" in body:
+        limits = {k: data[k] for k in LIMIT_FIELDS if k in data}
+        return {**{k: v for k, v in body.items() if k != "metadata"}, **limits}
+    return {k: v for k, v in data.items() if k in NOT_PROMPT or k in PROMPT_FIELDS}
+
+
+def deployment_routes(alias: str) -> list[tuple[str, str | None]]:
+    """The (model, provider) of each deployment the proxy's router may send a call for ``alias``
+    to (``litellm_params.model``, its provider prefix apart); none outside a proxy or for a name
+    it does not route."""
+    try:
+        from litellm.proxy.proxy_server import llm_router
+    except Exception:  # not inside a proxy
+        return []
+    if llm_router is None:
+        return []
+    found = []
+    for deployment in llm_router.get_model_list(model_name=alias) or []:
+        params = deployment.get("litellm_params") or {}
+        name = params.get("model") if isinstance(params, dict) else None
+        if isinstance(name, str) and name:
+            provider, _, bare = name.rpartition("/")
+            # A wildcard deployment (``openai/*``) sends the name asked for.
+            found.append((alias if "*" in bare else bare, provider or None))
+    return found
 
 
 def deployment_models(alias: str) -> list[str]:

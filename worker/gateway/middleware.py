@@ -15,10 +15,13 @@ app unchanged), then, in this order:
    an account id the worker would refuse is billed to ``fallback_account`` instead, the entry's
    ``account_fallback`` saying why;
 3. checks the ``request`` entry as the worker will (a field outside the contract: HTTP 400),
-   prices the hold, and writes the call's admission record (``authorize``: one Redis step, the
-   spool when Redis cannot; with spend control on it takes the hold too): a call that does not
-   fit is answered HTTP 402, one that cannot be recorded 503, a reused request id or an
-   idempotency key in flight 409, and none of them reaches the app;
+   prices the hold off the event loop (``holds.price_hold``; with spend control, a model the book
+   does not price is refused with HTTP 400 ``model_not_priced`` unless the authorizer's
+   ``unpriced_hold`` is set, and a request that states no output limit gets the one held written
+   into the body the app receives, ``holds.with_limit``), and writes the call's admission record
+   (``authorize``: one Redis step, the spool when Redis cannot; with spend control on it takes the
+   hold too): a call that does not fit is answered HTTP 402, one that cannot be recorded 503, a
+   reused request id or an idempotency key in flight 409, and none of them reaches the app;
 4. calls the app (every response carries the call's ``X-Billing-Request-Id``), watching what it sends. Once the response's first body bytes went to the client
    (so not on the time to first byte) it publishes the ``request`` entry beside the admission (within its byte budget, media replaced by
    placeholders: ``request_budget``) and ``open`` (``stream``
@@ -64,6 +67,7 @@ from worker.core.request import check_identifier
 from worker.gateway.authorize import Admission, Authorizer
 from worker.gateway.content_coding import ResponseDecoder
 from worker.gateway.events import EventSplitter
+from worker.gateway.holds import price_hold, unpriced_hold, with_limit
 from worker.gateway.metadata import (
     FALLBACK_ACCOUNT,
     MetadataHook,
@@ -77,7 +81,7 @@ from worker.gateway.metadata import (
 )
 from worker.gateway.refusals import NOT_JSON, Refusal, refusal
 from worker.gateway.request_budget import entry_body
-from worker.gateway.reservation import DEFAULT_MAX_TOKENS, reserve
+from worker.gateway.reservation import DEFAULT_MAX_TOKENS, Unpriced
 from worker.gateway.routes import is_chat_completion
 from worker.gateway.usage_option import UsageChunkStrip, usage_options, with_usage_asked
 
@@ -137,6 +141,7 @@ class _Call:
 
     __slots__ = (
         "admission",
+        "budget_model",
         "chunk",
         "created_at",
         "decoded",
@@ -151,6 +156,7 @@ class _Call:
         "opened",
         "parts",
         "price",
+        "priced",
         "publisher",
         "request_id",
         "splitter",
@@ -179,6 +185,10 @@ class _Call:
         self.usage_asked = usage_asked
         self.price = price  # the hold's price, when the entry's ``reserved_micros`` awaits it
         self.admission: Admission | None = None  # the write-ahead record, once admitted
+        # What the hold is priced from before the admission (``_price``): the request as priced,
+        # its provider, the bytes the app would get; None when the hook gave the hold.
+        self.priced: tuple[dict[str, Any], str | None, bytes] | None = None
+        self.budget_model: str | None = None  # the model the hold's budgets apply to
         self.started = False  # the app started its response (``status``, ``streamed``)
         self.opened = False  # ``open`` published
         self.streamed = False
@@ -305,7 +315,8 @@ class BillingMiddleware:
     ``publisher``: a ``Tee`` (or anything with ``Publisher``'s methods). ``hook``: the gateway's
     ``MetadataHook``. ``prices``: the book holds are priced from (the bundled one by default).
     ``non_streamable``: model prefixes that must not stream (``BILLING_NON_STREAMABLE_MODELS``).
-    ``default_max_tokens``: the output limit a hold assumes when the request states none.
+    ``default_max_tokens``: the output limit a hold assumes when the request states none and the
+    book does not know the model's ``max_output_tokens``.
     ``fallback_account``: the account a call is billed to when the hook's account id is one the
     worker would refuse (``metadata.usable_account``). ``authorizer``: spend control
     (``authorize``): the hold is priced and taken before the app is called, and a call that does
@@ -367,6 +378,10 @@ class BillingMiddleware:
         if call is None:
             await self.app(scope, replay, send)
             return
+        refused = await self._price(call)
+        if refused is not None:
+            await _answer(send, refused)
+            return
         admission = await self._admit(self.authorizer, call)
         if admission.refusal is not None:
             await _answer(send, admission.refusal)
@@ -421,37 +436,54 @@ class BillingMiddleware:
                 self.fallback_account,
                 entry["account_fallback"],
             )
-        # Priced now, before the app: the hold is what the admission records (and, with spend
-        # control, takes), from the messages as published (an image as its placeholder).
-        entry["reserved_micros"] = self._hold(body, entry, info.provider, reserved, created_at)
         call = _Call(self.publisher, request_id, entry, None, usage_asked(body), created_at)
         call.forward = forward
+        if isinstance(entry["model"], str):
+            try:
+                call.budget_model = self.prices.budget_model(entry["model"])
+            except Exception:  # a broken book: the model as named (``_price`` says so)
+                call.budget_model = entry["model"]
+        if reserved is None:
+            # Priced before the app (``_price``, off the event loop): the hold is what the
+            # admission records (and, with spend control, takes), from the messages as
+            # published (an image as its placeholder).
+            raw_sent = forward if forward is not None else inflated
+            call.priced = ({**body, "messages": entry["messages"]}, info.provider, raw_sent)  # type: ignore[assignment]
         return call
 
-    def _hold(
-        self,
-        body: dict[str, Any],
-        entry: dict[str, Any],
-        provider: str | None,
-        reserved: int | None,
-        created_at: datetime,
-    ) -> int:
-        """The hold the authorization takes: the hook's, else priced from the book."""
-        if reserved is not None:
-            return int(reserved)
+    async def _price(self, call: _Call) -> Refusal | None:
+        """Price the call's hold (``holds.price_hold``, off the event loop) into its entry, or the
+        refusal. With spend control, a model the book does not price is refused (or held at the
+        authorizer's ``unpriced_hold``), and a request that states no output limit gets the one
+        held written into the body the app receives (``holds.with_limit``); without it, an
+        unpriced model is held at 0 (the worker marks the call ``unpriced``)."""
+        if call.priced is None:
+            return None
+        body, provider, raw = call.priced
+        entry = call.entry
         try:
-            return int(
-                reserve(
-                    self.prices,
-                    {**body, "messages": entry["messages"]},
-                    created_at,
-                    provider=provider,
-                    default_max_tokens=self.default_max_tokens,
-                )
-            )
-        except Exception:  # held at 0 and said, as when it is priced after the first bytes
-            log.exception("billing: the hold of %s not priced; held at 0", entry["request_id"])
-            return 0
+            found = await price_hold(
+                self.prices, body, call.created_at, provider=provider, size=len(raw),
+                default_max_tokens=self.default_max_tokens,
+            )  # fmt: skip
+        except Exception:  # a bug in pricing: unpriced, never held at 0 under spend control
+            log.exception("billing: the hold of %s not priced", call.request_id)
+            found = Unpriced(str(entry["model"]), "its hold could not be priced", "")
+        spend = self.authorizer.check_spend
+        if isinstance(found, Unpriced):
+            if not spend:
+                entry["reserved_micros"] = 0
+                return None
+            held = unpriced_hold(found, self.authorizer.unpriced_hold, call.request_id)
+            if isinstance(held, Refusal):
+                return held
+            entry["reserved_micros"] = held[0]
+            return None
+        entry["reserved_micros"], call.budget_model = int(found.micros), found.model
+        if spend and found.write is not None:
+            call.forward = with_limit(raw, body, found.write, found.output_tokens)
+            entry["max_tokens"] = found.output_tokens
+        return None
 
     async def _admit(self, authorizer: Authorizer, call: _Call) -> Admission:
         """Write the call's admission record, taking its hold with spend control (one Redis
@@ -460,7 +492,7 @@ class BillingMiddleware:
         entry = call.entry
         admission = await authorizer.admit_async(
             entry["account_id"], call.request_id, entry["reserved_micros"], call.created_at,
-            entry["model"], facts=admission_facts(entry),
+            call.budget_model or entry["model"], facts=admission_facts(entry),
             idempotency_key=entry.get("idempotency_key"),
             spool=getattr(self.publisher, "spool_now", None),
         )  # fmt: skip

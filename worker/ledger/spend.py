@@ -31,6 +31,10 @@ class AccountSpend:
     budgets: dict[tuple[str, str], int] = field(default_factory=dict)  # (period, model) → limit
     # (period, model) → charged for the calls created in the current day / month; model "" all
     spent: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (scope, model) → charged for the calls created in the period ``scope`` names (``d:<date>``,
+    # ``m:<month>``): the current periods and, near their bounds, the ones either side
+    # (``period_windows``); model "" all
+    scoped: dict[tuple[str, str], int] = field(default_factory=dict)
     # request id → (hold, created_at, model) of its calls still open (held or unsettled)
     open_holds: dict[str, tuple[int, datetime, str]] = field(default_factory=dict)
 
@@ -50,6 +54,33 @@ def period_starts(now: datetime) -> dict[str, tuple[datetime, datetime]]:
     month = day.replace(day=1)
     next_month = (month + timedelta(days=32)).replace(day=1)
     return {"day": (day, day + timedelta(days=1)), "month": (month, next_month)}
+
+
+# A call's period is its own creation (admission) time, on the clock that stamped it; the sync's clock
+# may differ by this much and a budget is still read from the period the call counts in.
+CLOCK_MARGIN = timedelta(hours=1)
+
+
+def period_windows(
+    now: datetime, margin: timedelta = CLOCK_MARGIN
+) -> list[tuple[str, str, datetime, datetime, bool]]:
+    """(period, scope, start, end, current) of the periods whose spend the store needs at ``now``:
+    the current day and month, and the one before or after when ``now`` is within ``margin`` of
+    its bound."""
+    found = []
+    for period, (start, end) in period_starts(now).items():
+        found.append((period, start, end, True))
+        if now - start < margin:
+            before = period_starts(start - timedelta(seconds=1))[period]
+            found.append((period, *before, False))
+        if end - now <= margin:
+            after = period_starts(end)[period]
+            found.append((period, *after, False))
+    code = {"day": ("d:", "%Y-%m-%d"), "month": ("m:", "%Y-%m")}
+    return [
+        (period, code[period][0] + start.strftime(code[period][1]), start, end, current)
+        for period, start, end, current in found
+    ]
 
 
 def _revenue(session: Session):  # type: ignore[no-untyped-def]
@@ -79,7 +110,7 @@ def spend_snapshot(
     for account, limits in budget_rows.in_force(session, account_ids).items():
         if account in found:
             found[account].budgets = limits
-    for period, (start, end) in period_starts(now).items():
+    for period, scope, start, end, current in period_windows(now):
         query = _revenue(session).where(
             reservations.c.created_at >= start, reservations.c.created_at < end
         )
@@ -90,10 +121,14 @@ def spend_snapshot(
             query.group_by(reservations.c.account_id, reservations.c.model)
         ):
             if account in found:
-                found[account].spent[(period, model)] = int(amount or 0)
+                found[account].scoped[(scope, model)] = int(amount or 0)
+                if current:
+                    found[account].spent[(period, model)] = int(amount or 0)
                 totals[account] += int(amount or 0)
         for account, total in totals.items():
-            found[account].spent[(period, "")] = total
+            found[account].scoped[(scope, "")] = total
+            if current:
+                found[account].spent[(period, "")] = total
     held = select(
         reservations.c.account_id,
         reservations.c.request_id,

@@ -4,7 +4,11 @@ The ledger stays the truth (``worker.contract.authorization`` is its fast copy).
 Redis lock so that two runs never interleave:
 
 1. one database snapshot (REPEATABLE READ on PostgreSQL; one read transaction on SQLite) gives each
-   account's funds, charges, budgets, the current day's and month's spend, and its open holds;
+   account's funds, charges, budgets, the current day's and month's spend (on the Redis server's
+   clock; near a period's bound, the neighbouring period's too: a call counts in the period of its
+   own ``created_at``, ``worker.ledger.spend.period_windows``), and its open holds; every model
+   named by a budget, a charge or a hold is named by ``PriceBook.budget_model``, as the gateway
+   names a call's model, so one model's budget counts all its spellings;
 2. then the store's calls are read, and their state looked up in that same snapshot. A call the
    gateway authorized after the snapshot was taken cannot be closed in it (a call is authorized
    before it is published), so nothing is counted twice;
@@ -18,7 +22,9 @@ ledger closed the call more than ``missed_after`` ago and the store still held i
 took: a call admitted unchecked, or a gateway without authorization), ``unseen_charge`` (a charge
 that moved the ledger past what the store accounted for). A rebuild (the store's ``ready`` key
 absent: Redis restarted or lost its data) records none, and sets ``ready`` only once every
-account is installed, so authorizations resume on a whole store. Before it starts, the calls
+account is installed, so authorizations resume on a whole store; the ``ready`` key holds the
+worker's policy for accounts the store does not know (``BILLING_AUTH_UNKNOWN_ACCOUNT`` and the default
+budget), written again by every run, which the authorization script follows. Before it starts, the calls
 authorized before the loss must be in the ledger: the first rebuilding run notes the tip of every
 notification stream (``events``) and does nothing more; a later run rebuilds once the consumer
 group has read and acknowledged everything up to those tips (``backlog_passed``).
@@ -46,6 +52,7 @@ from worker.contract.authorization import (
     spent_field,
 )
 from worker.contract.keys import Keys
+from worker.core.prices import PriceBook
 from worker.ledger.spend import AccountSpend, call_states, spend_snapshot
 
 log = logging.getLogger(__name__)
@@ -84,17 +91,28 @@ class SyncPolicy:
         )
 
 
-def _fields(spend: AccountSpend, now: datetime, policy: SyncPolicy) -> dict[str, int]:
-    found = {budget_field(period, model): limit for (period, model), limit in spend.budgets.items()}
+def _fields(
+    spend: AccountSpend, policy: SyncPolicy, model_of: Callable[[str], str]
+) -> dict[str, int]:
+    """The account's budget limits and its periods' ledger spend, each per-model figure under the
+    model's budget name (``model_of``: ``PriceBook.budget_model``, as the gateway names the call's
+    model): budgets naming one model in two ways keep the lower limit; spend under several names
+    of one model is summed."""
+    found: dict[str, int] = {}
+    for (period, model), limit in spend.budgets.items():
+        name = budget_field(period, model_of(model) if model else "")
+        found[name] = min(limit, found.get(name, limit))
     if spend.funds is None and policy.unknown == "default_budget":
         found.setdefault(budget_field(policy.default_period), policy.default_budget)
-    scopes = {"day": day_scope(now), "month": month_scope(now)}
-    for (period, model), amount in spend.spent.items():
-        found[spent_field(scopes[period], model)] = amount
+    for (scope, model), amount in spend.scoped.items():
+        name = spent_field(scope, model_of(model) if model else "")
+        found[name] = found.get(name, 0) + amount
     return found
 
 
 def _entry(request_id: str, amount: int, created_at: datetime, model: str) -> dict[str, Any]:
+    """A hold the ledger has and the store lacks, as the store keeps a call (``model``: its
+    budget name)."""
     return {
         "r": request_id,
         "a": str(amount),
@@ -165,23 +183,38 @@ def sync(
     now: datetime | None = None,
     accounts: Sequence[str] | None = None,
     events: tuple[Any, Keys] | None = None,
+    book: PriceBook | None = None,
 ) -> SyncStats:
     """One run (see the module docstring); returns what it did. Another run holding the lock:
     nothing done. ``accounts``: only these (a test, an operator's look at one account); a
     rebuild always takes every account. ``events``: the Redis client and keys of the notification
-    streams, whose backlog a rebuild waits for (``backlog_passed``)."""
+    streams, whose backlog a rebuild waits for (``backlog_passed``). ``book``: the worker's price
+    book, whose ``budget_model`` names each model's budgets and spend as the gateway names a call's
+    (None: models as the ledger records them). ``now`` (default: the Redis server's clock, the one
+    the store's periods are read on) picks the periods whose spend is installed."""
     lock = store.client.lock(f"{store.prefix}:auth:sync-lock", timeout=LOCK_SECONDS)
     if not lock.acquire(blocking=False):
         return SyncStats()
     try:
         if not store.is_ready() and not backlog_passed(store, events):
             return SyncStats(rebuilt=False, waiting=True)
-        return _sync(sessions, store, policy, now or datetime.now(UTC), accounts)
+        model_of = book.budget_model if book is not None else _as_recorded
+        return _sync(sessions, store, policy, now or redis_now(store), accounts, model_of)
     finally:
         try:
             lock.release()
         except Exception:  # expired or Redis gone: the next run takes it again
             log.warning("authorization sync: lock not released")
+
+
+def _as_recorded(model: str) -> str:
+    return model
+
+
+def redis_now(store: AuthorizationStore) -> datetime:
+    """The Redis server's clock (``TIME``)."""
+    seconds, micros = store.client.time()
+    return datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, UTC)
 
 
 def _sync(
@@ -190,6 +223,7 @@ def _sync(
     policy: SyncPolicy,
     now: datetime,
     only: Sequence[str] | None,
+    model_of: Callable[[str], str],
 ) -> SyncStats:
     stats = SyncStats(rebuilt=not store.is_ready())
     if stats.rebuilt:
@@ -205,11 +239,16 @@ def _sync(
         states = call_states(session, [rid for found in calls.values() for rid in found])
     for account in accounts:
         spend = snapshot.get(account) or AccountSpend(account, funds=None, charged=0)
-        stats.corrections.extend(_install(store, spend, calls[account], states, policy, now, stats))
+        stats.corrections.extend(
+            _install(store, spend, calls[account], states, policy, now, stats, model_of)
+        )
         stats.accounts += 1
+    rule = (policy.unknown, policy.default_budget, policy.default_period)
     if stats.rebuilt:
-        store.mark_ready()
+        store.mark_ready(*rule)
         stats.corrections = []  # a rebuild's additions are the store being built, not corrected
+    else:
+        store.keep_policy(*rule)
     if stats.corrections:
         with sessions() as session, session.begin():
             session.execute(insert(corrections), stats.corrections)
@@ -244,6 +283,7 @@ def _install(
     policy: SyncPolicy,
     now: datetime,
     stats: SyncStats,
+    model_of: Callable[[str], str],
 ) -> Iterable[dict[str, Any]]:
     account = spend.account_id
     closed = [rid for rid in calls if rid in states and not states[rid].open]
@@ -257,7 +297,7 @@ def _install(
         ],
     )
     added = [
-        _entry(rid, amount, created_at, model)
+        _entry(rid, amount, created_at, model_of(model))
         for rid, (amount, created_at, model) in spend.open_holds.items()
         if rid not in calls
     ]
@@ -265,7 +305,7 @@ def _install(
         account,
         funds=spend.funds,
         charged=spend.charged,
-        fields=_fields(spend, now, policy),
+        fields=_fields(spend, policy, model_of),
         closed=closed,
         dropped=dropped,
         added=added,

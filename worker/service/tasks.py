@@ -140,6 +140,7 @@ def authorization_sync(rt: runtime.Runtime) -> None:
         AuthorizationStore(rt.client, rt.settings.prefix),
         SyncPolicy.from_settings(rt.settings),
         events=(rt.client, rt.consumer.keys),
+        book=rt.consumer.prices.current(),
     )
     metrics.record_authorization_sync(stats)
     if stats.rebuilt:

@@ -172,6 +172,7 @@ class PriceBook:
                 self._names[alias] = next(iter(models))
         self._snapshots = {p.model for p in self._prices if p.snapshots}
         self._cache: dict[tuple[str, str, str | None], _Candidates] = {}
+        self._budget_names: dict[str, str] = {}
 
     @property
     def prices(self) -> list[Price]:
@@ -464,6 +465,34 @@ class PriceBook:
             return (), None
         missing, rest = price.unpriced_components(usage, at)
         return (missing, price.charge(rest, at)) if missing else ((), None)
+
+    def canonical(self, model: str) -> str | None:
+        """The one name ``model`` resolves to by rule 1 (an exact name, an alias, a dated snapshot
+        of a model whose rows say ``snapshots = true``, a fine-tuned id's rows): the ``model`` of
+        the rows that price it, which budgets and holds are kept under; None when no row names it
+        (no case folding, no provider prefixes: such a name is unpriced)."""
+        scopes, _ = self._scopes(model)
+        return scopes[0][0] if scopes else None
+
+    def budget_model(self, model: str) -> str:
+        """The one name a call of ``model`` counts under for per-model budgets, at the gateway and
+        in the worker's sync alike: its ``canonical`` name, a dated snapshot's under its base
+        model when the book has that (``gpt-4o-2024-08-06`` → ``gpt-4o``, even where the snapshot
+        has rows of its own); a name no row names is tried again lower-cased and without a provider
+        prefix (``OpenAI/GPT-4o`` → ``gpt-4o``), and else kept so (such a call is unpriced, but a
+        per-model budget still bounds it)."""
+        found = self._budget_names.get(model)
+        if found is not None:
+            return found
+        name = self.canonical(model)
+        if name is None:
+            bare = model.strip().lower().rpartition("/")[2] or model
+            name = self.canonical(bare) or bare
+        base = snapshot_base(name)
+        found = base if base is not None and base in self._by_model else name
+        if len(self._budget_names) < _CACHE_LIMIT:
+            self._budget_names[model] = found
+        return found
 
     def context_window(self, model: str, at: datetime) -> int | None:
         """An upper bound on the tokens (prompt + completion) of one call of ``model`` at ``at``: the

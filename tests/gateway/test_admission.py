@@ -139,3 +139,21 @@ def test_redis_away_spools_the_record_or_refuses(prefix: str) -> None:
     assert admit(gate, "s3").refusal is not None  # no spool at all: refused too
     body = orjson.loads(admitted.fields["body"])
     assert "authorization" not in body  # no spend control: nothing was unchecked
+
+
+def test_the_request_entry_cannot_move_the_admitted_money(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    """The request entry written later (a proxy's, priced for the deployment that served) names
+    another hold and another account: the call stays the admission's, held at what the ledger
+    holds from its ``open`` (a larger figure here was refused by the ledger, dead-lettering it)."""
+    keys = Keys(prefix)
+    assert (
+        admit(authorizer(redis_client, prefix, check_spend=False), "r9", hold=603).refusal is None
+    )
+    later = {**facts("r9", 609), "account_id": "acct-other", "model": "gpt-4o-mini-2024-07-18"}
+    redis_client.xadd(keys.request("r9"), {"kind": "request", "body": orjson.dumps(later)})
+    meta, taken = read_head(redis_client.xrange(keys.request("r9")), "r9")
+    assert taken == 2
+    assert (meta.account_id, int(meta.reserved_micros)) == (ACCOUNT, 603)
+    assert meta.model == "gpt-4o-mini-2024-07-18"  # the model that served, as the entry says

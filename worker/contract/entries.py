@@ -157,9 +157,8 @@ def admitted(admission: RequestMeta, request: RequestMeta) -> RequestMeta:
     return replace(
         request,
         account_id=admission.account_id,
-        # The hold admitted, or the gateway's better price once it knew the model that served
-        # (a proxy's router chooses the deployment after the admission): never less.
-        reserved_micros=max(admission.reserved_micros, request.reserved_micros),
+        # The hold admitted: the one the ledger holds from the call's ``open`` and the store took.
+        reserved_micros=admission.reserved_micros,
         created_at=admission.created_at,
         account_fallback=admission.account_fallback,
         admitted_unchecked=admission.admitted_unchecked,

@@ -112,18 +112,23 @@ def balance_command(account: str | None, at: str | None, as_json: bool) -> None:
             fail("balance", str(exc))
     from datetime import UTC, datetime
 
-    from worker.cli.db import settings
-    from worker.consumer.pricing import effective_book
     from worker.ledger.spend import spend_snapshot
 
     with ledger_session("balance", readonly=True) as session:
-        model_of = effective_book(session, settings("balance").price_book).budget_model
         found = account_funds(session, None if account is None else [account], as_of=as_of)
         spends = (
             spend_snapshot(session, datetime.now(UTC), None if account is None else [account])
             if as_of is None
             else {}
         )
+        # The price book (and the tokenizer it brings) only for a model's budget to name.
+        model_budgets = any(model for spend in spends.values() for _p, model in spend.budgets)
+        model_of: Callable[[str], str] = str
+        if model_budgets:
+            from worker.cli.db import settings
+            from worker.consumer.pricing import effective_book
+
+            model_of = effective_book(session, settings("balance").price_book).budget_model
     flights = {a: in_flight(a) for a in found} if account is not None and as_of is None else {}
     rows = []
     for funds in found.values():

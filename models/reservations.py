@@ -39,6 +39,8 @@ class Reservation(Base):
         Index(None, "fingerprint"),
         # The report's window (migration 0005). Written once at the hold, never updated.
         Index(None, "created_at"),
+        # ``billing show`` by the client's own reference (migration 0023).
+        Index(None, "client_request_id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -56,3 +58,6 @@ class Reservation(Base):
     # notification whose entry differs is another call under a reused request id. NULL on rows
     # older than migration 0006 and on holds recorded without a stream entry.
     request_digest: Mapped[str | None] = mapped_column(String(64))
+    # The client's own reference for the call (its ``X-Request-Id``), never its identity: two
+    # calls may carry the same one. NULL when the client sent none, and on older rows.
+    client_request_id: Mapped[str | None] = mapped_column(String(200))

@@ -493,6 +493,14 @@ class Settings:
         "LiteLLM proxy hook: who pays, the first found of `team`, `user`, `key`, `end_user`"
         " ([gateway](docs/gateway.md))",
     )
+    # Read by both gateways (worker/gateway/routes.py): what they do with a path they do not bill.
+    unbilled_routes: str = choice(
+        "BILLING_UNBILLED_ROUTES",
+        ("refuse", "pass"),
+        "a path or LiteLLM call type the gateway does not bill (not a chat completion, a model list"
+        " or a health check): `refuse` answers 403 `route_not_billed`; `pass` serves it unbilled,"
+        " recorded as the anomaly `unbilled_route` and alerted ([gateway](docs/gateway.md))",
+    )
     # Spend control (docs/gateway.md "Spend control"): read by the gateway and by the sync task.
     authorize: bool = flag(
         "BILLING_AUTHORIZE",

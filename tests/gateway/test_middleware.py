@@ -83,6 +83,19 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Tee
         client.delete(key)
 
 
+def billing_id(keys: Keys, rid: str) -> str | None:
+    """The billing id the middleware made for the call whose client reference is ``rid`` (the
+    test hook's ``request_id``, published as ``client_request_id``), once its ``open`` is out."""
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    for _id, f in client.xrange(keys.events()):
+        if f[b"kind"] != b"open":
+            continue
+        first = client.xrange(keys.request(f[b"request_id"].decode()), count=1)
+        if first and orjson.loads(first[0][1][b"body"]).get("client_request_id") == rid:
+            return f[b"request_id"].decode()
+    return None
+
+
 def entries(gateway: tuple[str, Tee, Keys], rid: str) -> list[dict[bytes, bytes]]:
     """The call's stream once it is closed (the middleware closes after the client got the end)."""
     _url, _tee, keys = gateway
@@ -91,7 +104,7 @@ def entries(gateway: tuple[str, Tee, Keys], rid: str) -> list[dict[bytes, bytes]
             break
         threading.Event().wait(0.02)
     client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
-    stored = [fields for _id, fields in client.xrange(keys.request(rid))]
+    stored = [fields for _id, fields in client.xrange(keys.request(billing_id(keys, rid) or rid))]
     # The admission record heads every stream: written before the app ran (issue 48).
     assert stored[0][b"kind"] == b"admission"
     return stored[1:]
@@ -100,11 +113,14 @@ def entries(gateway: tuple[str, Tee, Keys], rid: str) -> list[dict[bytes, bytes]
 def closes(gateway: tuple[str, Tee, Keys], rid: str) -> list[bytes]:
     _url, tee, keys = gateway
     assert tee.flush(timeout=10)
+    found = billing_id(keys, rid)
+    if found is None:
+        return []
     client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
     return [
         f[b"reason"]
         for _id, f in client.xrange(keys.events())
-        if f[b"request_id"] == rid.encode() and f[b"kind"] == b"close"
+        if f[b"request_id"] == found.encode() and f[b"kind"] == b"close"
     ]
 
 
@@ -178,13 +194,14 @@ def test_frames_are_the_bytes_the_client_got_without_chunk(
     assert got == body
     redis_client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
     for _ in range(500):  # the middleware closes after the client got the end
-        if any(
-            f[b"request_id"] == rid.encode() and f[b"kind"] == b"close"
+        found = billing_id(keys, rid)
+        if found is not None and any(
+            f[b"request_id"] == found.encode() and f[b"kind"] == b"close"
             for _id, f in redis_client.xrange(keys.events())
         ):
             break
         threading.Event().wait(0.02)
-    stored = [f for _id, f in redis_client.xrange(keys.request(rid))]
+    stored = [f for _id, f in redis_client.xrange(keys.request(billing_id(keys, rid) or rid))]
     assert stored[0][b"kind"] == b"admission"  # the write-ahead record, before the app ran
     assert_frames_are_the_body(stored[1:], body)
 
@@ -283,8 +300,7 @@ def test_refusals_come_before_the_app_and_before_any_write(
     assert len(CALLS) == calls
     _url, tee, keys = gateway
     assert tee.flush(timeout=10)
-    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
-    assert not client.exists(keys.request(body["user"]))
+    assert billing_id(keys, body["user"]) is None  # nothing published for it
     assert closes(gateway, body["user"]) == []
 
 
@@ -330,12 +346,14 @@ class Recorder:
         # Where the middleware writes each call's admission record (its Redis and keys).
         self.client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
         self.keys = Keys(f"t-gw-rec-{id(self)}")
+        self.references: dict[str, str] = {}  # billing id → the client's reference
 
     def _record(self, method: str, request_id: str, value: Any = None) -> None:
         with self.lock:
             self.calls.append((method, request_id, value))
 
     def open(self, meta: bytes, request_id: str, **_admission: Any) -> None:
+        self.references[request_id] = orjson.loads(meta).get("client_request_id")
         self._record("open", request_id)
 
     def chunk(self, request_id: str, data: bytes) -> None:
@@ -347,9 +365,14 @@ class Recorder:
     def close(self, request_id: str, reason: str = "done") -> None:
         self._record("close", request_id, reason)
 
-    def of(self, request_id: str) -> list[tuple[str, Any]]:
+    def of(self, reference: str) -> list[tuple[str, Any]]:
+        """What the call whose client reference is ``reference`` was handed."""
         with self.lock:
-            return [(method, value) for method, rid, value in self.calls if rid == request_id]
+            return [
+                (method, value)
+                for method, rid, value in self.calls
+                if self.references.get(rid) == reference
+            ]
 
     def closed(self, request_id: str) -> list[tuple[str, Any]]:
         """``of(request_id)`` once its ``close`` came (the middleware closes after the end)."""
@@ -439,6 +462,7 @@ class BrokenBook:
 
 class MetaRecorder(Recorder):
     def open(self, meta: bytes, request_id: str, **_admission: Any) -> None:
+        self.references[request_id] = orjson.loads(meta).get("client_request_id")
         self._record("open", request_id, orjson.loads(meta))
 
 
@@ -460,7 +484,8 @@ def test_a_hold_that_cannot_be_priced_is_held_at_0_and_the_call_still_published(
     with served(app) as url, httpx.Client(base_url=url) as client:
         assert client.post("/v1/chat/completions", json=request(rid)).content == body
         (method, meta), *rest = recorder.closed(rid)
-    assert method == "open" and meta["request_id"] == rid and meta["reserved_micros"] == 0
+    assert method == "open" and meta["client_request_id"] == rid and meta["reserved_micros"] == 0
+    assert meta["request_id"] != rid  # the gateway's own id
     assert rest == [("chunk", body), ("close", "done")]
     assert any("not priced" in record.getMessage() for record in caplog.records)
 

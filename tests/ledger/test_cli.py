@@ -105,7 +105,7 @@ def test_balance_show_and_unsettled(runner: CliRunner, tmp_path: Path) -> None:
 def test_show_unknown_request(runner: CliRunner) -> None:
     result = runner.invoke(main, ["show", "nope"])
     assert result.exit_code == 2
-    assert result.stderr == "billing show: nope: no such request or completion id\n"
+    assert result.stderr == "billing show: nope: no such request, completion or client request id\n"
 
 
 def test_unmigrated_database_is_a_one_line_error(

@@ -20,7 +20,8 @@ def _usd(micros: int | None) -> str:
 def _text(answer: dict[str, Any]) -> list[str]:
     lines = [
         f"request    {answer['request_id']}  account {answer['account_id']}  model "
-        f"{answer['model']}  stream {answer['stream']}",
+        f"{answer['model']}  stream {answer['stream']}"
+        + (f"  client id {answer['client_request_id']}" if answer["client_request_id"] else ""),
         f"created    {answer['created_at']}  updated {answer['updated_at']}",
         f"status     {answer['status']}  outcome {answer['outcome'] or '-'}"
         f"  reason {answer['reason'] or '-'}",
@@ -119,21 +120,27 @@ def _text(answer: dict[str, Any]) -> list[str]:
 def show_command(request_id: str, as_json: bool) -> None:
     """Everything the ledger knows about REQUEST_ID: status, usage, charge, entries, failure.
 
-    REQUEST_ID is the billing request id (the X-Billing-Request-Id header of the response) or
-    the completion id the client got (``chatcmpl-…``)."""
-    from worker.ledger.queries import requests_of_completion, show
+    REQUEST_ID is the billing request id (the X-Billing-Request-Id header of the response), the
+    completion id the client got (``chatcmpl-…``), or the client's own X-Request-Id."""
+    from worker.ledger.queries import requests_of_client_reference, requests_of_completion, show
 
+    what = "completion id"
     with ledger_session("show", readonly=True) as session:
         answer = show(session, request_id)
         if answer is None:
             found = requests_of_completion(session, request_id)
+            if not found:
+                what, found = (
+                    "client X-Request-Id",
+                    requests_of_client_reference(session, request_id),
+                )
             if len(found) == 1:
                 answer = show(session, found[0])
     if answer is None:
         if found:
             listed = ", ".join(found[:20])
-            fail("show", f"{request_id}: the completion id of {len(found)} calls: {listed}")
-        fail("show", f"{request_id}: no such request or completion id")
+            fail("show", f"{request_id}: the {what} of {len(found)} calls: {listed}")
+        fail("show", f"{request_id}: no such request, completion or client request id")
     if as_json:
         echo_json(answer)
         return

@@ -180,6 +180,23 @@ def close_commands(keys: Keys, request_id: str, reason: str = "done") -> list[Co
     return [XAdd(keys.events_for(request_id), fields)]
 
 
+def unbilled_commands(
+    keys: Keys, request_id: str, route: str, account_id: str | None = None
+) -> list[Command]:
+    """The ``unbilled`` notification (docs/events.md §2): a request the gateway served without
+    billing it (``BILLING_UNBILLED_ROUTES=pass``), ``route`` its method and path (or LiteLLM call
+    type), ``account_id`` who the gateway's authentication says made it, when it knows."""
+    fields = {
+        "kind": b"unbilled",
+        "request_id": request_id.encode(),
+        "ts": b"%d" % now_ms(),
+        "route": route.encode(),
+    }
+    if account_id is not None:
+        fields["account_id"] = account_id.encode()
+    return [XAdd(keys.events_for(request_id), fields)]
+
+
 def queue_commands(pipe: Any, commands: Iterable[Command]) -> None:
     """Put ``commands`` on a redis-py pipeline (or client), in order."""
     for command in commands:
@@ -253,3 +270,7 @@ class Publisher:
     def close(self, request_id: str, reason: str = "done") -> None:
         """Notify that the call ended; the worker reconciles it from its stream."""
         self._run(close_commands(self.keys, request_id, reason))
+
+    def unbilled(self, request_id: str, route: str, account_id: str | None = None) -> None:
+        """Notify a request served unbilled (``unbilled_commands``)."""
+        self._run(unbilled_commands(self.keys, request_id, route, account_id))

@@ -46,6 +46,9 @@ class AnomalyKind(StrEnum):
     # the request entry came without its prompt (``omitted_messages``) and no count of it: the
     # estimate lacks the prompt; a call without usage is unsettled ``missing_usage``
     PROMPT_UNCOUNTED = "prompt_uncounted"
+    # the gateway served a route it does not bill (BILLING_UNBILLED_ROUTES=pass): the call is
+    # recorded voided at 0, the detail names the route
+    UNBILLED_ROUTE = "unbilled_route"
 
 
 def is_non_streamable(model: str, prefixes: Iterable[str]) -> bool:

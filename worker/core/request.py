@@ -83,6 +83,9 @@ class RequestMeta:
     # Which request entry this metadata came from (``request_digest``); None when it did not come
     # from a call's stream (a replay file, a test). Stored on the reservation, never the prompt.
     digest: str | None = None
+    # The client's own reference for the call (its ``X-Request-Id``), kept so ``billing show``
+    # finds the call by it; never the billing id: two calls may carry the same one.
+    client_request_id: str | None = None
 
 
 def request_digest(entry_id: bytes, meta: RequestMeta) -> str:
@@ -324,6 +327,9 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
     account_id = _identifier(data, "account_id")
     model = _identifier(data, "model")
     created_at = _created_at(data)
+    client_request_id = None
+    if data.get("client_request_id") is not None:
+        client_request_id = _identifier(data, "client_request_id")
     return RequestMeta(
         request_id=request_id,
         account_id=account_id,
@@ -349,6 +355,7 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
         digest=None
         if entry_id is None
         else _digest(entry_id, request_id, account_id, model, stream, reserved, created_at),
+        client_request_id=client_request_id,
     )
 
 

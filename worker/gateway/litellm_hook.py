@@ -99,12 +99,14 @@ from worker.contract.publisher import Publisher, admission_fields
 from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier, request_from_dict
+from worker.gateway import client_keys, unbilled
 from worker.gateway.authorize import Authorizer
 from worker.gateway.holds import price_hold, unpriced_hold
 from worker.gateway.metadata import search_options, usable_account
 from worker.gateway.refusals import Refusal
 from worker.gateway.request_budget import entry_body, slim_messages
 from worker.gateway.reservation import NOT_PROMPT, Unpriced, reserve
+from worker.gateway.routes import Route, call_type_route, not_billed
 from worker.gateway.spool import probe
 from worker.gateway.tee import Tee
 
@@ -117,8 +119,6 @@ UNCHECKED_KEY = "billing_unchecked"  # served without a spend check (Redis away,
 ADMISSION_KEY = "billing_admission"  # the call's admission record: its entry's ``at`` and ``body``
 IN_FLIGHT_KEY = "billing_in_flight"  # an idempotency key's marker, cleared when the call ends
 ADMITTED_KEY = "billing_admitted_at"  # when the hold was taken: the call's created_at (its period)
-# Only the hook sets them, never a client.
-HOOK_KEYS = (FALLBACK_KEY, HOLD_KEY, UNCHECKED_KEY, ADMISSION_KEY, IN_FLIGHT_KEY, ADMITTED_KEY)
 # The field a held output limit is written into: every LiteLLM provider config takes
 # ``max_tokens`` (some only it), and LiteLLM sends it as ``max_completion_tokens`` to OpenAI's
 # reasoning models, which refuse ``max_tokens`` (o-series, gpt-5: LiteLLM 1.108.7).
@@ -129,9 +129,9 @@ PROMPT_FIELDS = frozenset(
     {"messages", "tools", "functions", "tool_choice", "function_call", "response_format",
      "prediction"}
 )  # fmt: skip
+CLIENT_ID_KEY = "billing_client_request_id"  # the client's X-Request-Id, its reference only
 DONE_EVENT = b"data: [DONE]\n\n"
 STOP_TIMEOUT_SECONDS = 5.0
-CHAT_CALL_TYPES = ("acompletion", "completion")
 
 
 def make_publisher() -> Tee:
@@ -229,6 +229,26 @@ def account_of(
     return fallback, None
 
 
+def client_request_id(data: dict[str, Any]) -> str | None:
+    """The client's ``X-Request-Id`` (as LiteLLM keeps the request's headers), its own reference
+    for the call; never the billing id. One the worker would refuse as an id is refused with 400:
+    the client can fix what it sends."""
+    request = data.get("proxy_server_request")
+    headers = request.get("headers") if isinstance(request, dict) else None
+    if not isinstance(headers, dict):
+        return None
+    value = next((v for k, v in headers.items() if str(k).lower() == "x-request-id"), None)
+    if not value:
+        return None
+    try:
+        return check_identifier(str(value), "X-Request-Id")
+    except RequestMetaError as exc:
+        raise ProxyException(
+            message=f"Invalid request: {exc}", type="invalid_request_error",
+            param="X-Request-Id", code=400, openai_code="invalid",
+        ) from None  # fmt: skip
+
+
 def within_contract(meta: dict[str, Any]) -> dict[str, Any]:
     """``meta`` without the optional fields the worker would refuse (``OPTIONAL_FIELDS``: the call
     is billed without them rather than refused whole). Changes ``meta``."""
@@ -302,6 +322,7 @@ class BillingHook(CustomLogger):
         self._publisher_lock = threading.Lock()
         self._book = book
         self._accounts = account_sources(os.environ.get("BILLING_LITELLM_ACCOUNT"))
+        self._pass_unbilled = unbilled.passes(Settings.from_env().unbilled_routes)
         # Streams the wrapper closed as upstream_error; the failure hook that follows drops them.
         self._closed: set[str] = set()
 
@@ -371,6 +392,7 @@ class BillingHook(CustomLogger):
             "account_id": metadata.get("billing_account_id") or self.fallback_account,
             "account_fallback": metadata.get(FALLBACK_KEY),
             "authorization": "unchecked" if metadata.get(UNCHECKED_KEY) else None,
+            "client_request_id": metadata.get(CLIENT_ID_KEY),
             "model": model,
             "stream": stream,
             "include_usage": include_usage,
@@ -445,23 +467,55 @@ class BillingHook(CustomLogger):
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
     ) -> dict[str, Any]:
-        if call_type not in CHAT_CALL_TYPES:
+        # Every call type, first: only the hook writes ``billing_`` keys (``client_keys``).
+        removed = client_keys.strip(data)
+        if removed:
+            log.warning("billing: client-supplied %s stripped", ", ".join(removed[:10]))
+        route = call_type_route(call_type)
+        if not route.billed:
+            self._not_billed(user_api_key_dict, data, call_type, route)
             return data
-        metadata = data.setdefault("metadata", {})
-        if isinstance(metadata, dict):
-            rid = f"req_litellm_{uuid.uuid4().hex}"
-            metadata[REQUEST_ID_KEY] = rid
-            account, problem = account_of(
+        metadata = data.get("metadata")
+        if not isinstance(metadata, dict):  # OpenAI's metadata is a map; the hook's keys go here
+            metadata = data["metadata"] = {}
+        rid = f"req_litellm_{uuid.uuid4().hex}"
+        metadata[REQUEST_ID_KEY] = rid
+        reference = client_request_id(data)
+        if reference is not None:
+            metadata[CLIENT_ID_KEY] = reference
+        account, problem = account_of(
+            user_api_key_dict, data, self._accounts, self.fallback_account
+        )
+        metadata["billing_account_id"] = account
+        if problem is not None:  # the reason only: the id may be anything a client sent
+            metadata[FALLBACK_KEY] = problem
+            log.warning("billing: %s billed to %s: %s", rid, account, problem)
+        await self._admit(self.admitter(), data, metadata, rid, account)
+        return data
+
+    def _not_billed(
+        self, user_api_key_dict: Any, data: dict[str, Any], call_type: Any, route: Route
+    ) -> None:
+        """A call type the table does not bill: refused (``routes.not_billed``, raised as a
+        ``ProxyException`` of status 403), or with ``BILLING_UNBILLED_ROUTES=pass`` served and
+        published ``unbilled`` (``worker.gateway.unbilled``)."""
+        name = str(getattr(call_type, "value", call_type))
+        if self._pass_unbilled:
+            account, _problem = account_of(
                 user_api_key_dict, data, self._accounts, self.fallback_account
             )
-            metadata["billing_account_id"] = account
-            for key in HOOK_KEYS:  # only the hook says so, never the client's metadata
-                metadata.pop(key, None)
-            if problem is not None:  # the reason only: the id may be anything a client sent
-                metadata[FALLBACK_KEY] = problem
-                log.warning("billing: %s billed to %s: %s", rid, account, problem)
-            await self._admit(self.admitter(), data, metadata, rid, account)
-        return data
+            rid = f"req_litellm_{uuid.uuid4().hex}"
+            unbilled.record(self.publisher, rid, f"call type {name}", account)
+            return
+        refused = not_billed(f"call type {name}", route)
+        raise ProxyException(
+            message=refused.message,
+            type=refused.type,
+            param=None,
+            code=refused.status,
+            openai_code=refused.code,
+            provider_specific_fields={"billing_code": refused.code},
+        )
 
     async def _admit(
         self,

@@ -44,9 +44,11 @@ from worker.gateway.request_budget import clean, slim_messages
 
 @dataclass(frozen=True, slots=True)
 class CallInfo:
-    """The hook's answer. ``request_id``: unique for ever (a fresh ``chatcmpl``-independent id is
-    made when None); ``reserved_micros``: the hold the gateway placed (priced from the book when
-    None); ``provider``: where the call is routed (docs/events.md §6)."""
+    """The hook's answer. ``request_id``: the client's own reference for the call (published as
+    ``client_request_id``; by default its ``X-Request-Id`` header), never the billing id, which
+    the middleware makes itself, unique per call (``new_request_id``); ``reserved_micros``: the
+    hold the gateway placed (priced from the book when None); ``provider``: where the call is
+    routed (docs/events.md §6)."""
 
     account_id: str
     request_id: str | None = None
@@ -202,6 +204,7 @@ def request_entry(
     idempotency_key: str | None,
     streamed: bool,
     fallback_account: str = FALLBACK_ACCOUNT,
+    client_request_id: str | None = None,
 ) -> dict[str, Any]:
     """The ``request`` entry of the call, checked as the worker will read it. ``streamed`` is how the
     response came (an SSE body or not), which can differ from what was asked: a streamed request the
@@ -234,6 +237,8 @@ def request_entry(
         entry["web_search_options"] = body["web_search_options"]
     if problem is not None:
         entry["account_fallback"] = problem
+    if client_request_id is not None:  # the client's reference, checked as an id (below)
+        entry["client_request_id"] = client_request_id
     request_from_dict(entry)
     return entry
 
@@ -242,7 +247,7 @@ def request_entry(
 ADMISSION_FACTS = (
     "request_id", "account_id", "model", "stream", "include_usage", "reserved_micros",
     "created_at", "n", "max_tokens", "idempotency_key", "provider", "account_fallback",
-    "authorization", "web_search_options",
+    "authorization", "web_search_options", "client_request_id",
 )  # fmt: skip
 
 

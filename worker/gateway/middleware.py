@@ -3,8 +3,10 @@
     app = BillingMiddleware(app, publisher=Tee.from_url(REDIS_URL, spool_dir="var/spool"),
                             hook=lambda scope, body: CallInfo(account_id=...))
 
-For a ``POST …/chat/completions`` (``routes``) it reads the request body (and hands it on to the
-app unchanged), then, in this order:
+Every other request (a free route, a route it does not bill, a WebSocket, ``lifespan``) is
+served, refused or passed by ``serving``, as the one table ``routes`` says. For a
+``POST …/chat/completions`` it reads the request body (and hands it on to the app unchanged),
+then, in this order:
 
 1. reads the body as the app will (``metadata.read_body``: orjson, else Python's ``json``, which
    also takes a lone surrogate escape, a byte order mark, UTF-16 and UTF-32) and answers the
@@ -82,7 +84,8 @@ from worker.gateway.metadata import (
 from worker.gateway.refusals import NOT_JSON, Refusal, refusal
 from worker.gateway.request_budget import entry_body
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, Unpriced
-from worker.gateway.routes import is_chat_completion
+from worker.gateway.serving import route_of, serve_unbilled
+from worker.gateway.unbilled import passes
 from worker.gateway.usage_option import UsageChunkStrip, usage_options, with_usage_asked
 
 log = logging.getLogger(__name__)
@@ -320,7 +323,9 @@ class BillingMiddleware:
     ``fallback_account``: the account a call is billed to when the hook's account id is one the
     worker would refuse (``metadata.usable_account``). ``authorizer``: spend control
     (``authorize``): the hold is priced and taken before the app is called, and a call that does
-    not fit is answered 402 without reaching the app; None (the default): not checked."""
+    not fit is answered 402 without reaching the app; None (the default): not checked.
+    ``unbilled_routes``: ``refuse`` (the default) or ``pass`` (``BILLING_UNBILLED_ROUTES``): what
+    becomes of a request that is not a billed route (``serving``)."""
 
     def __init__(
         self,
@@ -333,12 +338,14 @@ class BillingMiddleware:
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         fallback_account: str = FALLBACK_ACCOUNT,
         authorizer: Authorizer | None = None,
+        unbilled_routes: str = "refuse",
     ) -> None:
         if authorizer is None:  # every call is admitted, with or without spend control
             keys = publisher.keys
             store = AuthorizationStore(publisher.client, keys.prefix)
             authorizer = Authorizer(store, check_spend=False, keys=keys)
         self.authorizer = authorizer
+        self.pass_unbilled = passes(unbilled_routes)
         self.fallback_account = check_identifier(fallback_account, "fallback_account")
         self.app = app
         self.publisher = publisher
@@ -348,8 +355,12 @@ class BillingMiddleware:
         self.default_max_tokens = default_max_tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_chat_completion(scope["method"], scope["path"]):
-            await self.app(scope, receive, send)
+        route = route_of(scope)
+        if route is None or not route.billed:
+            await serve_unbilled(
+                self.app, scope, receive, send, route=route, answer=_answer,
+                pass_unbilled=self.pass_unbilled, publisher=self.publisher, hook=self.hook,
+            )  # fmt: skip
             return
         chunks: list[bytes] = []
         while True:
@@ -413,7 +424,9 @@ class BillingMiddleware:
             forward = with_usage_asked(inflated, body, options)  # type: ignore[arg-type]
             body = {**body, "stream_options": options}
         created_at = datetime.now(UTC)
-        request_id = info.request_id or new_request_id()
+        # The billing id is the gateway's, unique per call; the client's id is its reference only.
+        request_id = new_request_id()
+        client_request_id = info.request_id or _header(scope, b"x-request-id") or None
         reserved = info.reserved_micros
         try:
             entry = request_entry(
@@ -426,6 +439,7 @@ class BillingMiddleware:
                 idempotency_key=key,
                 streamed=asks_to_stream(body),
                 fallback_account=self.fallback_account,
+                client_request_id=client_request_id,
             )
         except RequestMetaError as exc:
             return Refusal(400, f"Invalid request: {exc}", str(exc).split(":", 1)[0], "invalid")

@@ -128,6 +128,7 @@ from worker.contract.publisher import (
     pieces,
     request_body,
     response_commands,
+    unbilled_commands,
 )
 from worker.gateway import metrics
 from worker.gateway.events import EventSplitter, events_of
@@ -687,6 +688,10 @@ class Tee:
         self._submit(request_id, commands, closing=True)
 
     # ------------------------------------------------------------------ queue and spool
+
+    def unbilled(self, request_id: str, route: str, account_id: str | None = None) -> None:
+        """Queue the ``unbilled`` notification of a request served unbilled."""
+        self._submit(request_id, unbilled_commands(self.keys, request_id, route, account_id))
 
     def _submit(
         self,

@@ -81,6 +81,18 @@ def requests_of_completion(session: Session, completion_id: str) -> list[str]:
     )
 
 
+def requests_of_client_reference(session: Session, client_request_id: str) -> list[str]:
+    """The request ids of the calls whose client sent ``client_request_id`` as its own reference
+    (its ``X-Request-Id``), oldest first: a client may reuse one, and each call is its own."""
+    return list(
+        session.execute(
+            select(reservations.c.request_id)
+            .where(reservations.c.client_request_id == client_request_id)
+            .order_by(reservations.c.created_at, reservations.c.id)
+        ).scalars()
+    )
+
+
 def show(session: Session, request_id: str) -> dict[str, Any] | None:
     """The support answer for one request, or None when the ledger has never seen it."""
     res = session.execute(
@@ -147,6 +159,7 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
         }
     return {
         "request_id": res.request_id,
+        "client_request_id": res.client_request_id,
         "account_id": res.account_id,
         "model": res.model,
         "stream": res.stream,

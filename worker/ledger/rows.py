@@ -39,6 +39,7 @@ def reservation_values(meta: RequestMeta, now: datetime) -> dict[str, Any]:
         "created_at": aware(meta.created_at),
         "updated_at": now,
         "request_digest": meta.digest,
+        "client_request_id": meta.client_request_id,
     }
 
 

@@ -78,6 +78,7 @@ def test_the_consumer_names_its_steps_in_order(consumer) -> None:
         "ledger_per_call",
         "conserve",
         "routes",
+        "unbilled",
         "poison",
         "acknowledge",
     ]

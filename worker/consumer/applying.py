@@ -37,6 +37,7 @@ from models.reservations import Reservation, Status
 from worker.consumer.calls import Batch, CallState, Redo
 from worker.consumer.salvage import salvage, summary, unreadable_result
 from worker.consumer.steps import Call, Chain, Step, Steps
+from worker.consumer.unbilled import record_batch_unbilled
 from worker.contract.entries import Entry
 from worker.core.errors import InputError, LedgerError, RequestIdReused
 from worker.core.result import Outcome, Reason
@@ -100,6 +101,7 @@ class Applier(Step[Batch]):
                 Call("ledger_per_call", self._per_call),
                 Call("conserve", self._conserve_refused),
                 Call("routes", self._routes),
+                Call("unbilled", record_batch_unbilled),
             ],
         )
 

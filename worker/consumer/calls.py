@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from worker.consumer.reading import StreamSize
-from worker.contract.entries import Entry, Notification
+from worker.contract.entries import Entry, Notification, Unbilled
 from worker.core.prices import PriceBook
 from worker.core.request import RequestMeta
 from worker.core.result import Outcome, Result
@@ -127,3 +127,6 @@ class Batch:
     streams: list[list[Entry]] = field(default_factory=list)
     # Notification entries of the calls past the byte budget: the next batch, still pending.
     rest: list[tuple[bytes, Any]] = field(default_factory=list)
+    # Requests the gateway served unbilled (``unbilled`` notifications), recorded by the
+    # transaction's ``unbilled`` part and acknowledged with the rest after the commit.
+    unbilled: list[Unbilled] = field(default_factory=list)

@@ -24,7 +24,8 @@ from worker.consumer.reading import (
     within_budget,
 )
 from worker.consumer.steps import Step
-from worker.contract.entries import Entry, dead_letter_fields, parse_notification
+from worker.consumer.unbilled import take_unbilled
+from worker.contract.entries import Entry, dead_letter_fields, is_unbilled, parse_notification
 from worker.contract.keys import Keys
 from worker.core.errors import InputError
 
@@ -39,6 +40,9 @@ def group(batch: Batch, entries: list[tuple[bytes, Any]]) -> list[CallState]:
     for entry_id, fields in entries:
         if fields is None:  # deleted from the stream while pending
             batch.ack.append(entry_id)
+            continue
+        if is_unbilled(fields):
+            take_unbilled(batch, entry_id, fields, now_ms)
             continue
         try:
             note = parse_notification(entry_id, fields)

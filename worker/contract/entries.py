@@ -91,6 +91,43 @@ def parse_notification(entry_id: bytes, fields: Fields) -> Notification:
     return Notification(entry_id, kind, request_id, ts, text(fields.get(b"reason")))
 
 
+UNBILLED_KIND = b"unbilled"
+MAX_ROUTE_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Unbilled:
+    """A request the gateway served without billing it (``BILLING_UNBILLED_ROUTES=pass``):
+    docs/events.md §2, ``unbilled``."""
+
+    entry_id: bytes
+    request_id: str
+    ts: int | None
+    route: str
+    account_id: str | None
+
+
+def is_unbilled(fields: Fields) -> bool:
+    return fields.get(b"kind") == UNBILLED_KIND
+
+
+def parse_unbilled(entry_id: bytes, fields: Fields) -> Unbilled:
+    """An ``unbilled`` notification: ``request_id`` and ``account_id`` (optional) follow the
+    identifier rule, ``route`` is a string of at most ``MAX_ROUTE_CHARS`` characters."""
+    request_id = text(fields.get(b"request_id"))
+    if not request_id:
+        raise InputError("notification without request_id")
+    check_identifier(request_id, "request_id")
+    route = text(fields.get(b"route"))
+    if not route or len(route) > MAX_ROUTE_CHARS:
+        raise InputError(f"unbilled notification without a route of 1 to {MAX_ROUTE_CHARS} chars")
+    account_id = text(fields.get(b"account_id"))
+    if account_id is not None:
+        check_identifier(account_id, "account_id")
+    ts = _decimal(text(fields.get(b"ts")), MAX_TS_DIGITS)
+    return Unbilled(entry_id, request_id, ts, route, account_id)
+
+
 @dataclass(frozen=True, slots=True)
 class CallRecord:
     """A call's stream decoded: its metadata and either its frames or its response."""

@@ -1,13 +1,19 @@
-"""A small OpenAI-compatible gateway built on the middleware: it proxies chat completions to one
-upstream and bills them. The end-to-end tests and the benchmark run it; it shows the few lines a
-gateway needs (``create_app``). Needs the ``gateway`` extra (Starlette, httpx, uvicorn).
+"""A small OpenAI-compatible gateway built on the middleware: it proxies every ``/v1/…`` request to
+one upstream, and the middleware bills the chat completions and refuses what it does not bill
+(docs/gateway.md, *What the gateway serves*). The end-to-end tests and the benchmark run it; it
+shows the few lines a gateway needs (``create_app``). Needs the ``gateway`` extra (Starlette,
+httpx, uvicorn).
 
     python -m devtools.example_app --upstream http://127.0.0.1:8001/v1 --port 8000 \\
-        --redis redis://127.0.0.1:6379/0 --spool-dir var/spool [--no-billing] [--authorize]
+        --redis redis://127.0.0.1:6379/0 --spool-dir var/spool [--no-billing] [--authorize] \\
+        [--unbilled-routes refuse|pass]
 
 The account is the client's API key (``Authorization: Bearer <key>``), a stand-in for the gateway's
-own key-to-account lookup; the provider is ``openai``. Request headers other than hop-by-hop ones
-and ``authorization`` go upstream as they came (an ``X-Upstream-Scenario`` picks a recorded reply).
+own key-to-account lookup; the provider is ``openai``. The billing request id is the middleware's
+own; a client's ``X-Request-Id`` is kept as its reference (``client_request_id``), never used as
+the id. ``GET /health`` is answered here (a free route). Request headers other than hop-by-hop
+ones and ``authorization`` go upstream as they came (an ``X-Upstream-Scenario`` picks a recorded
+reply).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import httpx
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from worker.contract.keys import Keys
@@ -42,7 +48,7 @@ def account_from_key(scope: dict[str, Any], body: dict[str, Any]) -> CallInfo | 
 
 
 def proxy_app(upstream: str, *, on_shutdown: Callable[[], object] | None = None) -> Starlette:
-    """The gateway without billing: forwards ``POST /v1/chat/completions`` to ``upstream``.
+    """The gateway without billing: forwards every ``/v1/…`` request to ``upstream``.
     ``on_shutdown`` runs (in a thread) when the server shuts down: uvicorn runs the lifespan's end
     on SIGTERM and SIGINT before it exits, which a ``finally`` around ``uvicorn.run`` is not."""
     client = httpx.AsyncClient(base_url=upstream, timeout=httpx.Timeout(60.0, connect=5.0))
@@ -56,10 +62,14 @@ def proxy_app(upstream: str, *, on_shutdown: Callable[[], object] | None = None)
             if on_shutdown is not None:
                 await asyncio.get_running_loop().run_in_executor(None, on_shutdown)
 
-    async def chat_completions(request: Request) -> StreamingResponse:
+    async def forward(request: Request) -> StreamingResponse:
         headers = {k: v for k, v in request.headers.items() if k not in _NOT_FORWARDED}
         sent = client.build_request(
-            "POST", "/chat/completions", content=await request.body(), headers=headers
+            request.method,
+            "/" + request.path_params["path"],
+            content=await request.body(),
+            headers=headers,
+            params=request.query_params,
         )
         reply = await client.send(sent, stream=True)
 
@@ -80,8 +90,14 @@ def proxy_app(upstream: str, *, on_shutdown: Callable[[], object] | None = None)
             background=BackgroundTask(reply.aclose),
         )
 
+    async def health(_request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
     return Starlette(
-        routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"])],
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/v1/{path:path}", forward, methods=["GET", "POST", "DELETE"]),
+        ],
         lifespan=lifespan,
     )
 
@@ -108,13 +124,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--authorize", action="store_true", help="spend control: take each hold before the call"
     )
+    parser.add_argument(
+        "--unbilled-routes",
+        choices=("refuse", "pass"),
+        default="refuse",
+        help="a route it does not bill: refused (403), or served unbilled and recorded",
+    )
     args = parser.parse_args(argv)
     if args.no_billing:
         uvicorn.run(proxy_app(args.upstream), host=args.host, port=args.port, log_level="warning")
         return
     tee = Tee.from_url(args.redis, Keys(args.prefix, args.partitions), spool_dir=args.spool_dir)
     try:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"unbilled_routes": args.unbilled_routes}
         if args.authorize:
             from worker.gateway.authorize import Authorizer
 

@@ -36,6 +36,10 @@ terminating chunk, so the client sees a broken body, never a clean end.
 
 Prompts are not kept: ``sent`` records what the upstream replied, never what it was asked.
 
+Beside chat completions it answers two more paths, for the gateways' route tests: ``GET …/models``
+(a list naming ``gpt-4o-mini``) and ``POST …/embeddings`` (one small embedding per input, with
+OpenAI's usage block); neither is recorded in ``sent``. Any other path is a 404.
+
 On its own, ``python -m devtools.recorded_upstream --port N`` serves ``DEMO_SCENARIOS`` in the
 foreground (one line says where) until Ctrl-C or SIGTERM: point any OpenAI client or gateway at it.
 """
@@ -257,6 +261,19 @@ def reply(name: str, scenario: Scenario, request: dict[str, Any]) -> Sent:
     return Sent(name, True, include_usage, frames, 200, None, dropped)
 
 
+# The answers of the two paths served beside chat completions (OpenAI's shapes).
+MODELS = {
+    "object": "list",
+    "data": [{"id": "gpt-4o-mini", "object": "model", "created": 1721172741, "owned_by": "system"}],
+}
+EMBEDDINGS = {
+    "object": "list",
+    "data": [{"object": "embedding", "index": 0, "embedding": [0.0125, -0.0375, 0.5]}],
+    "model": "text-embedding-3-small",
+    "usage": {"prompt_tokens": 4, "total_tokens": 4},
+}
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
@@ -275,6 +292,9 @@ class _Handler(BaseHTTPRequestHandler):
             scenario, _, tail = path[len("/scenario/") :].rpartition("/v1/")
             path = "/v1/" + tail
         scenario = self.headers.get(SCENARIO_HEADER) or scenario
+        if path.rstrip("/").endswith("/embeddings"):
+            self._json(200, EMBEDDINGS)
+            return
         if not path.endswith("/chat/completions"):
             self._json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
             return
@@ -307,6 +327,13 @@ class _Handler(BaseHTTPRequestHandler):
             if chosen.pause is not None:  # a slow upstream: its silence before the body
                 time.sleep(chosen.pause[1])
             self._json(sent.status, sent.body or {})
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path.endswith("/models"):
+            self._json(200, MODELS)
+        else:
+            self._json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
 
     def _json(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()

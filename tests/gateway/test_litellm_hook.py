@@ -240,3 +240,107 @@ def test_make_publisher_reads_the_linger(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setenv("BILLING_TEE_LINGER_MS", "0")
     with pytest.raises(ValueError, match="BILLING_TEE_LINGER_MS"):
         make_publisher()
+
+
+HOSTILE = {
+    "billing_account_id": "victim",
+    "billing_request_id": "req_victims_call",
+    "billing_reserved_micros": 10**12,
+    "billing_unchecked": True,
+    "billing_account_fallback": "made up",
+}
+
+
+def test_a_refused_call_type_strips_the_clients_billing_keys_and_publishes_nothing(
+    redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """An embedding (no reader yet) carrying the hook's keys in both metadata dicts: refused with
+    403 ``route_not_billed`` as a ``ProxyException``; every ``billing_`` key is gone before that,
+    so the success and failure hooks the proxy might still call find no request id to publish."""
+    from litellm.proxy._types import ProxyException
+    from litellm.types.utils import EmbeddingResponse
+
+    keys = Keys(prefix)
+    tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
+    hook = BillingHook(lambda: tee, book=load_price_book())
+    data = {
+        "model": "emb",
+        "input": ["hi"],
+        "metadata": {**HOSTILE, "tag": "kept"},
+        "litellm_metadata": dict(HOSTILE),
+    }
+
+    async def run() -> None:
+        with pytest.raises(ProxyException) as refused:
+            await hook.async_pre_call_hook(Key(), None, data, "aembedding")
+        assert refused.value.code == "403"
+        assert refused.value.openai_code == "route_not_billed"
+        assert "call type aembedding is not billed by this gateway" in refused.value.message
+        await hook.async_post_call_success_hook(data, Key(), EmbeddingResponse(model="emb"))
+        await hook.async_post_call_failure_hook(data, RuntimeError("x"), Key())
+
+    asyncio.run(run())
+    hook.stop()
+    assert data["metadata"] == {"tag": "kept"} and data["litellm_metadata"] == {}
+    assert redis_client.xlen(keys.events()) == 0
+    assert not redis_client.exists(keys.request("req_victims_call"))
+
+
+def test_a_chat_call_ignores_the_clients_billing_keys(
+    redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    keys = Keys(prefix)
+    tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
+    hook = BillingHook(lambda: tee, book=load_price_book())
+    data = {**request(), "metadata": dict(HOSTILE)}
+    rid = plain_call(hook, data)
+    hook.stop()
+    assert rid != "req_victims_call" and rid.startswith("req_litellm_")
+    meta = orjson.loads(entries(redis_client, keys.request(rid))[0][b"body"])
+    assert meta["account_id"] == "team-a"
+    assert 0 < meta["reserved_micros"] < 10**6
+    assert "authorization" not in meta and "account_fallback" not in meta
+    assert not redis_client.exists(keys.request("req_victims_call"))
+
+
+def test_with_pass_a_refused_call_type_is_served_and_published_unbilled(
+    monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("BILLING_UNBILLED_ROUTES", "pass")
+    keys = Keys(prefix)
+    tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
+    hook = BillingHook(lambda: tee, book=load_price_book())
+    data = {"model": "emb", "input": ["hi"], "metadata": dict(HOSTILE)}
+    asyncio.run(hook.async_pre_call_hook(Key(), None, data, "aembedding"))
+    hook.stop()
+    assert data["metadata"] == {}
+    (note,) = [fields for _id, fields in redis_client.xrange(keys.events())]
+    assert (note[b"kind"], note[b"route"], note[b"account_id"]) == (
+        b"unbilled",
+        b"call type aembedding",
+        b"team-a",
+    )
+    assert note[b"request_id"].startswith(b"req_litellm_")
+
+
+def test_the_clients_x_request_id_is_its_reference_and_a_bad_one_is_refused(
+    redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    from litellm.proxy._types import ProxyException
+
+    keys = Keys(prefix)
+    tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
+    hook = BillingHook(lambda: tee, book=load_price_book())
+    rids = []
+    for _ in range(2):
+        data = {**request(), "proxy_server_request": {"headers": {"x-request-id": "mine-1"}}}
+        rids.append(plain_call(hook, data))
+    bad = {**request(), "proxy_server_request": {"headers": {"X-Request-Id": " x"}}}
+    with pytest.raises(ProxyException) as refused:
+        asyncio.run(hook.async_pre_call_hook(Key(), None, bad, "acompletion"))
+    hook.stop()
+    assert refused.value.code == "400" and "X-Request-Id" in refused.value.message
+    assert len(set(rids)) == 2 and "mine-1" not in rids
+    for rid in rids:
+        meta = orjson.loads(entries(redis_client, keys.request(rid))[0][b"body"])
+        assert meta["client_request_id"] == "mine-1"

@@ -28,6 +28,9 @@ pytestmark = pytest.mark.redis
 
 HOLD = 20_000
 SERVED: list[str] = []
+# The client's reference (the test hook's ``request_id``) → the billing id the middleware made,
+# from the response's X-Billing-Request-Id.
+BILLING_IDS: dict[str, str] = {}
 
 
 async def chat(request: Request) -> Response:
@@ -60,14 +63,18 @@ class Gateway:
     def client(self, account: str = "x") -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(base_url=self.url + "/v1", api_key=account, max_retries=2)
 
-    def published(self, *request_ids: str) -> list[list[dict[bytes, bytes]]]:
-        """Each call's stream entries, once what the tee holds is written."""
+    def published(self, *references: str) -> list[list[dict[bytes, bytes]]]:
+        """Each call's stream entries (by the client's reference), once what the tee holds is
+        written."""
         assert self.tee.flush(timeout=10)
         client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
         try:
             return [
-                [fields for _id, fields in client.xrange(self.keys.request(rid))]
-                for rid in request_ids
+                [
+                    fields
+                    for _id, fields in client.xrange(self.keys.request(BILLING_IDS[reference]))
+                ]
+                for reference in references
             ]
         finally:
             client.close()
@@ -101,16 +108,19 @@ def gateway(tmp_path: Any) -> Iterator[Gateway]:
     yield from serve(tmp_path, {}, "redis://127.0.0.1:6379/0")
 
 
-async def call(client: openai.AsyncOpenAI, request_id: str) -> int:
-    """200, or the status the openai client raised."""
+async def call(client: openai.AsyncOpenAI, reference: str) -> int:
+    """200, or the status the openai client raised. Refused or not, the response names the
+    billing id the gateway made (never the client's reference)."""
     try:
-        await client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], user=request_id
+        raw = await client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], user=reference
         )
-        return 200
+        headers, status = raw.headers, 200
     except openai.APIStatusError as exc:
-        assert exc.response.headers["x-billing-request-id"] == request_id
-        return exc.status_code
+        headers, status = exc.response.headers, exc.status_code
+    BILLING_IDS[reference] = headers["x-billing-request-id"]
+    assert BILLING_IDS[reference].startswith("req_") and BILLING_IDS[reference] != reference
+    return status
 
 
 def run_all(gateway: Gateway, request_ids: list[str]) -> list[int]:
@@ -179,7 +189,12 @@ def test_admitted_calls_carry_their_billing_request_id(gateway) -> None:
                 model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], user="rich.1"
             )
 
-    assert asyncio.run(raw()).headers["x-billing-request-id"] == "rich.1"
+    billing_id = asyncio.run(raw()).headers["x-billing-request-id"]
+    assert billing_id.startswith("req_") and billing_id != "rich.1"  # the gateway's own
+    BILLING_IDS["rich.1"] = billing_id
+    (entries,) = gateway.published("rich.1")
+    request = orjson.loads(entries[0][b"body"])
+    assert (request["request_id"], request["client_request_id"]) == (billing_id, "rich.1")
 
 
 def test_concurrent_first_calls_of_a_new_user_under_a_default_budget(tmp_path) -> None:

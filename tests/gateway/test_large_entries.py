@@ -222,8 +222,9 @@ def test_an_answer_over_the_entry_limit_settles_at_its_reported_usage(
     if streamed:
         request["stream_options"] = {"include_usage": True}
     with httpx.Client(base_url=url, timeout=30) as client:
-        got = client.post("/v1/chat/completions", json=request).content
-    assert got == b"".join(sends)
+        reply = client.post("/v1/chat/completions", json=request)
+    assert reply.content == b"".join(sends)
+    rid = reply.headers["x-billing-request-id"]  # the gateway's id; the user is the reference
     closed(redis_client, keys, rid, tee)
     stored = redis_client.xrange(keys.request(rid))  # before the worker deletes it
 

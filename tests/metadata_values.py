@@ -51,6 +51,7 @@ _TIME = st.one_of(
 FIELDS = {
     "request_id": st.one_of(_TEXT, _ANY),
     "account_id": st.one_of(_TEXT, _ANY),
+    "client_request_id": st.one_of(_TEXT, _ANY),
     "model": st.one_of(_TEXT, _ANY),
     "stream": st.one_of(st.booleans(), _ANY),
     "reserved_micros": st.one_of(_INT, _ANY),
@@ -77,7 +78,8 @@ def hostile_metadata(draw: st.DrawFn) -> dict:
 def assert_fits_every_column(meta: RequestMeta) -> None:
     """What the reservation, account, ledger-account and money_daily columns accept on both
     engines (VARCHAR(200), text without NUL, BIGINT sums, timestamps), and the stated limits."""
-    for value in (meta.request_id, meta.account_id, meta.model):
+    ids = (meta.request_id, meta.account_id, meta.model)
+    for value in (*ids, *((meta.client_request_id,) if meta.client_request_id else ())):
         assert isinstance(value, str) and 1 <= len(value) <= MAX_ID_CHARS
         assert "\x00" not in value
         value.encode("utf-8")  # what psycopg sends; a lone surrogate would raise here

@@ -153,3 +153,12 @@ def test_account_fallback_is_a_note_made_harmless() -> None:
     assert len(meta.account_fallback) == MAX_NOTE_CHARS
     with pytest.raises(RequestMetaError, match="account_fallback"):
         request_from_dict({**base, "account_fallback": 7})
+
+
+def test_client_request_id_is_an_optional_identifier() -> None:
+    """The client's own reference (its X-Request-Id), by the same rule as the billing id."""
+    assert request_from_dict(BASE).client_request_id is None
+    assert request_from_dict({**BASE, "client_request_id": "abc-1"}).client_request_id == "abc-1"
+    for bad in ("", " abc", "a\x00b", "x" * 201, 7):
+        with pytest.raises(RequestMetaError, match="client_request_id"):
+            request_from_dict({**BASE, "client_request_id": bad})

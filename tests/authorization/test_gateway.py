@@ -70,10 +70,7 @@ class Gateway:
         client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
         try:
             return [
-                [
-                    fields
-                    for _id, fields in client.xrange(self.keys.request(BILLING_IDS[reference]))
-                ]
+                [fields for _id, fields in client.xrange(self.keys.request(BILLING_IDS[reference]))]
                 for reference in references
             ]
         finally:

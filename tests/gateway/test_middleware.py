@@ -526,3 +526,40 @@ def test_reserved_micros_is_the_prompt_estimate_and_max_tokens_at_the_book_price
         prompt = 3 + 3 + 1 + len("user") + len(content)  # primer, message, name, the bytes
         assert prompt > estimate
     assert meta["reserved_micros"] == _half_up(price.input * prompt + price.output * tokens) > 0
+
+
+def test_a_lifespan_scope_passes_through_untouched() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append(scope)
+        assert (await receive())["type"] == "lifespan.startup"
+        await send({"type": "lifespan.startup.complete"})
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    middleware = BillingMiddleware(app, publisher=Recorder(), hook=hook)
+    scope = {"type": "lifespan", "asgi": {"version": "3.0"}}
+    asyncio.run(middleware(scope, receive, send))
+    assert seen == [scope] and sent == [{"type": "lifespan.startup.complete"}]
+
+
+def test_a_client_x_request_id_the_worker_would_refuse_is_a_400(
+    gateway: tuple[str, Tee, Keys],
+) -> None:
+    calls = len(CALLS)
+    with httpx.Client(base_url=gateway[0]) as client:
+        answer = client.post(
+            "/v1/chat/completions",
+            json={**request("x-request-id"), "user": ""},  # the hook names no reference
+            headers={"X-Request-Id": "x" * 201},
+        )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "client_request_id"
+    assert len(CALLS) == calls

@@ -313,8 +313,9 @@ def test_with_pass_a_refused_call_type_is_served_and_published_unbilled(
     data = {"model": "emb", "input": ["hi"], "metadata": dict(HOSTILE)}
     asyncio.run(hook.async_pre_call_hook(Key(), None, data, "aembedding"))
     hook.stop()
-    assert data["metadata"] == {}
     (note,) = [fields for _id, fields in redis_client.xrange(keys.events())]
+    # The client's keys gone; only the id the call was recorded under (X-Billing-Request-Id).
+    assert data["metadata"] == {"billing_unbilled_id": note[b"request_id"].decode()}
     assert (note[b"kind"], note[b"route"], note[b"account_id"]) == (
         b"unbilled",
         b"call type aembedding",

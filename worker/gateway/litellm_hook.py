@@ -130,6 +130,7 @@ PROMPT_FIELDS = frozenset(
      "prediction"}
 )  # fmt: skip
 CLIENT_ID_KEY = "billing_client_request_id"  # the client's X-Request-Id, its reference only
+UNBILLED_ID_KEY = "billing_unbilled_id"  # the id a call served unbilled was recorded under
 DONE_EVENT = b"data: [DONE]\n\n"
 STOP_TIMEOUT_SECONDS = 5.0
 
@@ -506,6 +507,9 @@ class BillingHook(CustomLogger):
             )
             rid = f"req_litellm_{uuid.uuid4().hex}"
             unbilled.record(self.publisher, rid, f"call type {name}", account)
+            metadata = data.get("metadata")
+            if isinstance(metadata, dict):  # for X-Billing-Request-Id only: nothing is published
+                metadata[UNBILLED_ID_KEY] = rid
             return
         refused = not_billed(f"call type {name}", route)
         raise ProxyException(
@@ -605,6 +609,10 @@ class BillingHook(CustomLogger):
         litellm_call_info: dict[str, object] | None = None,
     ) -> dict[str, str] | None:
         rid = self._request_id(data)
+        if rid is None:
+            metadata = data.get("metadata")
+            found = metadata.get(UNBILLED_ID_KEY) if isinstance(metadata, dict) else None
+            rid = found if isinstance(found, str) else None
         return None if rid is None else {"x-billing-request-id": rid}
 
     async def async_post_call_streaming_iterator_hook(

@@ -84,7 +84,7 @@ from worker.gateway.metadata import (
 from worker.gateway.refusals import NOT_JSON, Refusal, refusal
 from worker.gateway.request_budget import entry_body
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, Unpriced
-from worker.gateway.serving import route_of, serve_unbilled
+from worker.gateway.serving import REQUEST_ID_HEADER, route_of, serve_unbilled
 from worker.gateway.unbilled import passes
 from worker.gateway.usage_option import UsageChunkStrip, usage_options, with_usage_asked
 
@@ -118,7 +118,6 @@ def close_reason_of(exc: BaseException) -> str:
     return "upstream_error"
 
 
-REQUEST_ID_HEADER = b"x-billing-request-id"
 _BODY_HEADERS = (b"content-length", b"content-encoding")
 
 

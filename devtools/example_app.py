@@ -40,7 +40,8 @@ _NOT_FORWARDED = {"host", "content-length", "connection", "authorization", "acce
 
 
 def account_from_key(scope: dict[str, Any], body: dict[str, Any]) -> CallInfo | None:
-    """The example's hook: the bearer token names the account; no token, not billed."""
+    """The example's hook: the bearer token names the account; no token, no account (the
+    middleware refuses the call)."""
     for key, value in scope.get("headers") or ():
         if key == b"authorization" and value.lower().startswith(b"bearer "):
             return CallInfo(account_id=value[7:].decode("latin-1").strip(), provider="openai")

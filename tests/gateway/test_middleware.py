@@ -365,6 +365,9 @@ class Recorder:
     def close(self, request_id: str, reason: str = "done") -> None:
         self._record("close", request_id, reason)
 
+    def unbilled(self, request_id: str, route: str, account_id: str | None = None) -> None:
+        self._record("unbilled", request_id, (route, account_id))
+
     def of(self, reference: str) -> list[tuple[str, Any]]:
         """What the call whose client reference is ``reference`` was handed."""
         with self.lock:
@@ -563,3 +566,34 @@ def test_a_client_x_request_id_the_worker_would_refuse_is_a_400(
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == "client_request_id"
     assert len(CALLS) == calls
+
+
+@pytest.mark.parametrize("mode", ["refuse", "pass"])
+def test_a_chat_completion_whose_hook_names_no_account_is_never_served_unrecorded(
+    mode: str,
+) -> None:
+    """The hook answers None (the example gateway: no bearer key). Refused with 403 before the
+    app, or with ``pass`` served and published ``unbilled``; never served silently."""
+    recorder = Recorder()
+    app = BillingMiddleware(
+        Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+        publisher=recorder,
+        hook=lambda scope, body: None,
+        unbilled_routes=mode,
+    )
+    rid = f"no-account-{mode}"
+    REPLIES[rid] = (200, "application/json", [b"{}"])
+    calls = len(CALLS)
+    with served(app) as url, httpx.Client(base_url=url) as client:
+        answer = client.post("/v1/chat/completions", json=request(rid, stream=False))
+    if mode == "refuse":
+        assert answer.status_code == 403
+        error = answer.json()["error"]
+        assert error["code"] == "route_not_billed"
+        assert "names no account to bill" in error["message"]
+        assert len(CALLS) == calls and recorder.calls == []
+    else:
+        assert answer.status_code == 200 and len(CALLS) == calls + 1
+        ((method, billing_id, value),) = recorder.calls
+        assert (method, value) == ("unbilled", ("POST /v1/chat/completions", None))
+        assert answer.headers["x-billing-request-id"] == billing_id

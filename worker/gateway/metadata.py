@@ -3,7 +3,8 @@
 The gateway supplies what the request body cannot: whose call it is. It passes the middleware a hook,
 ``hook(scope, body) -> CallInfo | None``, called once per chat-completion request with the ASGI
 ``scope`` (headers, path, whatever its auth middleware stored in ``scope["state"]``) and the parsed
-JSON body. ``None`` means "not billed": the request passes through untouched. The hook runs on the
+JSON body. ``None`` means "no account": the call is not billed, so the middleware refuses it (or,
+with ``unbilled_routes="pass"``, serves it recorded unbilled: ``serving``). The hook runs on the
 event loop: it must not block (read what is in the scope; no network calls).
 
 Everything else comes from the body (docs/events.md §1): ``model``, ``stream``, ``include_usage``

@@ -13,7 +13,9 @@ then, in this order:
    contract's refusals with an HTTP 400 in OpenAI's error shape (``refusals``), before the hook,
    the app or any write: a body that is not a JSON object at all, a stream (``stream`` read as
    the app reads it: truthy) with an ``Idempotency-Key`` or for a non-streamable model;
-2. asks the gateway's ``hook`` whose call it is (``metadata``; None: not billed, passed through);
+2. asks the gateway's ``hook`` whose call it is (``metadata``; None: no account, so not billed:
+   refused with 403 as a route the gateway does not bill, or with ``unbilled_routes="pass"``
+   served and recorded unbilled, ``serving``);
    an account id the worker would refuse is billed to ``fallback_account`` instead, the entry's
    ``account_fallback`` saying why;
 3. checks the ``request`` entry as the worker will (a field outside the contract: HTTP 400),
@@ -84,7 +86,7 @@ from worker.gateway.metadata import (
 from worker.gateway.refusals import NOT_JSON, Refusal, refusal
 from worker.gateway.request_budget import entry_body
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, Unpriced
-from worker.gateway.serving import REQUEST_ID_HEADER, route_of, serve_unbilled
+from worker.gateway.serving import NO_ACCOUNT, REQUEST_ID_HEADER, route_of, serve_unbilled
 from worker.gateway.unbilled import passes
 from worker.gateway.usage_option import UsageChunkStrip, usage_options, with_usage_asked
 
@@ -385,8 +387,11 @@ class BillingMiddleware:
         if isinstance(call, Refusal):
             await _answer(send, call)
             return
-        if call is None:
-            await self.app(scope, replay, send)
+        if call is None:  # the hook named no account: refused, or passed and recorded unbilled
+            await serve_unbilled(
+                self.app, scope, replay, send, route=NO_ACCOUNT, answer=_answer,
+                pass_unbilled=self.pass_unbilled, publisher=self.publisher, hook=self.hook,
+            )  # fmt: skip
             return
         refused = await self._price(call)
         if refused is not None:

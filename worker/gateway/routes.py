@@ -144,13 +144,19 @@ def shown(text: str) -> str:
     return _UNPRINTABLE.sub("\ufffd", text)[:_SHOWN_CHARS]
 
 
+# The endpoint of a refused route that is a billed one whose call names no account (the ASGI
+# hook answered None): the gateway cannot say who would pay.
+NO_ACCOUNT_ENDPOINT = "no account"
+
+
 def not_billed(what: str, route: Route) -> Refusal:
     """The refusal of ``what`` (``"POST /v1/embeddings"``, ``"call type aembedding"``)."""
-    why = (
-        f"no reader prices {route.endpoint} yet"
-        if route.endpoint is not None
-        else "it is not an endpoint this gateway knows"
-    )
+    if route.endpoint == NO_ACCOUNT_ENDPOINT:
+        why = "its authentication names no account to bill"
+    elif route.endpoint is not None:
+        why = f"no reader prices {route.endpoint} yet"
+    else:
+        why = "it is not an endpoint this gateway knows"
     return Refusal(
         NOT_BILLED_STATUS,
         f"{shown(what)} is not billed by this gateway ({why}), so it is not served. "

@@ -8,7 +8,8 @@
 * a refused HTTP route: answered ``routes.not_billed`` (403, OpenAI's error shape) without
   reaching the app;
 * a WebSocket (the Realtime API, ``/v1/realtime``, or any other path): closed before it is
-  accepted, which the server answers with HTTP 403.
+  accepted, which the server answers with HTTP 403;
+* a chat completion whose hook named no account (``NO_ACCOUNT``): refused as the above.
 
 With ``pass_unbilled`` (``BILLING_UNBILLED_ROUTES=pass``) a refused HTTP route or WebSocket goes
 to the app instead, after its ``unbilled`` notification (``worker.gateway.unbilled``), and an HTTP
@@ -26,7 +27,14 @@ from typing import Any
 from worker.gateway import unbilled
 from worker.gateway.metadata import MetadataHook, new_request_id
 from worker.gateway.refusals import Refusal
-from worker.gateway.routes import Route, Treatment, http_route, not_billed, websocket_route
+from worker.gateway.routes import (
+    NO_ACCOUNT_ENDPOINT,
+    Route,
+    Treatment,
+    http_route,
+    not_billed,
+    websocket_route,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Answer = Callable[[Send, Refusal], Awaitable[None]]
 
 REQUEST_ID_HEADER = b"x-billing-request-id"
+# A billed route whose hook named no account (``MetadataHook`` answered None): not billed, so
+# treated as a refused route.
+NO_ACCOUNT = Route(Treatment.REFUSED, NO_ACCOUNT_ENDPOINT)
 
 
 def route_of(scope: Scope) -> Route | None:

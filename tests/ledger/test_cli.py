@@ -115,3 +115,22 @@ def test_unmigrated_database_is_a_one_line_error(
     result = CliRunner().invoke(main, ["unsettled", "list"])
     assert result.exit_code == 2
     assert "billing db upgrade" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_show_finds_calls_by_the_clients_x_request_id(runner: CliRunner, tmp_path: Path) -> None:
+    """A client reference carried by one call shows it; reused by two, ``show`` lists both (each
+    its own call) and asks for one of them."""
+    from dataclasses import replace
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'var' / 'billing.db'}")
+    now = datetime.now(UTC)
+    with session_factory(engine)() as session, session.begin():
+        for rid, ref in (("req-a", "mine-1"), ("req-b", "mine-2"), ("req-c", "mine-2")):
+            hold(session, replace(make_meta(rid), client_request_id=ref), now=now)
+    engine.dispose()
+    one = json.loads(runner.invoke(main, ["show", "mine-1", "--json"]).output)
+    assert (one["request_id"], one["client_request_id"]) == ("req-a", "mine-1")
+    assert "client id mine-1" in runner.invoke(main, ["show", "req-a"]).output
+    both = runner.invoke(main, ["show", "mine-2"])
+    assert both.exit_code != 0
+    assert "mine-2: the client X-Request-Id of 2 calls: req-b, req-c" in both.stderr

@@ -39,7 +39,7 @@ class Reservation(Base):
         Index(None, "fingerprint"),
         # The report's window (migration 0005). Written once at the hold, never updated.
         Index(None, "created_at"),
-        # ``billing show`` by the client's own reference (migration 0023).
+        # ``billing show`` by the client's own reference (migration 0024).
         Index(None, "client_request_id"),
     )
 

@@ -6,9 +6,9 @@ unbilled under ``BILLING_UNBILLED_ROUTES=pass``).
 Downgrade drops the column and its index and deletes the anomalies of the new kind (the old
 constraint would refuse them).
 
-Revision ID: 0023
-Revises: 0022
-Create Date: 2026-12-07 15:00:00.000000
+Revision ID: 0024
+Revises: 0023
+Create Date: 2026-12-07 16:00:00.000000
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0023"
-down_revision: str | None = "0022"
+revision: str = "0024"
+down_revision: str | None = "0023"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -43,6 +43,7 @@ OLD_KINDS = (
     "unpriced_component",
     "model_substituted",
     "admitted_unchecked",
+    "prompt_uncounted",
 )
 NEW_KINDS = (*OLD_KINDS, "unbilled_route")
 

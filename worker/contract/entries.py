@@ -199,6 +199,7 @@ def admitted(admission: RequestMeta, request: RequestMeta) -> RequestMeta:
         created_at=admission.created_at,
         account_fallback=admission.account_fallback,
         admitted_unchecked=admission.admitted_unchecked,
+        client_request_id=admission.client_request_id or request.client_request_id,
         digest=admission.digest,
     )
 

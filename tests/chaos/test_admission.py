@@ -32,11 +32,19 @@ import httpx
 import openai
 import pytest
 from gateway.edges import usage_of
-from gateway.harness import BillingWorker, Call, oracle_charge, wait_decided
+from gateway.harness import (
+    MASTER_KEY,
+    BillingWorker,
+    Call,
+    LiteLLMProxy,
+    oracle_charge,
+    wait_decided,
+)
 from gateway.serving import served
 from gateway.upstream import Upstream
 from sqlalchemy.orm import Session, sessionmaker
 
+from devtools.demo_gateway import litellm_config
 from devtools.example_app import create_app
 from devtools.localservers.ports import free_port
 from devtools.localservers.processes import die_with_parent
@@ -185,6 +193,67 @@ def test_a_gateway_killed_mid_stream_loses_no_admitted_call(stack: Stack, scale:
             os.killpg(proc.pid, signal.SIGKILL)
         worker.stop()
     assert sorted(c.account_id for c in calls) == sorted(accounts)  # every call, none twice
+    assert {(c.status, c.reason) for c in calls} == {("unsettled", "incomplete")}
+    _check_books(stack, calls)
+
+
+def test_a_litellm_proxy_killed_mid_stream_loses_no_admitted_call(
+    stack: Stack, scale: Scale
+) -> None:
+    """The same through the real LiteLLM proxy: its hook writes the admission in its pre-call
+    hook, before the router calls the upstream; killed after every call's first chunk."""
+    count = scale.pick(6, 100)
+    config = stack.workdir / f"litellm-{uuid.uuid4().hex[:6]}.yaml"
+    config.write_text(litellm_config([("slow", MODEL, stack.upstream.scenario_url("slow"))]))
+    env = {**stack.env, "BILLING_LITELLM_ACCOUNT": "end_user",
+           "BILLING_SPOOL_DIR": str(config.with_suffix(".spool"))}  # fmt: skip
+    proxy = LiteLLMProxy(config, env, stack.workdir / config.stem)
+    worker = stack.worker(f"worker-{config.stem}")
+    accounts = _accounts(count)
+    started = threading.Barrier(count + 1, timeout=90)
+    errors: list[BaseException] = []
+
+    def stream(account: str) -> None:
+        try:
+            with (
+                httpx.Client(timeout=30) as client,
+                client.stream(
+                    "POST", f"{proxy.base_url}/chat/completions",
+                    headers={"Authorization": f"Bearer {MASTER_KEY}"},
+                    json={"model": "slow", "stream": True, "user": account,
+                          "messages": [{"role": "user", "content": "Say hello."}]},
+                ) as answer,
+            ):  # fmt: skip
+                assert answer.status_code == 200
+                chunks = answer.iter_raw()
+                next(chunks)
+                started.wait()
+                for _ in chunks:
+                    pass
+        except (httpx.HTTPError, threading.BrokenBarrierError):
+            pass  # the proxy died under it
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=stream, args=(a,)) for a in accounts]
+    try:
+        proxy.start()
+        proxy.wait_ready(90)
+        worker.start()
+        for thread in threads:
+            thread.start()
+        started.wait()
+        assert proxy.proc is not None
+        os.killpg(proxy.proc.pid, signal.SIGKILL)
+        proxy.proc.wait(timeout=10)
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not errors, errors
+        calls = wait_decided(stack.sessions, accounts, count, timeout=90, processes=(worker,))
+    finally:
+        proxy.stop()
+        worker.stop()
+    assert sorted(c.account_id for c in calls) == sorted(accounts)
     assert {(c.status, c.reason) for c in calls} == {("unsettled", "incomplete")}
     _check_books(stack, calls)
 

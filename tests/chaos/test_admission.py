@@ -25,8 +25,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -143,28 +144,25 @@ def _check_books(stack: Stack, calls: list[Call]) -> None:
         assert ledger_is_balanced(session)
 
 
-def test_a_gateway_killed_mid_stream_loses_no_admitted_call(stack: Stack, scale: Scale) -> None:
-    """SIGKILL while every call has had its first chunk (and the rest is 3 s away): the request
-    entries and frames waiting in the tee die with it; the admission records do not."""
-    count = scale.pick(6, 100)
-    port = free_port()
-    proc = _gateway_process(stack, stack.upstream.scenario_url("slow"), port)
-    worker = stack.worker("worker-kill")
-    worker.start()
-    accounts = _accounts(count)
-    started = threading.Barrier(count + 1, timeout=60)
+# Calls in flight at each kill: all must have had their first chunk within the upstream's 3 s
+# pause, on a loaded machine too; ``make chaos`` runs more rounds, not more calls a round.
+PER_KILL = 6
+
+
+def _kill_mid_stream(url: str, headers: Callable[[str], dict[str, str]], body: dict[str, Any],
+                     accounts: list[str], pid: int) -> None:  # fmt: skip
+    """Stream one call per account through ``url`` (``headers`` name the account as the gateway
+    reads it); once each had its first chunk, SIGKILL the process group ``pid``. Every call must
+    have been served (its first chunk came)."""
+    started = threading.Barrier(len(accounts) + 1, timeout=60)
     errors: list[BaseException] = []
 
     def stream(account: str) -> None:
         try:
             with (
                 httpx.Client(timeout=30) as client,
-                client.stream(
-                    "POST", f"http://127.0.0.1:{port}/v1/chat/completions",
-                    headers={"Authorization": f"Bearer {account}"},
-                    json={"model": MODEL, "stream": True, "stream_options": {"include_usage": True},
-                          "messages": [{"role": "user", "content": "Say hello."}]},
-                ) as answer,
+                client.stream("POST", url, headers=headers(account),
+                              json={**body, "user": account}) as answer,
             ):  # fmt: skip
                 assert answer.status_code == 200
                 chunks = answer.iter_raw()
@@ -178,19 +176,48 @@ def test_a_gateway_killed_mid_stream_loses_no_admitted_call(stack: Stack, scale:
             errors.append(exc)
 
     threads = [threading.Thread(target=stream, args=(a,)) for a in accounts]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    os.killpg(pid, signal.SIGKILL)
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors, errors
+
+
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+
+
+def test_a_gateway_killed_mid_stream_loses_no_admitted_call(stack: Stack, scale: Scale) -> None:
+    """SIGKILL while every call has had its first chunk (and the rest is 3 s away): the request
+    entries and frames waiting in the tee die with it; the admission records do not."""
+    rounds = scale.pick(1, 16)
+    worker = stack.worker("worker-kill")
+    worker.start()
+    accounts: list[str] = []
     try:
-        for thread in threads:
-            thread.start()
-        started.wait()
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        for thread in threads:
-            thread.join(timeout=30)
-        assert not errors, errors
-        calls = wait_decided(stack.sessions, accounts, count, timeout=90, processes=(worker,))
+        for _ in range(rounds):
+            port = free_port()
+            proc = _gateway_process(stack, stack.upstream.scenario_url("slow"), port)
+            batch = _accounts(PER_KILL)
+            accounts += batch
+            body = {"model": MODEL, "stream": True, "stream_options": {"include_usage": True},
+                    "messages": MESSAGES}  # fmt: skip
+            try:
+                _kill_mid_stream(
+                    f"http://127.0.0.1:{port}/v1/chat/completions",
+                    lambda account: {"Authorization": f"Bearer {account}"},  # the payer
+                    body,
+                    batch,
+                    proc.pid,
+                )
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        calls = wait_decided(stack.sessions, accounts, len(accounts), timeout=120,
+                             processes=(worker,))  # fmt: skip
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
         worker.stop()
     assert sorted(c.account_id for c in calls) == sorted(accounts)  # every call, none twice
     assert {(c.status, c.reason) for c in calls} == {("unsettled", "incomplete")}
@@ -202,56 +229,38 @@ def test_a_litellm_proxy_killed_mid_stream_loses_no_admitted_call(
 ) -> None:
     """The same through the real LiteLLM proxy: its hook writes the admission in its pre-call
     hook, before the router calls the upstream; killed after every call's first chunk."""
-    count = scale.pick(6, 100)
-    config = stack.workdir / f"litellm-{uuid.uuid4().hex[:6]}.yaml"
-    config.write_text(litellm_config([("slow", MODEL, stack.upstream.scenario_url("slow"))]))
-    env = {**stack.env, "BILLING_LITELLM_ACCOUNT": "end_user",
-           "BILLING_SPOOL_DIR": str(config.with_suffix(".spool"))}  # fmt: skip
-    proxy = LiteLLMProxy(config, env, stack.workdir / config.stem)
-    worker = stack.worker(f"worker-{config.stem}")
-    accounts = _accounts(count)
-    started = threading.Barrier(count + 1, timeout=90)
-    errors: list[BaseException] = []
-
-    def stream(account: str) -> None:
-        try:
-            with (
-                httpx.Client(timeout=30) as client,
-                client.stream(
-                    "POST", f"{proxy.base_url}/chat/completions",
-                    headers={"Authorization": f"Bearer {MASTER_KEY}"},
-                    json={"model": "slow", "stream": True, "user": account,
-                          "messages": [{"role": "user", "content": "Say hello."}]},
-                ) as answer,
-            ):  # fmt: skip
-                assert answer.status_code == 200
-                chunks = answer.iter_raw()
-                next(chunks)
-                started.wait()
-                for _ in chunks:
-                    pass
-        except (httpx.HTTPError, threading.BrokenBarrierError):
-            pass  # the proxy died under it
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=stream, args=(a,)) for a in accounts]
+    rounds = scale.pick(1, 16)
+    worker = stack.worker(f"worker-litellm-{uuid.uuid4().hex[:6]}")
+    worker.start()
+    accounts: list[str] = []
     try:
-        proxy.start()
-        proxy.wait_ready(90)
-        worker.start()
-        for thread in threads:
-            thread.start()
-        started.wait()
-        assert proxy.proc is not None
-        os.killpg(proxy.proc.pid, signal.SIGKILL)
-        proxy.proc.wait(timeout=10)
-        for thread in threads:
-            thread.join(timeout=30)
-        assert not errors, errors
-        calls = wait_decided(stack.sessions, accounts, count, timeout=90, processes=(worker,))
+        for _ in range(rounds):
+            config = stack.workdir / f"litellm-{uuid.uuid4().hex[:6]}.yaml"
+            config.write_text(
+                litellm_config([("slow", MODEL, stack.upstream.scenario_url("slow"))])
+            )
+            env = {**stack.env, "BILLING_LITELLM_ACCOUNT": "end_user",
+                   "BILLING_SPOOL_DIR": str(config.with_suffix(".spool"))}  # fmt: skip
+            proxy = LiteLLMProxy(config, env, stack.workdir / config.stem)
+            batch = _accounts(PER_KILL)
+            accounts += batch
+            try:
+                proxy.start()
+                proxy.wait_ready(90)
+                assert proxy.proc is not None
+                _kill_mid_stream(
+                    f"{proxy.base_url}/chat/completions",
+                    lambda _account: {"Authorization": f"Bearer {MASTER_KEY}"},
+                    {"model": "slow", "stream": True, "messages": MESSAGES},
+                    batch,
+                    proxy.proc.pid,
+                )
+                proxy.proc.wait(timeout=10)
+            finally:
+                proxy.stop()
+        calls = wait_decided(stack.sessions, accounts, len(accounts), timeout=120,
+                             processes=(worker,))  # fmt: skip
     finally:
-        proxy.stop()
         worker.stop()
     assert sorted(c.account_id for c in calls) == sorted(accounts)
     assert {(c.status, c.reason) for c in calls} == {("unsettled", "incomplete")}

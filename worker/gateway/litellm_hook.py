@@ -533,7 +533,7 @@ class BillingHook(CustomLogger):
         refusal (see the module docstring)."""
         at = datetime.now(UTC)
         model = str(data.get("model") or "unknown")
-        deployments = deployment_models(model)
+        deployments = [name for name, _provider in deployment_routes(model)]
         amount, budget_model = await self._hold(authorizer, data, rid, model, at)
         facts = within_contract(
             {
@@ -748,24 +748,6 @@ def deployment_routes(alias: str) -> list[tuple[str, str | None]]:
             provider, _, bare = name.rpartition("/")
             # A wildcard deployment (``openai/*``) sends the name asked for.
             found.append((alias if "*" in bare else bare, provider or None))
-    return found
-
-
-def deployment_models(alias: str) -> list[str]:
-    """The models the proxy's router may send a call for ``alias`` to (``litellm_params.model``
-    without its provider prefix); none outside a proxy or for a name it does not route."""
-    try:
-        from litellm.proxy.proxy_server import llm_router
-    except Exception:  # not inside a proxy
-        return []
-    if llm_router is None:
-        return []
-    found = []
-    for deployment in llm_router.get_model_list(model_name=alias) or []:
-        params = deployment.get("litellm_params") or {}
-        name = params.get("model") if isinstance(params, dict) else None
-        if isinstance(name, str) and name:
-            found.append(name.split("/", 1)[-1])
     return found
 
 

@@ -19,6 +19,7 @@ Short in ``make test``; ``make chaos`` runs them at full size (``--chaos-full``)
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 from gateway.edges import usage_of
 from gateway.harness import (
@@ -44,13 +46,18 @@ from gateway.harness import (
 from gateway.serving import served
 from gateway.upstream import Upstream
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from devtools.demo_gateway import litellm_config
-from devtools.example_app import create_app
+from devtools.example_app import account_from_key, create_app
 from devtools.localservers.ports import free_port
 from devtools.localservers.processes import die_with_parent
 from devtools.localservers.redis_server import PrivateRedis
 from worker.contract.keys import Keys
+from worker.gateway.middleware import BillingMiddleware
 from worker.gateway.tee import Tee
 from worker.ledger.balances import ledger_is_balanced
 from worker.ledger.database import make_engine
@@ -394,3 +401,182 @@ def test_an_idempotency_key_in_flight_is_refused_then_free_again(stack: Stack) -
     finally:
         tee.stop()
     assert len(stack.upstream.sent) == before + 2  # the refused call never went upstream
+
+
+def test_an_idempotency_key_in_flight_through_litellm_is_refused(stack: Stack) -> None:
+    """The hook reads the key from the request's headers as LiteLLM keeps them: a second call
+    with it while the first runs is refused (409) before the upstream; once the first ended (its
+    close clears the marker) the key serves a new call."""
+    config = stack.workdir / f"litellm-idem-{uuid.uuid4().hex[:6]}.yaml"
+    config.write_text(litellm_config([("slow", MODEL, stack.upstream.scenario_url("slow"))]))
+    env = {**stack.env, "BILLING_LITELLM_ACCOUNT": "end_user",
+           "BILLING_SPOOL_DIR": str(config.with_suffix(".spool"))}  # fmt: skip
+    proxy = LiteLLMProxy(config, env, stack.workdir / config.stem)
+    account = _accounts(1)[0]
+    headers = {"Authorization": f"Bearer {MASTER_KEY}", "Idempotency-Key": uuid.uuid4().hex}
+    body = {"model": "slow", "messages": MESSAGES, "user": account}
+    results: list[int] = []
+    try:
+        proxy.start()
+        proxy.wait_ready(90)
+        before = len(stack.upstream.sent)
+        url = f"{proxy.base_url}/chat/completions"
+
+        def call() -> None:
+            results.append(httpx.post(url, json=body, headers=headers, timeout=30).status_code)
+
+        first = threading.Thread(target=call)
+        first.start()
+        time.sleep(1.5)  # the first is in flight (the slow scenario pauses 3 s before its body)
+        second = httpx.post(url, json=body, headers=headers, timeout=30)
+        first.join(30)
+        assert second.status_code == 409, second.text
+        assert "idempotency_key_in_use" in second.text
+        assert results == [200]
+        time.sleep(0.5)  # the close's clearing of the marker is not awaited by the call
+        third = httpx.post(url, json=body, headers=headers, timeout=30)
+        assert third.status_code == 200, third.text
+        assert len(stack.upstream.sent) == before + 2  # the refused call never went upstream
+    finally:
+        proxy.stop()
+
+
+def test_reused_client_request_ids_are_separate_calls(stack: Stack, scale: Scale) -> None:
+    """Pairs of calls sharing one ``X-Request-Id``, at once and one after the other: each served
+    call is its own record under an id the gateway made, settled at what the upstream sent; none
+    settles onto the other, none is served free."""
+    pairs = scale.pick(5, 200)
+    tee = Tee.from_url(stack.env["REDIS_URL"], stack.keys, spool_dir=stack.workdir / "spool-reuse")
+    accounts = _accounts(pairs)
+    worker = stack.worker("worker-reuse")
+    worker.start()
+    before = len(stack.upstream.sent)
+    try:
+        with served(create_app(stack.upstream.scenario_url("clean"), tee)) as url:
+
+            def call(account: str, reused: str) -> None:
+                client = openai.OpenAI(base_url=url + "/v1", api_key=account, max_retries=0)
+                client.chat.completions.create(
+                    model=MODEL, messages=MESSAGES, extra_headers={"X-Request-Id": reused}
+                )
+
+            for i, account in enumerate(accounts):
+                reused = f"client-{uuid.uuid4().hex[:8]}"
+                if i % 2:  # at once
+                    both = [threading.Thread(target=call, args=(account, reused)) for _ in "ab"]
+                    for thread in both:
+                        thread.start()
+                    for thread in both:
+                        thread.join(30)
+                else:
+                    call(account, reused)
+                    call(account, reused)
+            assert tee.flush(30)
+        calls = wait_decided(stack.sessions, accounts, 2 * pairs, timeout=120,
+                             processes=(worker,))  # fmt: skip
+    finally:
+        tee.stop()
+        worker.stop()
+    assert len(calls) == 2 * pairs and len({c.request_id for c in calls}) == 2 * pairs
+    assert {(c.status, c.usage_source) for c in calls} == {("settled", "reported")}
+    sent = stack.upstream.sent[before:]
+    assert len(sent) == 2 * pairs
+    assert sum(c.charge_micros or 0 for c in calls) == sum(
+        oracle_charge(PRICES, usage_of(s)) for s in sent
+    )
+    _check_books(stack, calls)
+
+
+def test_an_answer_too_large_to_read_is_still_in_the_ledger(stack: Stack) -> None:
+    """A 51 MB answer, past what the worker reads: a dead letter says why, and the call is in
+    the ledger under its payer, unsettled ``unreadable`` at its hold (never only the letter)."""
+    huge = orjson.dumps(
+        {
+            "id": "chatcmpl-huge", "object": "chat.completion", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "x" * (51 << 20)}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 13_000_000,
+                      "total_tokens": 13_000_009},
+        }
+    )  # fmt: skip
+
+    async def chat(request: Request) -> Response:
+        await request.body()
+        return Response(huge, media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    tee = Tee.from_url(stack.env["REDIS_URL"], stack.keys, spool_dir=stack.workdir / "spool-huge")
+    account = _accounts(1)[0]
+    worker = stack.worker("worker-huge")
+    worker.start()
+    try:
+        gateway = BillingMiddleware(app, publisher=tee, hook=account_from_key)
+        with served(gateway) as url:
+            answer = httpx.post(
+                url + "/v1/chat/completions", timeout=60,
+                headers={"Authorization": f"Bearer {account}"},
+                json={"model": MODEL, "messages": MESSAGES, "max_tokens": 100},
+            )  # fmt: skip
+            assert answer.status_code == 200 and len(answer.content) == len(huge)
+            assert tee.flush(60)
+        calls = wait_decided(stack.sessions, [account], 1, timeout=120, processes=(worker,))
+    finally:
+        tee.stop()
+        worker.stop()
+    assert [(c.account_id, c.status, c.reason) for c in calls] == [
+        (account, "unsettled", "unreadable")
+    ]
+    dead = stack.redis.client().xrange(stack.keys.dead)
+    assert any(b"larger" in fields.get(b"reason", b"") for _id, fields in dead)
+
+
+def test_through_litellm_a_worker_outage_and_a_refused_spool(stack: Stack) -> None:
+    """Through the real LiteLLM proxy: calls made while no worker runs, their streams' TTL one
+    second, settle as sent when a worker starts three seconds later; then, with Redis stopped and
+    the spool unwritable (its directory replaced by a file), a call is refused with 503 and
+    never reaches the upstream."""
+    config = stack.workdir / f"litellm-out-{uuid.uuid4().hex[:6]}.yaml"
+    config.write_text(litellm_config([("clean", MODEL, stack.upstream.scenario_url("clean"))]))
+    spool = config.with_suffix(".spool")
+    env = {**stack.env, "BILLING_LITELLM_ACCOUNT": "end_user", "BILLING_SPOOL_DIR": str(spool),
+           "BILLING_STREAM_TTL_SECONDS": "1"}  # fmt: skip
+    proxy = LiteLLMProxy(config, env, stack.workdir / config.stem)
+    accounts = _accounts(4)
+    worker = stack.worker(f"worker-{config.stem}")
+    try:
+        proxy.start()
+        proxy.wait_ready(90)
+        client = openai.OpenAI(base_url=proxy.base_url, api_key=MASTER_KEY, max_retries=0)
+        before = len(stack.upstream.sent)
+        for i, account in enumerate(accounts):
+            if i % 2:
+                client.chat.completions.create(model="clean", messages=MESSAGES, user=account)
+            else:
+                for _ in client.chat.completions.create(
+                    model="clean", messages=MESSAGES, user=account, stream=True
+                ):
+                    pass
+        sent = stack.upstream.sent[before:]
+        time.sleep(3)  # past every TTL the hook's tee set
+        worker.start()
+        calls = wait_decided(stack.sessions, accounts, 4, timeout=120, processes=(worker,))
+        assert {(c.status, c.usage_source) for c in calls} == {("settled", "reported")}
+        assert sum(c.charge_micros or 0 for c in calls) == sum(
+            oracle_charge(PRICES, usage_of(s)) for s in sent
+        )
+        worker.stop()
+        stack.redis.stop()
+        try:
+            shutil.rmtree(spool, ignore_errors=True)
+            spool.write_text("a file where the spool directory was")
+            served_before = len(stack.upstream.sent)
+            with pytest.raises(openai.APIStatusError) as refused:
+                client.chat.completions.create(model="clean", messages=MESSAGES, user="nobody")
+            assert refused.value.status_code == 503
+            assert "billing_unavailable" in str(refused.value.body)
+            assert len(stack.upstream.sent) == served_before
+        finally:
+            stack.redis.start()
+    finally:
+        proxy.stop()
+        worker.stop()

@@ -78,7 +78,9 @@ file left behind is adopted by the next tee in the directory.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -100,7 +102,7 @@ from worker.core.errors import RequestMetaError
 from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier, request_from_dict
 from worker.gateway import client_keys, unbilled
-from worker.gateway.authorize import Authorizer
+from worker.gateway.authorize import Admission, Authorizer
 from worker.gateway.holds import price_hold, unpriced_hold
 from worker.gateway.metadata import search_options, usable_account
 from worker.gateway.refusals import Refusal
@@ -326,6 +328,8 @@ class BillingHook(CustomLogger):
         self._pass_unbilled = unbilled.passes(Settings.from_env().unbilled_routes)
         # Streams the wrapper closed as upstream_error; the failure hook that follows drops them.
         self._closed: set[str] = set()
+        # Calls admitted with an Idempotency-Key: their in-flight marker, cleared at their close.
+        self._in_flight: dict[str, Admission] = {}
 
     @property
     def publisher(self) -> Publisher | Tee:
@@ -456,6 +460,12 @@ class BillingHook(CustomLogger):
         if reason == "upstream_error":  # the proxy calls the failure hook next: it must not repeat
             self._closed.add(rid)
         self._publish(rid, "close", lambda p: p.close(rid, reason))
+        admission = self._in_flight.pop(rid, None)
+        if admission is not None and self.authorizer is not None:
+            # The call ended: its Idempotency-Key may serve a new call (never awaited here; the
+            # marker expires by itself should this not run).
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().create_task(self.authorizer.finish_async(admission, rid))
 
     @staticmethod
     def _request_id(data: dict[str, Any]) -> str | None:
@@ -556,10 +566,13 @@ class BillingHook(CustomLogger):
         facts = {k: v for k, v in facts.items() if v is not None}
         admission = await authorizer.admit_async(
             account, rid, amount, at, budget_model, facts=facts,
+            idempotency_key=idempotency_key(data),
             spool=getattr(self.publisher, "spool_now", None),
         )  # fmt: skip
         if admission.refusal is not None:
             raise_refusal(admission.refusal, rid)
+        if admission.in_flight is not None:
+            self._in_flight[rid] = admission
         metadata[HOLD_KEY] = amount
         metadata[ADMITTED_KEY] = at.isoformat()
         if admission.fields is not None:
@@ -685,6 +698,19 @@ class BillingHook(CustomLogger):
         self._publish(rid, "response", lambda p: p.response(rid, status, payload))
         self._close(rid, "upstream_error")
         return None
+
+
+def idempotency_key(data: dict[str, Any]) -> str | None:
+    """The request's ``Idempotency-Key`` header, as LiteLLM keeps the request's headers in
+    ``proxy_server_request`` (1.108.7: credential headers redacted, this one kept)."""
+    request = data.get("proxy_server_request")
+    headers = request.get("headers") if isinstance(request, dict) else None
+    if not isinstance(headers, dict):
+        return None
+    for name, value in headers.items():
+        if isinstance(name, str) and name.lower() == "idempotency-key" and isinstance(value, str):
+            return value or None
+    return None
 
 
 def _admission_fields(data: dict[str, Any]) -> dict[str, bytes] | None:

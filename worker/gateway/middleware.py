@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,17 +86,22 @@ from worker.gateway.metadata import (
 from worker.gateway.refusals import NOT_JSON, Refusal, refusal
 from worker.gateway.request_budget import entry_body
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, Unpriced
-from worker.gateway.serving import NO_ACCOUNT, REQUEST_ID_HEADER, route_of, serve_unbilled
+from worker.gateway.serving import (
+    NO_ACCOUNT,
+    REQUEST_ID_HEADER,
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    route_of,
+    serve_unbilled,
+)
 from worker.gateway.unbilled import passes
 from worker.gateway.usage_option import UsageChunkStrip, usage_options, with_usage_asked
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _SSE = b"text/event-stream"
 # A call's streamed body chunks held before they go to the publisher's ``chunk`` (see the module's
@@ -159,7 +164,6 @@ class _Call:
         "held_since",
         "opened",
         "parts",
-        "price",
         "priced",
         "publisher",
         "request_id",
@@ -176,7 +180,6 @@ class _Call:
         publisher: Any,
         request_id: str,
         entry: dict[str, Any],
-        price: Callable[[], int] | None = None,
         usage_asked: bool = True,
         created_at: datetime | None = None,
     ) -> None:
@@ -187,7 +190,6 @@ class _Call:
         # ``stream_options.include_usage``: the entry's ``include_usage`` when the response came
         # streamed, whatever the request's ``stream`` said.
         self.usage_asked = usage_asked
-        self.price = price  # the hold's price, when the entry's ``reserved_micros`` awaits it
         self.admission: Admission | None = None  # the write-ahead record, once admitted
         # What the hold is priced from before the admission (``_price``): the request as priced,
         # its provider, the bytes the app would get; None when the hook gave the hold.
@@ -240,11 +242,6 @@ class _Call:
     def open(self, streamed: bool) -> None:
         self.opened, self.streamed = True, streamed
         entry = self.entry
-        if self.price is not None:
-            try:
-                entry["reserved_micros"] = int(self.price())
-            except Exception:  # the call is published all the same, held at 0, and said
-                log.exception("billing: the hold of %s not priced; held at 0", self.request_id)
         if entry["stream"] != streamed:
             usage = self.usage_asked if streamed else True
             entry = {**entry, "stream": streamed, "include_usage": usage}
@@ -454,7 +451,7 @@ class BillingMiddleware:
                 self.fallback_account,
                 entry["account_fallback"],
             )
-        call = _Call(self.publisher, request_id, entry, None, usage_asked(body), created_at)
+        call = _Call(self.publisher, request_id, entry, usage_asked(body), created_at)
         call.forward = forward
         if isinstance(entry["model"], str):
             try:

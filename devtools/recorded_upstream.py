@@ -36,9 +36,13 @@ terminating chunk, so the client sees a broken body, never a clean end.
 
 Prompts are not kept: ``sent`` records what the upstream replied, never what it was asked.
 
-Beside chat completions it answers two more paths, for the gateways' route tests: ``GET …/models``
-(a list naming ``gpt-4o-mini``) and ``POST …/embeddings`` (one small embedding per input, with
-OpenAI's usage block); neither is recorded in ``sent``. Any other path is a 404.
+The other endpoints (``…/completions``, ``…/responses``, ``…/embeddings``, ``…/messages``) replay
+an endpoint recording: a JSON document with ``endpoint``, ``events`` (its stream: chunk objects,
+``"[DONE]"``, or ``{"event": name, "data": object}`` for a named SSE event) and ``body`` (its
+non-streamed answer), picked by scenario as chat's are. Legacy completions' usage chunk follows ``include_usage`` as chat's does.
+Without a scenario naming such a recording, ``POST …/embeddings`` and ``POST …/moderations`` get one fixed answer each,
+for the gateways' route tests, and ``GET …/models`` a list naming ``gpt-4o-mini``; none of them is
+recorded in ``sent``. Any other path is a 404.
 
 On its own, ``python -m devtools.recorded_upstream --port N`` serves ``DEMO_SCENARIOS`` in the
 foreground (one line says where) until Ctrl-C or SIGTERM: point any OpenAI client or gateway at it.
@@ -91,6 +95,7 @@ class Recording:
     frames: list[Frame] | None
     status: int
     body: dict[str, Any] | None
+    endpoint: str | None = None  # an endpoint recording's (``ENDPOINT_PATHS``); None: chat
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,10 @@ def load(path: Path) -> Recording:
     if path.suffix == ".sse":
         return Recording(frames=_sse_frames(path.read_bytes()), status=200, body=None)
     data = json.loads(path.read_bytes())
+    if "endpoint" in data:  # its stream (``events``) and its body, each as the endpoint sends it
+        return Recording(
+            data.get("events"), int(data.get("status", 200)), data.get("body"), data["endpoint"]
+        )
     if "frames" in data:
         return Recording(frames=list(data["frames"]), status=200, body=None)
     if "body" in data:
@@ -249,6 +258,15 @@ def reply(name: str, scenario: Scenario, request: dict[str, Any]) -> Sent:
     stream = bool(request.get("stream"))
     include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
     dropped = scenario.drop_after is not None
+    if recording.endpoint is not None:
+        if not stream or recording.frames is None:
+            return Sent(name, False, include_usage, None, recording.status, recording.body, dropped)
+        frames = copy.deepcopy(recording.frames)
+        if recording.endpoint == "completions" and not include_usage:
+            frames = without_usage(frames)
+        if scenario.drop_after is not None:
+            frames = frames[: scenario.drop_after]
+        return Sent(name, True, include_usage, frames, 200, None, dropped)
     if not stream:
         body = recording.body if recording.body is not None else fold(recording.frames or [])
         return Sent(name, False, include_usage, None, recording.status, body, dropped)
@@ -274,6 +292,27 @@ EMBEDDINGS = {
 }
 
 
+MODERATIONS = {
+    "id": "modr-0d9740456c391e43c445bf0f010940c7",
+    "model": "omni-moderation-latest",
+    "results": [{"flagged": False, "categories": {}, "category_scores": {}}],
+}
+# The paths answered with one fixed body when no scenario names a recording for them.
+FIXED = {"embeddings": EMBEDDINGS, "moderations": MODERATIONS}
+# The endpoints a recording may be of (its ``endpoint``), by the path's end; chat is ``chat``.
+ENDPOINT_PATHS = (
+    ("/chat/completions", "chat"), ("/completions", "completions"), ("/responses", "responses"),
+    ("/embeddings", "embeddings"), ("/messages", "messages"),
+)  # fmt: skip
+
+
+def endpoint_of(path: str) -> str | None:
+    for suffix, endpoint in ENDPOINT_PATHS:
+        if path.endswith(suffix):
+            return endpoint
+    return None
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
@@ -287,17 +326,22 @@ class _Handler(BaseHTTPRequestHandler):
         if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
             raw = gzip.decompress(raw)  # a client compressing its request, as a server may take
         path = self.path.split("?", 1)[0]
-        scenario = "clean"
+        scenario = None
         if path.startswith("/scenario/"):
             scenario, _, tail = path[len("/scenario/") :].rpartition("/v1/")
             path = "/v1/" + tail
         scenario = self.headers.get(SCENARIO_HEADER) or scenario
-        if path.rstrip("/").endswith("/embeddings"):
-            self._json(200, EMBEDDINGS)
+        path = path.rstrip("/")
+        endpoint = endpoint_of(path)
+        recorded = endpoint == "chat" or self._recorded(scenario, endpoint)
+        if not recorded:
+            fixed = FIXED.get(path.rsplit("/", 1)[-1])
+            if fixed is not None:
+                self._json(200, fixed)
+            else:
+                self._json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
             return
-        if not path.endswith("/chat/completions"):
-            self._json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
-            return
+        scenario = scenario or "clean"
         try:
             request = json.loads(raw or b"{}")
             chosen = find(scenario, self.server.scenarios, self.server.library)
@@ -328,6 +372,16 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(chosen.pause[1])
             self._json(sent.status, sent.body or {})
 
+    def _recorded(self, scenario: str | None, endpoint: str | None) -> bool:
+        """Whether ``scenario`` names a recording of ``endpoint`` (not chat)."""
+        if scenario is None or endpoint is None:
+            return False
+        try:
+            chosen = find(scenario, self.server.scenarios, self.server.library)
+        except KeyError:
+            return False
+        return load(chosen.path).endpoint == endpoint
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         if path.endswith("/models"):
@@ -353,8 +407,12 @@ class _Handler(BaseHTTPRequestHandler):
         for number, frame in enumerate(sent.frames or []):
             if number == pause_at:
                 time.sleep(seconds)
-            data = frame if isinstance(frame, str) else json.dumps(frame, separators=(",", ":"))
-            event = f"data: {data}\n\n".encode()
+            if isinstance(frame, dict) and frame.keys() == {"event", "data"}:  # a named event
+                data = json.dumps(frame["data"], separators=(",", ":"))
+                event = f"event: {frame['event']}\ndata: {data}\n\n".encode()
+            else:
+                data = frame if isinstance(frame, str) else json.dumps(frame, separators=(",", ":"))
+                event = f"data: {data}\n\n".encode()
             try:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                 self.wfile.flush()

@@ -8,9 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from litellm.types.utils import CallTypes
 
+from worker.core.readers import ENDPOINTS as READERS
 from worker.gateway.routes import (
+    BILLED_KINDS,
     ENDPOINTS,
+    LITELLM_BILLED,
     NOT_BILLED_STATUS,
+    Route,
     Treatment,
     call_type_route,
     http_route,
@@ -36,6 +40,21 @@ def test_chat_completions_are_billed_under_any_prefix(prefix: str, slash: str) -
         ("/openai/deployments/emb/embeddings", "embeddings"),
         ("/v1/responses", "responses"),
         ("/v1/messages", "messages"),
+        ("/anthropic/v1/messages/", "messages"),
+    ],
+)
+def test_every_endpoint_with_a_reader_is_billed(path: str, endpoint: str) -> None:
+    assert http_route("POST", path) == Route(Treatment.BILLED, endpoint)
+
+
+def test_the_billed_endpoints_are_exactly_the_worker_readers() -> None:
+    assert sorted(BILLED_KINDS) == sorted(READERS)
+    assert set(BILLED_KINDS) >= LITELLM_BILLED
+
+
+@pytest.mark.parametrize(
+    ("path", "endpoint"),
+    [
         ("/v1/images/generations", "images"),
         ("/v1/images/edits", "image_edits"),
         ("/v1/audio/speech", "speech"),
@@ -84,6 +103,7 @@ def test_the_model_list_and_health_are_free(method: str, path: str) -> None:
         ("POST", "/v1/models"),
         ("GET", "/v1/mymodels"),
         ("POST", "/v1/responses/resp_1/cancel"),
+        ("POST", "/v1/threads/thread_1/messages"),  # the Assistants API: no model runs
         ("POST", "/v1/batches"),
         ("POST", "/v1/chat/completions/extra"),
         ("GET", "/"),
@@ -116,9 +136,10 @@ def test_litellm_call_types_bill_chat_and_refuse_every_other() -> None:
     for call_type in CallTypes:
         route = call_type_route(call_type)
         assert route == call_type_route(call_type.value)
+        billed = [e for e in ENDPOINTS if e.kind in LITELLM_BILLED]
         expected = (
             Treatment.BILLED
-            if call_type.value in ("acompletion", "completion")
+            if any(call_type.value in e.call_types for e in billed)
             else (Treatment.REFUSED)
         )
         assert route.treatment is expected, call_type

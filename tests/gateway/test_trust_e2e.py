@@ -3,7 +3,8 @@ gateway (``BillingMiddleware``) and the LiteLLM proxy with the billing hook, eac
 recorded upstream, each once with ``BILLING_UNBILLED_ROUTES=refuse`` (the default) and once with
 ``pass``, called by the real openai client, and a real ``billing worker`` writing the ledger.
 
-* What a gateway serves is one table (``worker.gateway.routes``): chat completions billed, the
+* What a gateway serves is one table (``worker.gateway.routes``): the endpoints with a reader
+  billed (tests/gateway/test_endpoints_e2e.py), the
   model list and health free, everything else refused with 403 ``route_not_billed``, a WebSocket
   too; with ``pass`` a refused route is served and the ledger records it (anomaly
   ``unbilled_route``).
@@ -258,10 +259,10 @@ def test_asgi_unknown_and_unread_paths_are_refused_before_the_app(stack: Stack) 
     before = notifications(stack)
     client = stack.asgi_client(account)
     with pytest.raises(openai.PermissionDeniedError) as refused:
-        client.embeddings.create(model="text-embedding-3-small", input="hi")
+        client.moderations.create(model="omni-moderation-latest", input="hi")
     error = refused.value.body
     assert isinstance(error, dict) and error["code"] == "route_not_billed"
-    assert "POST /v1/embeddings is not billed by this gateway" in error["message"]
+    assert "POST /v1/moderations is not billed by this gateway" in error["message"]
     answer = httpx.post(
         stack.asgi + "/v1/assistants", json={"model": MODEL},
         headers={"Authorization": f"Bearer {account}"},
@@ -302,10 +303,10 @@ def test_pass_serves_an_unbilled_path_and_the_ledger_records_it(stack: Stack) ->
     """``BILLING_UNBILLED_ROUTES=pass``: an embedding is served by both gateways, and each is a
     voided call of its account with the anomaly ``unbilled_route`` naming the route."""
     asgi_account, litellm_account = new_account(), new_account()
-    raw = stack.asgi_client(asgi_account, unbilled_pass=True).embeddings.with_raw_response.create(
-        model="text-embedding-3-small", input="hi"
+    raw = stack.asgi_client(asgi_account, unbilled_pass=True).moderations.with_raw_response.create(
+        model="omni-moderation-latest", input="hi"
     )
-    assert raw.parse().data[0].embedding == [0.0125, -0.0375, 0.5]
+    assert raw.parse().results[0].flagged is False
     rid = raw.headers["x-billing-request-id"]
     served_litellm = stack.litellm_client(unbilled_pass=True).embeddings.with_raw_response.create(
         model="emb", input="hi", user=litellm_account, extra_body={"metadata": hostile("v")}
@@ -322,7 +323,7 @@ def test_pass_serves_an_unbilled_path_and_the_ledger_records_it(stack: Stack) ->
         time.sleep(0.2)
     assert stack.anomalies(asgi_account) == [
         ("unbilled", "unbilled_route",
-         "served unbilled: POST /v1/embeddings (BILLING_UNBILLED_ROUTES=pass)"),
+         "served unbilled: POST /v1/moderations (BILLING_UNBILLED_ROUTES=pass)"),
     ]  # fmt: skip
     assert stack.anomalies(litellm_account) == [
         ("unbilled", "unbilled_route",

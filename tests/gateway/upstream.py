@@ -10,6 +10,7 @@
 | ``error_finish`` | providers/deepseek/insufficient_system_resource.json | an interrupted generation, usage sent |
 | ``dropped`` | ``clean``, cut | the connection dropped after the first chunk, mid-stream |
 | ``slow`` | ``clean``, paused | three seconds of silence after the first chunk (a client leaves); a non-streamed answer, before its body |
+| ``endpoints/<name>`` | endpoints/<name>.json | another endpoint's stream and body (Responses, Completions, Embeddings, Anthropic Messages) |
 
 Any provider fixture is a scenario too, as ``<provider>/<name>``.
 """
@@ -36,6 +37,12 @@ SCENARIOS: dict[str, Scenario] = {
     "dropped": Scenario(_CLEAN, drop_after=1),
     "slow": Scenario(_CLEAN, pause=(1, 3.0)),
 }
+# The endpoints beside chat (tests/fixtures/endpoints): each recording holds its stream and its
+# body, named ``endpoints/<file>``.
+ENDPOINTS = FIXTURES / "endpoints"
+SCENARIOS.update(
+    {f"endpoints/{path.stem}": Scenario(path) for path in sorted(ENDPOINTS.glob("*.json"))}
+)
 
 __all__ = ["SCENARIOS", "SCENARIO_HEADER", "Sent", "Upstream", "load", "reply"]
 

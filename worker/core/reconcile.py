@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from worker.core.assembly import Assembled, assemble_response, assemble_stream
+from worker.core.assembly import Assembled
 from worker.core.calibration import EMPTY, CalibrationTable
 from worker.core.errors import BillingError, InputError
 from worker.core.estimate import estimate
@@ -28,6 +28,7 @@ from worker.core.outcome import (
     finishes,
 )
 from worker.core.prices import PriceBook
+from worker.core.readers import read_body, read_stream
 from worker.core.request import RequestMeta
 from worker.core.result import Choice, Estimate, Outcome, Reason, Result, Usage, UsageSource
 from worker.core.searches import with_searches
@@ -302,7 +303,7 @@ def reconcile_stream(
     meta: RequestMeta, records: Iterable[bytes | str] | bytes | str, prices: PriceBook
 ) -> Result:
     """Reconcile a streamed call from its recorded SSE body (never raises on the body's content)."""
-    assembled = assemble_stream(records)
+    assembled = read_stream(meta.endpoint, records)
     meta, substituted = billed_meta(meta, assembled, prices)
     reading = read_reported(meta, assembled, prices)
     decision = decide_stream(assembled, include_usage=meta.include_usage, reading=reading)
@@ -333,7 +334,7 @@ def reconcile_response(
         if status < 400:
             raise InputError("response body is not a JSON object")
         data = {}
-    assembled = assemble_response(data)
+    assembled = read_body(meta.endpoint, data)
     meta, substituted = billed_meta(meta, assembled, prices)
     reading = read_reported(meta, assembled, prices)
     decision = decide_response(assembled, status=status, reading=reading)

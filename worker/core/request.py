@@ -22,6 +22,7 @@ import orjson
 
 from worker.core.errors import RequestMetaError
 from worker.core.money import Micros
+from worker.core.readers import CHAT, ENDPOINTS
 
 # request_id, account_id and model are VARCHAR(200) columns (reservations, accounts, money_daily).
 MAX_ID_CHARS = 200
@@ -86,6 +87,9 @@ class RequestMeta:
     # The client's own reference for the call (its ``X-Request-Id``), kept so ``billing show``
     # finds the call by it; never the billing id: two calls may carry the same one.
     client_request_id: str | None = None
+    # The endpoint the call was made to (``worker.core.readers.ENDPOINTS``), which picks the reader
+    # of its answer; entries without one are chat completions.
+    endpoint: str = "chat_completions"
 
 
 def request_digest(entry_id: bytes, meta: RequestMeta) -> str:
@@ -327,6 +331,9 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
     account_id = _identifier(data, "account_id")
     model = _identifier(data, "model")
     created_at = _created_at(data)
+    endpoint = data.get("endpoint", CHAT)
+    if endpoint not in ENDPOINTS:
+        raise RequestMetaError(f"endpoint: one of {', '.join(ENDPOINTS)}, not {endpoint!r:.60}")
     client_request_id = None
     if data.get("client_request_id") is not None:
         client_request_id = _identifier(data, "client_request_id")
@@ -356,6 +363,7 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
         if entry_id is None
         else _digest(entry_id, request_id, account_id, model, stream, reserved, created_at),
         client_request_id=client_request_id,
+        endpoint=endpoint,
     )
 
 

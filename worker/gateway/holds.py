@@ -90,6 +90,7 @@ async def price_hold(
     size: int | None = None,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     field: str | None = None,
+    whole_context: bool = False,
 ) -> Hold | Unpriced:
     """``hold_for`` of the request (of each of ``routes`` when given: ``hold_of_routes``), priced
     off the event loop (see the module docstring). ``size``: the request's bytes when known (at
@@ -97,7 +98,9 @@ async def price_hold(
     if routes is None:
         model = body.get("model")
         routes = [(model if isinstance(model, str) else "", provider)]
-    options = {"default_max_tokens": default_max_tokens, "field": field}
+    options = {
+        "default_max_tokens": default_max_tokens, "field": field, "whole_context": whole_context,
+    }  # fmt: skip
     if size is not None and size <= INLINE_BYTES:
         return hold_of_routes(book, body, at, routes, **options)
     work = partial(hold_of_routes, book, body, at, routes, **options)

@@ -206,13 +206,18 @@ def request_entry(
     streamed: bool,
     fallback_account: str = FALLBACK_ACCOUNT,
     client_request_id: str | None = None,
+    endpoint: str | None = None,
+    prompt_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The ``request`` entry of the call, checked as the worker will read it. ``streamed`` is how the
     response came (an SSE body or not), which can differ from what was asked: a streamed request the
     upstream refused with a plain JSON error was answered non-streamed. ``messages`` are published
     with their media parts replaced (``slim_messages``). Raises ``RequestMetaError`` naming a
     field outside the contract's limits. An ``info.account_id`` the worker would refuse is billed
-    to ``fallback_account``, the entry's ``account_fallback`` saying why (``usable_account``)."""
+    to ``fallback_account``, the entry's ``account_fallback`` saying why (``usable_account``).
+    ``body`` is a chat request, or another endpoint's request as one
+    (``endpoint_requests``): ``endpoint`` names it (None: chat completions), and ``prompt_tokens``
+    is the exact count of a prompt sent as token ids (the entry's ``prompt_estimate``)."""
     account, problem = usable_account(info.account_id, fallback_account)
     max_tokens = body.get("max_completion_tokens")
     if max_tokens is None:
@@ -240,6 +245,10 @@ def request_entry(
         entry["account_fallback"] = problem
     if client_request_id is not None:  # the client's reference, checked as an id (below)
         entry["client_request_id"] = client_request_id
+    if endpoint is not None:
+        entry["endpoint"] = endpoint
+    if prompt_tokens is not None:
+        entry["prompt_estimate"] = prompt_tokens
     request_from_dict(entry)
     return entry
 
@@ -248,7 +257,7 @@ def request_entry(
 ADMISSION_FACTS = (
     "request_id", "account_id", "model", "stream", "include_usage", "reserved_micros",
     "created_at", "n", "max_tokens", "idempotency_key", "provider", "account_fallback",
-    "authorization", "web_search_options", "client_request_id",
+    "authorization", "web_search_options", "client_request_id", "endpoint", "prompt_estimate",
 )  # fmt: skip
 
 

@@ -61,6 +61,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,6 +71,7 @@ from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier
 from worker.gateway.authorize import Admission, Authorizer
 from worker.gateway.content_coding import ResponseDecoder
+from worker.gateway.endpoint_requests import CHAT, endpoint_request
 from worker.gateway.events import EventSplitter
 from worker.gateway.holds import price_hold, unpriced_hold, with_limit
 from worker.gateway.metadata import (
@@ -145,6 +147,21 @@ async def _answer(send: Send, refused: Refusal) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+@dataclass(frozen=True, slots=True)
+class _Priced:
+    """What a call's hold is priced from: ``view``, the request as a chat request, with its
+    messages as published; ``raw`` the bytes the app forwards and ``body`` the request as the
+    client sent it, where a written limit goes (``field``; None: by provider); ``whole_context``:
+    hold the model's whole input window (``endpoint_requests``)."""
+
+    view: dict[str, Any]
+    provider: str | None
+    raw: bytes
+    body: dict[str, Any]
+    field: str | None
+    whole_context: bool
+
+
 class _Call:
     """One billed call on its way through the app: what the middleware saw of its response."""
 
@@ -172,6 +189,7 @@ class _Call:
         "status",
         "streamed",
         "strip",
+        "strip_usage",
         "usage_asked",
     )
 
@@ -193,7 +211,7 @@ class _Call:
         self.admission: Admission | None = None  # the write-ahead record, once admitted
         # What the hold is priced from before the admission (``_price``): the request as priced,
         # its provider, the bytes the app would get; None when the hook gave the hold.
-        self.priced: tuple[dict[str, Any], str | None, bytes] | None = None
+        self.priced: _Priced | None = None
         self.budget_model: str | None = None  # the model the hold's budgets apply to
         self.started = False  # the app started its response (``status``, ``streamed``)
         self.opened = False  # ``open`` published
@@ -213,6 +231,7 @@ class _Call:
         # upstream for usage (``usage_option``); the client's usage-only chunks are then stripped.
         self.forward: bytes | None = None
         self.strip: UsageChunkStrip | None = None
+        self.strip_usage = False  # usage was asked for the client: its chunk is not theirs
         self.decoder: ResponseDecoder | None = None  # the response's Content-Encoding, undone
         self.decoded = False  # the client gets the body decoded (a coded stream to strip)
 
@@ -228,7 +247,7 @@ class _Call:
             # worker cannot read (unsettled ``unreadable``, exposed at the hold), never nothing.
             self.streamed, decoder = False, None
         self.decoder = decoder
-        if self.forward is not None and self.streamed:
+        if self.strip_usage and self.streamed:
             # The usage chunk is cut from the events: a coded stream goes to the client decoded.
             self.strip = UsageChunkStrip()
             self.decoded = decoder is not None
@@ -380,7 +399,7 @@ class BillingMiddleware:
                 call.disconnected = True
             return message
 
-        call = self._prepare(scope, raw)
+        call = self._prepare(scope, raw, route.endpoint)
         if isinstance(call, Refusal):
             await _answer(send, call)
             return
@@ -407,23 +426,31 @@ class BillingMiddleware:
         finally:
             await self.authorizer.finish_async(admission, call.request_id)
 
-    def _prepare(self, scope: Scope, raw: bytes) -> _Call | Refusal | None:
+    def _prepare(self, scope: Scope, raw: bytes, endpoint: str | None) -> _Call | Refusal | None:
         inflated = inflate(raw, _header(scope, b"content-encoding"))
-        body = None if inflated is None else read_body(inflated)
-        if not isinstance(body, dict):
+        original = None if inflated is None else read_body(inflated)
+        if not isinstance(original, dict):
             return NOT_JSON
         key = _header(scope, b"idempotency-key")
-        refused = refusal(body, key, self.non_streamable)
+        refused = refusal(original, key, self.non_streamable)
         if refused is not None:
             return refused
-        info = self.hook(scope, body)
+        info = self.hook(scope, original)
         if info is None:
             return None
+        view = endpoint_request(endpoint, original)
+        if isinstance(view, Refusal):
+            return view
+        body = view.body  # the request as a chat request (``endpoint_requests``)
         forward = None
-        options = usage_options(body)
-        if options is not None:  # usage asked of the upstream (``usage_option``)
-            forward = with_usage_asked(inflated, body, options)  # type: ignore[arg-type]
-            body = {**body, "stream_options": options}
+        if view.usage_by_option:
+            options = usage_options(body)
+            if options is not None:  # usage asked of the upstream (``usage_option``)
+                forward = with_usage_asked(inflated, original, options)  # type: ignore[arg-type]
+                body = {**body, "stream_options": options}
+                original = {**original, "stream_options": options}
+        else:  # the endpoint's stream always carries its usage
+            body = {**body, "stream_options": {"include_usage": True}}
         created_at = datetime.now(UTC)
         # The billing id is the gateway's, unique per call; the client's id is its reference only.
         request_id = new_request_id()
@@ -441,6 +468,8 @@ class BillingMiddleware:
                 streamed=asks_to_stream(body),
                 fallback_account=self.fallback_account,
                 client_request_id=client_request_id,
+                endpoint=None if view.endpoint == CHAT else view.endpoint,
+                prompt_tokens=view.prompt_tokens,
             )
         except RequestMetaError as exc:
             return Refusal(400, f"Invalid request: {exc}", str(exc).split(":", 1)[0], "invalid")
@@ -453,6 +482,7 @@ class BillingMiddleware:
             )
         call = _Call(self.publisher, request_id, entry, usage_asked(body), created_at)
         call.forward = forward
+        call.strip_usage = forward is not None  # asked here, not by the client
         if isinstance(entry["model"], str):
             try:
                 call.budget_model = self.prices.budget_model(entry["model"])
@@ -463,7 +493,10 @@ class BillingMiddleware:
             # admission records (and, with spend control, takes), from the messages as
             # published (an image as its placeholder).
             raw_sent = forward if forward is not None else inflated
-            call.priced = ({**body, "messages": entry["messages"]}, info.provider, raw_sent)  # type: ignore[assignment]
+            call.priced = _Priced(
+                {**body, "messages": entry["messages"]}, info.provider, raw_sent,  # type: ignore[arg-type]
+                original, view.limit_field, view.whole_context,
+            )  # fmt: skip
         return call
 
     async def _price(self, call: _Call) -> Refusal | None:
@@ -474,12 +507,13 @@ class BillingMiddleware:
         unpriced model is held at 0 (the worker marks the call ``unpriced``)."""
         if call.priced is None:
             return None
-        body, provider, raw = call.priced
+        priced = call.priced
         entry = call.entry
         try:
             found = await price_hold(
-                self.prices, body, call.created_at, provider=provider, size=len(raw),
-                default_max_tokens=self.default_max_tokens,
+                self.prices, priced.view, call.created_at, provider=priced.provider,
+                size=len(priced.raw), default_max_tokens=self.default_max_tokens,
+                field=priced.field, whole_context=priced.whole_context,
             )  # fmt: skip
         except Exception:  # a bug in pricing: unpriced, never held at 0 under spend control
             log.exception("billing: the hold of %s not priced", call.request_id)
@@ -496,7 +530,7 @@ class BillingMiddleware:
             return None
         entry["reserved_micros"], call.budget_model = int(found.micros), found.model
         if spend and found.write is not None:
-            call.forward = with_limit(raw, body, found.write, found.output_tokens)
+            call.forward = with_limit(priced.raw, priced.body, found.write, found.output_tokens)
             entry["max_tokens"] = found.output_tokens
         return None
 

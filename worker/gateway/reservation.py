@@ -186,11 +186,14 @@ def hold_for(
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     tokenize: bool = True,
     field: str | None = None,
+    whole_context: bool = False,
 ) -> Hold | Unpriced:
     """The hold of the request ``body`` (the parsed chat-completion JSON) made at ``at`` and
     routed to ``provider`` (see the module docstring). ``tokenize`` False: the prompt by byte
     counts (for a large request, ``holds.price_hold``). ``field``: where a limit is written
-    (default ``limit_field(provider)``)."""
+    (default ``limit_field(provider)``). ``whole_context``: the request carries a prompt the
+    gateway cannot see (a stored conversation it continues): the prompt is held at the model's
+    whole input window, or refused unpriced when the book states none."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return Unpriced(str(model), "the request names no model", str(model))
@@ -200,6 +203,12 @@ def hold_for(
         reason = f"the price book has no price for model {model!r}{routed}"
         return Unpriced(model, reason, book.budget_model(model))
     prompt, floor = prompt_bound(model, body, tokenize=tokenize)
+    if whole_context:
+        window = price.max_input_tokens or price.context_window
+        if window is None:
+            reason = f"the price of {model!r} states no input window to hold a stored prompt at"
+            return Unpriced(model, reason, book.budget_model(model))
+        prompt = max(prompt, window)
     limit = _client_limit(body)
     write = None
     if limit is None:

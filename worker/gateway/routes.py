@@ -19,7 +19,9 @@ asks ``call_type_route(call_type)`` with the ``call_type`` LiteLLM hands ``async
 A WebSocket (the Realtime API, ``/v1/realtime``) is refused whatever its path:
 ``websocket_route(path)``.
 
-Billing an endpoint once its reader exists is one change here: ``billed=True`` on its row.
+Billing an endpoint once its reader exists (``worker.core.readers``) is one change here:
+``billed=True`` on its row; the billed kinds are exactly the readers' ``ENDPOINTS`` (a test holds
+the two lists equal).
 """
 
 from __future__ import annotations
@@ -53,10 +55,10 @@ class Endpoint:
 # Longest suffix first where one ends another (``/chat/completions`` before ``/completions``).
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("chat_completions", "/chat/completions", ("acompletion", "completion"), billed=True),
-    Endpoint("completions", "/completions", ("atext_completion", "text_completion"), False),
-    Endpoint("embeddings", "/embeddings", ("aembedding", "embedding"), billed=False),
-    Endpoint("responses", "/responses", ("aresponses", "responses"), billed=False),
-    Endpoint("messages", "/messages", ("anthropic_messages", "aanthropic_messages"), False),
+    Endpoint("completions", "/completions", ("atext_completion", "text_completion"), True),
+    Endpoint("embeddings", "/embeddings", ("aembedding", "embedding"), billed=True),
+    Endpoint("responses", "/responses", ("aresponses", "responses"), billed=True),
+    Endpoint("messages", "/messages", ("anthropic_messages", "aanthropic_messages"), True),
     Endpoint("images", "/images/generations", ("aimage_generation", "image_generation"), False),
     Endpoint("image_edits", "/images/edits", ("aimage_edit", "image_edit"), billed=False),
     Endpoint("speech", "/audio/speech", ("aspeech", "speech"), billed=False),
@@ -93,10 +95,21 @@ class Route:
         return self.treatment is Treatment.BILLED
 
 
+# ``POST …/threads/{thread_id}/messages`` (OpenAI's Assistants API) ends as Anthropic's path does.
+_THREAD_MESSAGES = re.compile(r"/threads/[^/]+/messages$")
+BILLED_KINDS = tuple(endpoint.kind for endpoint in ENDPOINTS if endpoint.billed)
 FREE = Route(Treatment.FREE)
 UNKNOWN = Route(Treatment.REFUSED)
+# The endpoints whose answers the LiteLLM hook publishes (``litellm_hook``): its other call types
+# are refused even where the ASGI middleware bills the endpoint.
+LITELLM_BILLED = frozenset({"chat_completions"})
 _BY_CALL_TYPE = {
-    call_type: Route(Treatment.BILLED if endpoint.billed else Treatment.REFUSED, endpoint.kind)
+    call_type: Route(
+        Treatment.BILLED
+        if endpoint.billed and endpoint.kind in LITELLM_BILLED
+        else Treatment.REFUSED,
+        endpoint.kind,
+    )
     for endpoint in ENDPOINTS
     for call_type in endpoint.call_types
 }
@@ -109,6 +122,8 @@ def http_route(method: str, path: str) -> Route:
         return FREE
     for endpoint in ENDPOINTS:
         if method == endpoint.method and trimmed.endswith(endpoint.suffix):
+            if endpoint.kind == "messages" and _THREAD_MESSAGES.search(trimmed):
+                continue  # the Assistants API's thread messages: no model runs, not Anthropic's
             return Route(Treatment.BILLED if endpoint.billed else Treatment.REFUSED, endpoint.kind)
     return UNKNOWN
 
@@ -144,6 +159,9 @@ def shown(text: str) -> str:
     return _UNPRINTABLE.sub("\ufffd", text)[:_SHOWN_CHARS]
 
 
+_BILLED_SUFFIXES = tuple("…" + endpoint.suffix for endpoint in ENDPOINTS if endpoint.billed)
+
+
 # The endpoint of a refused route that is a billed one whose call names no account (the ASGI
 # hook answered None): the gateway cannot say who would pay.
 NO_ACCOUNT_ENDPOINT = "no account"
@@ -160,7 +178,7 @@ def not_billed(what: str, route: Route) -> Refusal:
     return Refusal(
         NOT_BILLED_STATUS,
         f"{shown(what)} is not billed by this gateway ({why}), so it is not served. "
-        "Billed here: POST …/chat/completions.",
+        "Billed here: POST " + ", ".join(_BILLED_SUFFIXES) + ".",
         None,
         NOT_BILLED_CODE,
     )

@@ -47,7 +47,8 @@ def _page(results: list[dict]) -> dict:
 USAGE = _page([{
     "object": "organization.usage.completions.result", "input_tokens": 598, "output_tokens": 162,
     "input_cached_tokens": 20, "num_model_requests": 5, "project_id": "proj_1",
-    "api_key_id": "key_a", "model": "gpt-4o-mini-2024-07-18", "batch": None, "user_id": None,
+    "api_key_id": "key_a", "model": "gpt-4o-mini-2024-07-18", "batch": False,
+    "service_tier": "default", "user_id": None,
 }])  # fmt: skip
 COSTS = _page([
     {"object": "organization.costs.result", "amount": {"value": Decimal("0.0012345"), "currency": "usd"},
@@ -210,11 +211,8 @@ def _table_total(text: str, column: str) -> dict[str, str]:
 
 def test_a_bad_file_is_one_line_naming_file_and_path(database: Path) -> None:
     bad = database / "bad.json"
-    bad.write_bytes(
-        orjson.dumps(
-            _page([{"object": "organization.usage.completions.result", "input_tokens": 1}])
-        )
-    )
+    row = {"object": "organization.usage.completions.result", "input_tokens": 1, "model": "gpt-4o"}
+    bad.write_bytes(orjson.dumps(_page([row])))
     result = CliRunner().invoke(main, ["upstream", "import", "--provider", "openai", str(bad)])
     assert result.exit_code == 2
     assert f"{bad}: $.data[0].results[0].num_model_requests: missing" in result.output

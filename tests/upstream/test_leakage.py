@@ -15,11 +15,13 @@ AT = datetime(2025, 7, 1, 12, tzinfo=UTC)
 DAY = ("2025-07-01", "openai")
 # 10,000 upstream tokens, 100 of them leaked (1 %): gpt-4o at list prices, 100 input tokens
 LEDGER = {
-    ("2025-07-01", "openai", "gpt-4o", ""): Ledger(calls=9, billed_calls=9, billed_input=9900)
+    ("2025-07-01", "openai", "gpt-4o", "", "default"): Ledger(
+        calls=9, billed_calls=9, billed_input=9900
+    )
 }
 BOOK = load_price_book()
 UPSTREAM = {
-    ("2025-07-01", "openai", "gpt-4o", "k"): priced_upstream(
+    ("2025-07-01", "openai", "gpt-4o", "k", "default"): priced_upstream(
         BOOK, "openai", "gpt-4o", AT.date(), None, Usage(10_000, 0), 10
     )
 }

@@ -60,7 +60,7 @@ def scenarios(draw: st.DrawFn):  # type: ignore[no-untyped-def]
     for day, (name, served), labelled in cells:
         for key in KEYS if labelled else ("",):
             led = draw(ledgers())
-            ledger[(day, "openai", name, key)] = led
+            ledger[(day, "openai", name, key, "default")] = led
             leak = (draw(counts), draw(tokens), draw(tokens))
             if any(leak):
                 oracle[(day, name, key or ANY_KEY)] = leak
@@ -69,7 +69,7 @@ def scenarios(draw: st.DrawFn):  # type: ignore[no-untyped-def]
             split = led.calls if key else draw(st.integers(0, led.calls))
             shares = [(key, split)] if key else [(KEYS[0], split), (KEYS[1], led.calls - split)]
             for i, (api_key, share) in enumerate(shares):
-                upstream[(day, "openai", served, api_key)] += Upstream(
+                upstream[(day, "openai", served, api_key, "default")] += Upstream(
                     share + (leak[0] if i == 0 else 0),
                     led.input_tokens + leak[1] if i == 0 else 0,
                     0,
@@ -81,10 +81,10 @@ def scenarios(draw: st.DrawFn):  # type: ignore[no-untyped-def]
 def _normalised(upstream: dict) -> dict:  # type: ignore[type-arg]
     """What ``worker.upstream.query`` does to the export's names before matching."""
     found: dict = defaultdict(Upstream)  # type: ignore[type-arg]
-    for (day, provider, model, key), row in upstream.items():
+    for (day, provider, model, key, tier), row in upstream.items():
         from datetime import date
 
-        found[(day, provider, match_model(BOOK, model, date.fromisoformat(day)), key)] += row
+        found[(day, provider, match_model(BOOK, model, date.fromisoformat(day)), key, tier)] += row
     return dict(found)
 
 
@@ -105,11 +105,13 @@ def test_finds_exactly_the_injected_leakage(scenario) -> None:  # type: ignore[n
 
 def test_unlabelled_calls_sum_every_key_of_the_export() -> None:
     ledger = {
-        ("2025-07-01", "openai", "gpt-4o", ""): Ledger(calls=3, billed_calls=3, billed_input=30)
+        ("2025-07-01", "openai", "gpt-4o", "", "default"): Ledger(
+            calls=3, billed_calls=3, billed_input=30
+        )
     }
     upstream = {
-        ("2025-07-01", "openai", "gpt-4o", "key_a"): Upstream(1, 10, 0, 0),
-        ("2025-07-01", "openai", "gpt-4o", "key_b"): Upstream(2, 20, 0, 0),
+        ("2025-07-01", "openai", "gpt-4o", "key_a", "default"): Upstream(1, 10, 0, 0),
+        ("2025-07-01", "openai", "gpt-4o", "key_b", "default"): Upstream(2, 20, 0, 0),
     }
     (row,) = reconcile(ledger, upstream, {}, BOOK).rows
     assert (row.upstream_key, row.upstream.requests, row.leaks) == (ANY_KEY, 3, False)
@@ -117,13 +119,13 @@ def test_unlabelled_calls_sum_every_key_of_the_export() -> None:
 
 def test_labelled_calls_match_per_key_and_an_unknown_key_is_leakage() -> None:
     ledger = {
-        ("2025-07-01", "openai", "gpt-4o", "key_a"): Ledger(
+        ("2025-07-01", "openai", "gpt-4o", "key_a", "default"): Ledger(
             calls=1, billed_calls=1, billed_input=10
         )
     }
     upstream = {
-        ("2025-07-01", "openai", "gpt-4o", "key_a"): Upstream(1, 10, 0, 0),
-        ("2025-07-01", "openai", "gpt-4o", "key_z"): priced_upstream(
+        ("2025-07-01", "openai", "gpt-4o", "key_a", "default"): Upstream(1, 10, 0, 0),
+        ("2025-07-01", "openai", "gpt-4o", "key_z", "default"): priced_upstream(
             BOOK, "openai", "gpt-4o", date(2025, 7, 1), None, Usage(400, 40), 4
         ),
     }
@@ -141,21 +143,21 @@ def test_labelled_calls_match_per_key_and_an_unknown_key_is_leakage() -> None:
 
 
 def test_over_count_confirmed_exposure_and_margin() -> None:
-    grain = ("2025-07-01", "openai", "gpt-4o", "")
+    grain = ("2025-07-01", "openai", "gpt-4o", "", "default")
     ledger = {
         grain: Ledger(calls=5, billed_calls=3, billed_input=300, billed_output=30, charged=900,
                       unsettled_calls=2, unsettled_input=20, unsettled_output=2, open_calls=2,
                       open_exposure=77)
     }  # fmt: skip
     covered = reconcile(
-        ledger, {(*grain[:3], "k"): Upstream(5, 320, 0, 32)}, {grain[:3]: 500}, BOOK
+        ledger, {(*grain[:3], "k", "default"): Upstream(5, 320, 0, 32)}, {grain[:3]: 500}, BOOK
     )
     (row,) = covered.rows
     assert (row.matched_input, row.leak_input, row.over_input) == (320, 0, 0)
     assert row.confirmed_exposure == 77  # upstream counted all 5 calls: the 2 open ones ran
     (margin,) = covered.margins
     assert (margin.charged, margin.upstream_cost, margin.margin) == (900, 500, 400)
-    short = reconcile(ledger, {(*grain[:3], "k"): Upstream(3, 300, 0, 30)}, {}, BOOK)
+    short = reconcile(ledger, {(*grain[:3], "k", "default"): Upstream(3, 300, 0, 30)}, {}, BOOK)
     (row,) = short.rows
     assert (row.over_requests, row.over_input, row.over_output) == (2, 20, 2)
     assert row.confirmed_exposure == 0
@@ -164,19 +166,23 @@ def test_over_count_confirmed_exposure_and_margin() -> None:
 
 def test_providers_without_an_export_are_listed_not_reconciled() -> None:
     ledger = {
-        ("2025-07-01", "vllm", "llama-3.1-8b", ""): Ledger(calls=4),
-        ("2025-07-01", "openai", "gpt-4o", ""): Ledger(calls=1),
+        ("2025-07-01", "vllm", "llama-3.1-8b", "", "default"): Ledger(calls=4),
+        ("2025-07-01", "openai", "gpt-4o", "", "default"): Ledger(calls=1),
     }
-    found = reconcile(ledger, {("2025-07-01", "openai", "gpt-4o", "k"): Upstream(1)}, {}, BOOK)
+    found = reconcile(
+        ledger, {("2025-07-01", "openai", "gpt-4o", "k", "default"): Upstream(1)}, {}, BOOK
+    )
     assert found.not_imported == (("vllm", 4),)
     assert [r.provider for r in found.rows] == ["openai"]
 
 
 def test_daily_leak_sums_per_day_and_provider() -> None:
     ledger = {
-        ("2025-07-01", "openai", "gpt-4o", ""): Ledger(calls=1, billed_calls=1, billed_input=10)
+        ("2025-07-01", "openai", "gpt-4o", "", "default"): Ledger(
+            calls=1, billed_calls=1, billed_input=10
+        )
     }
-    upstream = {("2025-07-01", "openai", "gpt-4o", "k"): Upstream(2, 110, 0, 5)}
+    upstream = {("2025-07-01", "openai", "gpt-4o", "k", "default"): Upstream(2, 110, 0, 5)}
     found = reconcile(ledger, upstream, {}, BOOK)
     leaked, total, cost, requests = daily_leak(found.rows)[("2025-07-01", "openai")]
     assert (leaked, total, requests) == (105, 115, 1)

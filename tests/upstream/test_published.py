@@ -40,15 +40,23 @@ def test_an_anthropic_dated_id_is_matched_to_its_alias() -> None:
     assert match_model(BOOK, "claude-haiku-4-5-20251001", DAY) == "claude-haiku-4-5"
     assert match_model(BOOK, "claude-sonnet-4-5-20251399", DAY) == "claude-sonnet-4-5-20251399"
     ledger = {
-        ("2025-10-01", "anthropic", match_model(BOOK, "claude-sonnet-4-5", DAY), ""): Ledger(
-            calls=1, billed_calls=1, billed_input=1000, billed_output=100
-        )
+        (
+            "2025-10-01",
+            "anthropic",
+            match_model(BOOK, "claude-sonnet-4-5", DAY),
+            "",
+            "default",
+        ): Ledger(calls=1, billed_calls=1, billed_input=1000, billed_output=100)
     }
     served = "claude-sonnet-4-5-20250929"
     upstream = {
-        ("2025-10-01", "anthropic", match_model(BOOK, served, DAY), "k"): priced_upstream(
-            BOOK, "anthropic", served, DAY, "standard", Usage(1000, 100), None
-        )
+        (
+            "2025-10-01",
+            "anthropic",
+            match_model(BOOK, served, DAY),
+            "k",
+            "default",
+        ): priced_upstream(BOOK, "anthropic", served, DAY, "standard", Usage(1000, 100), None)
     }
     (row,) = reconcile(ledger, upstream, {}, BOOK).rows
     assert (row.leak_input, row.leak_output, row.over_input, row.over_output) == (0, 0, 0, 0)
@@ -56,7 +64,8 @@ def test_an_anthropic_dated_id_is_matched_to_its_alias() -> None:
 
 def _all_leaked(model: str, tier: str | None, usage: Usage, provider: str = "openai") -> object:
     up = priced_upstream(BOOK, provider, model, DAY, tier, usage, None)
-    (row,) = reconcile({}, {("2025-10-01", provider, model, "k"): up}, {}, BOOK).rows
+    grain = ("2025-10-01", provider, model, "k", tier or "default")
+    (row,) = reconcile({}, {grain: up}, {}, BOOK).rows
     return row.leak_cost
 
 

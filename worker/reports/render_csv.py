@@ -41,7 +41,9 @@ PROVIDER_COLUMNS = (
 UPSTREAM_KEYS = tuple(name for name, _ in upstream_section.KEY_COLUMNS)
 MARGIN_KEYS = ("day", "provider", "model")
 # The columns whose cells are text; every other column holds numbers.
-TEXT_COLUMNS = frozenset({*KEYS, *UPSTREAM_KEYS, "provider", "usage_shape", "usage_field", "kind"})
+TEXT_COLUMNS = frozenset(
+    {*KEYS, *UPSTREAM_KEYS, "provider", "usage_shape", "usage_field", "kind", "unpriced"}
+)
 # ``ties_out`` is ``yes`` or ``no``: text, and never a formula.
 TEXT_COLUMNS |= {"ties_out"}
 SECTIONS = (
@@ -146,7 +148,7 @@ def csv_tables(report: Report) -> dict[str, Table]:
     if report.upstream is not None:
         section = upstream_section.section_dict(report.upstream)
         flat, margin_flat = upstream_section.FLAT_NAMES, upstream_section.MARGIN_FLAT_NAMES
-        tables["upstream"] = ((*UPSTREAM_KEYS, *flat), list(section["rows"]))  # type: ignore[call-overload]
+        tables["upstream"] = ((*UPSTREAM_KEYS, *flat, "unpriced"), list(section["rows"]))  # type: ignore[call-overload]
         tables["upstream_total"] = (flat, [section["total"]])  # type: ignore[list-item]
         tables["margins"] = ((*MARGIN_KEYS, *margin_flat), list(section["margins"]))  # type: ignore[call-overload]
         tables["margin_total"] = (margin_flat, [section["margin_total"]])  # type: ignore[list-item]

@@ -284,7 +284,7 @@ def _upstream(found: Reconciliation) -> str:
         )
         body.append(f"<tr{' class=leak' if row.leaks else ''}>{keys}{cells}</tr>")
     summed = upstream_section.totals(found)
-    foot = "<td>total</td><td></td><td></td><td></td>"
+    foot = "<td>total</td>" + "<td></td>" * (len(upstream_section.KEY_COLUMNS) - 1)
     for c in columns:
         value = summed[c.name]
         micros = f' data-micros="{value}"' if c.money and value is not None else ""
@@ -306,12 +306,19 @@ def _upstream(found: Reconciliation) -> str:
         f'<td class="n" data-margin-total="{name}">{upstream_section.shown(v, True)}</td>'
         for name, v in upstream_section.margin_totals(found).items()
     )
-    missing = "".join(
-        f"<p>No export imported for provider {escape(p)} ({n} calls).</p>"
-        for p, n in found.not_imported
-    ) + "".join(
-        f'<p class="incomplete">{escape(line)}</p>'
-        for line in upstream_section.incomplete_lines(found)
+    missing = (
+        "".join(
+            f"<p>No export imported for provider {escape(p)} ({n} calls).</p>"
+            for p, n in found.not_imported
+        )
+        + "".join(
+            f'<p class="incomplete">{escape(line)}</p>'
+            for line in upstream_section.incomplete_lines(found)
+        )
+        + "".join(
+            f'<p class="unpriced">{escape(line)}</p>'
+            for line in upstream_section.unpriced_lines(found)
+        )
     )
     return (
         "<h2>Upstream: the providers' exports against the ledger</h2>"

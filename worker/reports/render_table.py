@@ -192,7 +192,7 @@ def render_upstream(found: Reconciliation, width: int = 1000, *, compact: bool =
 def _upstream(
     console: Console, found: Reconciliation, names: tuple[str, ...] | None = None
 ) -> None:
-    """The upstream reconciliation: a row per (day, provider, model, key) and a total row, then
+    """The upstream reconciliation: a row per (day, provider, model, key, tier) and a total row, then
     the margin per (day, provider, model)."""
     console.print(
         "upstream: the providers' exports against the ledger (tokens; money in USD); leaked = "
@@ -213,8 +213,9 @@ def _upstream(
     if found.rows:
         table.rows[-1].end_section = True
     summed = upstream_section.totals(found)
+    blank = [""] * (len(upstream_section.KEY_COLUMNS) - 1)
     table.add_row(
-        "total", "", "", "", *(upstream_section.shown(summed[c.name], c.money) for c in columns)
+        "total", *blank, *(upstream_section.shown(summed[c.name], c.money) for c in columns)
     )
     console.print(table if found.rows else "upstream: no export imported for the window")
     if names is not None:
@@ -241,5 +242,8 @@ def _upstream(
         console.print(
             f"upstream: no export imported for provider {_cell(provider)} ({calls} calls)"
         )
-    for line in upstream_section.incomplete_lines(found):
+    for line in (
+        *upstream_section.incomplete_lines(found),
+        *upstream_section.unpriced_lines(found),
+    ):
         console.print(f"upstream: {_cell(line)}")

@@ -1,9 +1,10 @@
 """The report's upstream section (``billing report --upstream``): one table of columns that every
 renderer reads, so every format shows the same figures (``worker.upstream.matching`` computes them).
 
-Columns per (day, provider, model, upstream key) row; money columns are integer micro-USD (shown in
+Columns per (day, provider, model, upstream key, tier) row; money columns are integer micro-USD (shown in
 USD by the renderers), the others counts. ``None`` is a figure the export does not have (Anthropic
-counts no requests; a model the price book cannot price has no leak cost): empty in every format.
+counts no requests; a leak the price book cannot price at its tier has no leak cost, and
+``unpriced_lines`` says why): empty in every format.
 The total row sums each column over the rows, so leakage and over-count are never netted against
 each other across grains.
 """
@@ -30,6 +31,7 @@ KEY_COLUMNS = (
     ("provider", "provider"),
     ("model", "model"),
     ("upstream_key", "key"),
+    ("tier", "tier"),
 )
 COLUMNS = (
     Column("upstream_requests", "upstream requests", lambda r: r.upstream.requests),
@@ -60,8 +62,8 @@ COLUMNS = (
 MARGIN_COLUMNS = (("charged", "charged"), ("upstream_cost", "upstream cost"), ("margin", "margin"))
 
 
-def row_keys(row: Row) -> tuple[str, str, str, str]:
-    return (row.day, row.provider, row.model, row.upstream_key)
+def row_keys(row: Row) -> tuple[str, str, str, str, str]:
+    return (row.day, row.provider, row.model, row.upstream_key, row.tier)
 
 
 def _plain(value: int | None) -> int | None:
@@ -113,6 +115,17 @@ def incomplete_lines(found: Reconciliation) -> list[str]:
     ]
 
 
+def unpriced_lines(found: Reconciliation) -> list[str]:
+    """One sentence per row whose leak has no cost at our prices, and why (never a guess)."""
+    return [
+        f"UNPRICED: {row.day} {row.provider} {row.model} key {row.upstream_key} tier {row.tier}: "
+        f"{row.leak_input} input and {row.leak_output} output tokens leaked, not priced: "
+        f"{row.unpriced}"
+        for row in found.rows
+        if row.unpriced is not None
+    ]
+
+
 def shown(value: int | None, money: bool) -> str:
     """A cell as text: USD with six decimals for money, the integer otherwise, '' for None."""
     if value is None:
@@ -148,11 +161,12 @@ MARGIN_FLAT_NAMES = tuple(
 
 
 def section_dict(found: Reconciliation) -> dict[str, object]:
-    """The section as JSON: rows, total (column sums), margins, margin total, not imported."""
+    """The section as JSON: rows (with why a leak is unpriced, or None), total (column sums),
+    margins, margin total, not imported, incomplete."""
     return {
         "rows": [
             {**dict(zip((k for k, _ in KEY_COLUMNS), row_keys(row), strict=True)),
-             **flat(values(row), MONEY_NAMES)}
+             **flat(values(row), MONEY_NAMES), "unpriced": row.unpriced}
             for row in found.rows
         ],
         "total": flat(totals(found), MONEY_NAMES),

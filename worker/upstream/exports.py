@@ -21,6 +21,12 @@ Read (docs/reports.md, "Upstream reconciliation", says the same):
   **cents**), ``currency``, ``workspace_id``, ``description``, ``model``, ``cost_type``,
   ``token_type``, ``service_tier``, ``context_window``.
 
+A usage row must name its model: an export not grouped by model (OpenAI without
+``group_by=model``, Anthropic without ``group_by[]=model``: ``model`` null) cannot be matched to the
+ledger per model, so the file is refused, with how to download it grouped. The tier fields are
+read as they are (OpenAI's ``batch`` a boolean or null); ``worker.upstream.tiers`` says which tier a
+line is and which lines cannot be priced.
+
 The rows of one bucket that differ only in a field the reconciliation does not keep (OpenAI's
 ``user_id`` and ``api_source``, Anthropic's ``context_window``, ``inference_geo``, ``speed``,
 ``account_id``...) are parts of one figure and are **summed** into one row: every documented
@@ -183,6 +189,24 @@ class _Reader:
         if not 0 <= value <= MAX_COUNT:
             raise self.fail(f"{path}.{key}", f"count {value} out of range 0..{MAX_COUNT}")
         return value
+
+    def model(self, row: dict[str, Any], path: str, provider: str) -> str:
+        """A usage row's model; null (or empty) is an export not grouped by model, refused."""
+        if row.get("model") in (None, ""):
+            how = "group_by=model" if provider == "openai" else "group_by[]=model"
+            raise self.fail(
+                f"{path}.model",
+                "no model: the export is not grouped by model, so its usage cannot be matched to the "
+                f"ledger per model; download it with {how} (billing upstream pull does)",
+            )
+        return self.label(row, "model", path)
+
+    def flag(self, row: dict[str, Any], key: str, path: str) -> str:
+        """A boolean grouping field: 'true', 'false', or '' when null (not grouped by it)."""
+        value = row.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise self.fail(f"{path}.{key}", f"expected a boolean or null, got {_kind(value)}")
+        return self.label(row, key, path)
 
     def label(self, row: dict[str, Any], key: str, path: str, limit: int | None = None) -> str:
         """A grouping field: '' when null (not grouped by it), else a short printable string."""
@@ -394,11 +418,11 @@ def _openai_usage(
         provider="openai",
         bucket_start=start,
         bucket_end=end,
-        model=reader.label(row, "model", path),
+        model=reader.model(row, path, "openai"),
         project_id=reader.label(row, "project_id", path),
         api_key_id=reader.label(row, "api_key_id", path),
         service_tier=reader.label(row, "service_tier", path),
-        batch=reader.label(row, "batch", path),
+        batch=reader.flag(row, "batch", path),
         requests=reader.count(row, "num_model_requests", path),
         input_tokens=input_tokens,
         cached_tokens=cached,
@@ -474,7 +498,7 @@ def _anthropic_usage(
         provider="anthropic",
         bucket_start=start,
         bucket_end=end,
-        model=reader.label(row, "model", path),
+        model=reader.model(row, path, "anthropic"),
         project_id=reader.label(row, "workspace_id", path, LIMITS["project_id"]),
         api_key_id=reader.label(row, "api_key_id", path),
         service_tier=reader.label(row, "service_tier", path),

@@ -1,6 +1,7 @@
 """Tying the providers' exports to the ledger: pure, over aggregate rows (no IO, no call ids).
 
-Both sides are aggregated per **grain** = (UTC day, provider, model, upstream key) before they meet:
+Both sides are aggregated per **grain** = (UTC day, provider, model, upstream key, tier) before
+they meet:
 
 * **Model**: the export's provider model id (``gpt-4o-mini-2024-07-18``,
   ``claude-sonnet-4-5-20250929``) and the ledger's model name (``gpt-4o-mini``,
@@ -12,6 +13,14 @@ Both sides are aggregated per **grain** = (UTC day, provider, model, upstream ke
   ledger is matched per key: the label against the export's ``api_key_id`` (its ``project_id`` /
   Anthropic ``workspace_id`` when the export is not grouped by key). Where no call of that day,
   provider and model has a label, every key of the export is summed and the key is ``*``.
+* **Tier**: the book's name of the tier (``worker.core.prices.book.normalize_tier``): on the
+  ledger's side the service tier the call's response reported (none: the default tier), on the
+  export's the tier its line names (``worker.upstream.tiers.line_tier``: OpenAI ``batch: true`` is
+  ``batch``, else its ``service_tier``; Anthropic's ``service_tier``, ``standard`` the default).
+  Usage of one tier is never netted against another's: a batch line the gateway never saw leaks
+  whole, at batch prices, beside a standard line its calls match. Where a line of a day, provider
+  and model cannot say its tier (the export is not grouped by it), both sides' tiers of that day,
+  provider and model are summed and the tier is ``*``: matched by tokens, its leak unpriced.
 
 Per grain (``Ledger`` against ``Upstream``), the ledger's usage is the billed calls' usage records
 (reported or estimated) plus the unsettled calls' estimates; a void call is a request of 0 tokens:
@@ -19,14 +28,14 @@ Per grain (``Ledger`` against ``Upstream``), the ledger's usage is the billed ca
 * ``leak_*`` = upstream beyond the ledger (requests, input, output tokens): usage with no billed
   or known call. ``over_*`` = the ledger beyond upstream. ``matched_*`` = the smaller of the two.
 * ``leak_cost``: the leaked tokens at the price book's prices — what the leaked calls would have
-  been charged. The export's own rows of the grain are priced first (``priced_upstream``), each at
-  **the tier it names** (OpenAI ``batch: true`` is the batch tier, else its ``service_tier``;
-  Anthropic's ``service_tier``), cache reads at the cached rate and cache writes by lifetime (5
-  minutes, 1 hour); the leak is then that value's share: ``input value x leaked input / upstream
-  input + output value x leaked output / upstream output``, rounded half up once. Exact when the
-  whole grain leaked; otherwise the leaked tokens are taken to be of the grain's own mix of tiers
-  and kinds (the ledger does not say which calls leaked). None when a row of the grain with tokens
-  is unpriced at its tier (a tier the book has no row for is never priced at the default price).
+  been charged. The export's own rows of the grain are priced first (``priced_upstream``), at the
+  grain's tier, cache reads at the cached rate and cache writes by lifetime (5 minutes, 1 hour);
+  the leak is then that value's share: ``input value x leaked input / upstream input + output
+  value x leaked output / upstream output``, rounded half up once. Exact when the whole grain
+  leaked; otherwise the leaked tokens are taken to be of the grain's own mix of kinds (the ledger
+  does not say which calls leaked). None when a row of the grain with tokens is unpriced at its
+  tier: a tier the book has no row for, a tier the provider does not document, a line of unknown
+  tier; never priced at the default price. ``Row.unpriced`` says why.
 * ``confirmed_exposure``: the open unsettled calls' exposure when upstream counted at least every
   call the ledger has for the grain (by requests; by tokens for an export without request counts),
   else 0: those calls certainly ran upstream.
@@ -48,8 +57,9 @@ from fractions import Fraction
 from worker.core.errors import InputError
 from worker.core.money import Micros
 from worker.core.prices import PriceBook
-from worker.core.prices.book import normalize_provider, snapshot_base
+from worker.core.prices.book import normalize_provider, normalize_tier, snapshot_base
 from worker.core.result import Usage
+from worker.upstream.tiers import ANY_TIER
 
 ANY_KEY = "*"
 UNKNOWN = "unknown"
@@ -126,7 +136,8 @@ def _plus(a: Fraction | None, b: Fraction | None) -> Fraction | None:
 class Upstream:
     """The export's rows of one grain. ``requests`` is None when the export counts none.
     ``input_value`` / ``output_value``: those rows at our prices (exact micro-USD, each row at its
-    own tier; ``priced_upstream``), None when a row with such tokens is unpriced."""
+    own tier; ``priced_upstream``), None when a row with such tokens is unpriced; ``unpriced``
+    says why."""
 
     requests: int | None = 0
     input_tokens: int = 0
@@ -134,6 +145,7 @@ class Upstream:
     output_tokens: int = 0
     input_value: Fraction | None = Fraction(0)
     output_value: Fraction | None = Fraction(0)
+    unpriced: frozenset[str] = frozenset()
 
     def __add__(self, other: Upstream) -> Upstream:
         requests = (
@@ -148,16 +160,18 @@ class Upstream:
             self.output_tokens + other.output_tokens,
             _plus(self.input_value, other.input_value),
             _plus(self.output_value, other.output_value),
+            self.unpriced | other.unpriced,
         )
 
 
-def export_tier(service_tier: str, batch: str) -> str | None:
-    """The tier an export row names, in the book's terms (None: the default tier): OpenAI's
-    ``batch: true`` is the batch tier whatever its ``service_tier``; Anthropic's ``standard`` is the
-    default (``worker.core.prices.book.normalize_tier`` maps the rest)."""
-    if batch == "true":
-        return "batch"
-    return service_tier or None
+def unpriced_upstream(usage: Usage, requests: int | None, because: str) -> Upstream:
+    """Export rows whose usage cannot be priced (``because``): counted, of no value."""
+    return Upstream(
+        requests, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens,
+        None if usage.prompt_tokens else Fraction(0),
+        None if usage.completion_tokens else Fraction(0),
+        frozenset({because}) if usage.prompt_tokens or usage.completion_tokens else frozenset(),
+    )  # fmt: skip
 
 
 def priced_upstream(
@@ -172,7 +186,8 @@ def priced_upstream(
     """One export row (or rows of one model and tier) as an ``Upstream`` with its value at our
     prices: the row of the book for ``model`` at ``tier`` and ``provider`` that day, its per-token
     rates (the base rates: a day's sum of prompts says nothing of one prompt's length) applied
-    to each kind — uncached input, cache reads, 5-minute and 1-hour cache writes, output."""
+    to each kind — uncached input, cache reads, 5-minute and 1-hour cache writes, output. Unpriced
+    (``unpriced_upstream``) when the book has no such row or its rates do not price every kind."""
     at = _day_start(day)
     price = book.price_for(model, at, tier=tier, provider=provider)
     input_value: Fraction | None = None
@@ -201,6 +216,15 @@ def priced_upstream(
                 + usage.cache_write_1h_tokens * rate.get("cache_write_1h", Fraction(0))
             )
             output_value = usage.completion_tokens * rate["output"]
+    if input_value is None:
+        because = (
+            f"the price book has no {normalize_tier(tier)} row for {model} at {provider} on "
+            f"{day.isoformat()}"
+            if price is None
+            else f"the price book's {price.tier} row for {model} does not price every kind of its "
+            "tokens"
+        )
+        return unpriced_upstream(usage, requests, because)
     return Upstream(
         requests,
         usage.prompt_tokens,
@@ -227,7 +251,7 @@ def leak_value(upstream: Upstream, leak_input: int, leak_output: int) -> Micros 
     return Micros(whole + (1 if 2 * rest >= total.denominator else 0))
 
 
-Grain = tuple[str, str, str, str]  # (day ISO, provider, model, upstream key)
+Grain = tuple[str, str, str, str, str]  # (day ISO, provider, model, upstream key, tier)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,9 +262,17 @@ class Row:
     provider: str
     model: str
     upstream_key: str
+    tier: str
     ledger: Ledger
     upstream: Upstream
     leak_cost: Micros | None
+
+    @property
+    def unpriced(self) -> str | None:
+        """Why the leak has no cost at our prices; None when it has one."""
+        if self.leak_cost is not None:
+            return None
+        return "; ".join(sorted(self.upstream.unpriced)) or "its tokens are not priced"
 
     @property
     def leak_requests(self) -> int | None:
@@ -328,9 +360,11 @@ class Reconciliation:
 def _keyed(
     ledger: Mapping[Grain, Ledger], upstream: Mapping[Grain, Upstream]
 ) -> tuple[dict[Grain, Ledger], dict[Grain, Upstream]]:
-    """Apply the upstream-key rule: grains of a (day, provider, model) without a labelled call in
-    the ledger collapse to ``ANY_KEY`` on both sides."""
+    """Apply the upstream-key and tier rules: grains of a (day, provider, model) without a labelled
+    call in the ledger collapse to ``ANY_KEY`` on both sides; those with an export line of unknown
+    tier to ``ANY_TIER``."""
     labelled = {grain[:3] for grain, row in ledger.items() if grain[3] and row.calls}
+    untiered = {grain[:3] for grain in upstream if grain[4] == ANY_TIER}
     sides: tuple[dict[Grain, Ledger], dict[Grain, Upstream]] = (
         defaultdict(Ledger),
         defaultdict(Upstream),
@@ -338,7 +372,8 @@ def _keyed(
     for side, rows in zip(sides, (ledger, upstream), strict=True):
         for grain, row in rows.items():
             key = grain[3] if grain[:3] in labelled else ANY_KEY
-            target = (*grain[:3], key)
+            tier = ANY_TIER if grain[:3] in untiered else grain[4]
+            target = (*grain[:3], key, tier)
             side[target] = side[target] + row  # type: ignore[index, operator]
     return sides
 
@@ -366,7 +401,7 @@ def reconcile(
         row = Row(*grain, led, ups, None)
         rows.append(replace(row, leak_cost=leak_value(ups, row.leak_input, row.leak_output)))
     charged: dict[tuple[str, str, str], int] = defaultdict(int)
-    for (day, provider, model, _key), led in mine.items():
+    for (day, provider, model, _key, _tier), led in mine.items():
         charged[(day, provider, model)] += led.charged
     margins = tuple(
         Margin(*key, Micros(charged.get(key, 0)), None if key not in costs else Micros(costs[key]))

@@ -4,10 +4,12 @@
   ``call_routes``, ``usage_records`` and ``failures``, grouped in SQL by UTC day, provider (the
   route's, else the usage record's), model (the usage record's: the model billed, which is the one
   the upstream served when it substituted another, ``worker.core.substitution``; else the
-  reservation's), upstream key and outcome class; a few rows per grain.
+  reservation's), upstream key, service tier (the usage record's, as the response reported it;
+  none: the default tier) and outcome class; a few rows per grain.
 * **Upstream**: ``upstream_usage`` and ``upstream_costs`` whose bucket starts in the window, grouped
-  by day, provider, model, key, service tier and batch; each group is priced at our prices at its
-  tier (``matching.priced_upstream``) before the groups of a grain are summed. ``upstream_gaps``
+  by day, provider, model, key, service tier and batch; each group is of one tier
+  (``tiers.line_tier``) and priced at our prices at it (``matching.priced_upstream``), or unpriced
+  with the reason, before the groups of a grain are summed. ``upstream_gaps``
   still open in the window are the exports known to be incomplete.
 
 Names are then matched in Python (``matching.match_model``): a handful of distinct names per day.
@@ -33,6 +35,7 @@ from models import (
 )
 from models.reservations import Status
 from worker.core.prices import PriceBook
+from worker.core.prices.book import normalize_tier
 from worker.core.result import Usage
 from worker.upstream.matching import (
     Gap,
@@ -40,15 +43,16 @@ from worker.upstream.matching import (
     Ledger,
     Reconciliation,
     Upstream,
-    export_tier,
     match_model,
     match_provider,
     priced_upstream,
     reconcile,
+    unpriced_upstream,
 )
+from worker.upstream.tiers import line_tier
 
 _UTC = literal_column("INTERVAL '0'")
-_FIRST_FIVE = tuple(literal_column(str(position)) for position in range(1, 6))
+_FIRST_SIX = tuple(literal_column(str(position)) for position in range(1, 7))
 
 
 def _day(column: Any, dialect: str) -> Any:
@@ -83,6 +87,7 @@ def ledger_side(
             func.coalesce(route.c.provider, u.c.provider).label("route_provider"),
             func.coalesce(u.c.model, r.c.model).label("model"),
             func.coalesce(route.c.upstream_key, "").label("route_key"),
+            func.coalesce(u.c.service_tier, "").label("tier"),
             cls.label("cls"),
             func.count().label("calls"),
             func.coalesce(
@@ -118,7 +123,7 @@ def ledger_side(
         .where(r.c.created_at >= since, r.c.created_at < until)
         # By position: a label named like a column is ambiguous on SQLite, and PostgreSQL does not
         # take an expression with bound parameters as the same one in SELECT and GROUP BY.
-        .group_by(*_FIRST_FIVE)
+        .group_by(*_FIRST_SIX)
     )
     found: dict[Grain, Ledger] = defaultdict(Ledger)
     for row in conn.execute(statement):
@@ -128,6 +133,7 @@ def ledger_side(
             match_provider(row.route_provider),
             match_model(book, row.model, date.fromisoformat(day)),
             row.route_key,
+            normalize_tier(row.tier or None),
         )
         calls, tokens_in, tokens_out = int(row.calls), int(row.input), int(row.output)
         if row.cls in ("billed", "estimate_charged"):
@@ -178,16 +184,19 @@ def upstream_side(
     for row in conn.execute(usage):
         day = _iso(row.day)
         on = date.fromisoformat(day)
-        grain = (day, match_provider(row.provider), match_model(book, row.model, on), row.key)
+        tier = line_tier(row.provider, row.service_tier, row.batch)
+        provider = match_provider(row.provider)
+        grain = (day, provider, match_model(book, row.model, on), row.key, tier.name)
         requests = None if row.requests is None else int(row.requests)
         counts = Usage(
             prompt_tokens=int(row.input), completion_tokens=int(row.output),
             cached_tokens=int(row.cached), cache_write_tokens=int(row.writes),
             cache_write_1h_tokens=int(row.writes_1h),
         )  # fmt: skip
-        tier = export_tier(row.service_tier, row.batch)
-        found[grain] = found[grain] + priced_upstream(
-            book, grain[1], row.model, on, tier, counts, requests
+        found[grain] = found[grain] + (
+            unpriced_upstream(counts, requests, tier.unpriced)
+            if tier.unpriced is not None
+            else priced_upstream(book, provider, row.model, on, tier.name, counts, requests)
         )
     cost = (
         select(

@@ -61,3 +61,6 @@ class Reservation(Base):
     # The client's own reference for the call (its ``X-Request-Id``), never its identity: two
     # calls may carry the same one. NULL when the client sent none, and on older rows.
     client_request_id: Mapped[str | None] = mapped_column(String(200))
+    # The endpoint the call was made to (``worker.core.readers.ENDPOINTS``), NULL for chat
+    # completions and on rows older than migration 0025.
+    endpoint: Mapped[str | None] = mapped_column(String(32))

@@ -19,10 +19,12 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from devtools.example_app import create_app
 from devtools.localservers.redis_server import PrivateRedis
+from models.reservations import Reservation
 from worker.contract.keys import Keys
 from worker.gateway.tee import Tee
 from worker.ledger.database import make_engine
@@ -72,6 +74,13 @@ class Stack:
     def decided(self, account: str, count: int) -> list[Call]:
         return wait_decided(self.sessions, [account], count, timeout=60, processes=(self.worker,))
 
+    def endpoints(self, account: str) -> set[str | None]:
+        """The endpoint the ledger recorded for each call of ``account``."""
+        with self.sessions() as s:
+            return set(
+                s.scalars(select(Reservation.endpoint).where(Reservation.account_id == account))
+            )
+
 
 @pytest.fixture(scope="module")
 def stack(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
@@ -107,10 +116,13 @@ def new_account() -> str:
     return f"acct-endpoint-{uuid.uuid4().hex[:10]}"
 
 
-def _settled_twice(stack: Stack, account: str, model: str, prompt: int, completion: int) -> None:
+def _settled_twice(
+    stack: Stack, account: str, endpoint: str, model: str, prompt: int, completion: int
+) -> None:
     """The account's two calls (streamed and not) both settled at the recording's usage, each at
-    the published price: the same charge both ways."""
+    the published price: the same charge both ways; the ledger records their endpoint."""
     calls = stack.decided(account, 2)
+    assert stack.endpoints(account) == {endpoint}
     assert sorted(call.stream for call in calls) == [False, True]
     expected = published_charge(model, prompt, completion)
     for call in calls:
@@ -128,7 +140,9 @@ def test_a_responses_call_is_billed_streamed_and_not(stack: Stack) -> None:
         final = events.get_final_response()
     assert final.output_text == answer.output_text
     usage = recording("responses_text")["body"]["usage"]
-    _settled_twice(stack, account, "gpt-4o-mini", usage["input_tokens"], usage["output_tokens"])
+    _settled_twice(
+        stack, account, "responses", "gpt-4o-mini", usage["input_tokens"], usage["output_tokens"]
+    )
 
 
 def test_a_legacy_completion_is_billed_streamed_and_not(stack: Stack) -> None:
@@ -144,7 +158,12 @@ def test_a_legacy_completion_is_billed_streamed_and_not(stack: Stack) -> None:
     assert all(chunk.usage is None for chunk in chunks)
     usage = recording("completions_text")["body"]["usage"]
     _settled_twice(
-        stack, account, "gpt-3.5-turbo-instruct", usage["prompt_tokens"], usage["completion_tokens"]
+        stack,
+        account,
+        "completions",
+        "gpt-3.5-turbo-instruct",
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
     )
 
 
@@ -160,6 +179,7 @@ def test_an_embeddings_call_is_billed_for_every_input(stack: Stack) -> None:
     assert (call.prompt_tokens, call.completion_tokens) == (usage["prompt_tokens"], 0)
     expected = published_charge("text-embedding-3-small", usage["prompt_tokens"], 0)
     assert call.charge_micros == expected > 0
+    assert stack.endpoints(account) == {"embeddings"}
 
 
 def test_an_anthropic_messages_call_is_billed_streamed_and_not(stack: Stack) -> None:
@@ -178,5 +198,10 @@ def test_an_anthropic_messages_call_is_billed_streamed_and_not(stack: Stack) -> 
     assert final.content[0].text == plain.content[0].text == "Hello!"
     usage = recording("messages_text")["body"]["usage"]
     _settled_twice(
-        stack, account, "claude-sonnet-4-5", usage["input_tokens"], usage["output_tokens"]
+        stack,
+        account,
+        "messages",
+        "claude-sonnet-4-5",
+        usage["input_tokens"],
+        usage["output_tokens"],
     )

@@ -27,6 +27,11 @@ def test_fingerprint_ignores_account_request_stream_and_idempotency_key() -> Non
     assert fingerprint_of(a) == fingerprint_of(b)
 
 
+def test_a_chat_entry_with_and_without_its_endpoint_named_is_one_fingerprint() -> None:
+    base = meta_dict(stream=True, seed=7)
+    assert fingerprint_of({**base, "endpoint": "chat_completions"}) == fingerprint_of(base)
+
+
 def test_temperature_zero_int_and_float_agree() -> None:
     assert fingerprint_of(meta_dict(stream=True, temperature=0)) == fingerprint_of(
         meta_dict(stream=True, temperature=0.0)
@@ -50,6 +55,7 @@ def test_messages_order_counts_but_key_order_does_not() -> None:
         {"n": 2},
         {"max_tokens": 10},
         {"tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"endpoint": "responses"},  # a chat call and a Responses call are never twins
     ],
 )
 def test_what_changes_the_output_changes_the_fingerprint(change: dict) -> None:

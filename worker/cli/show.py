@@ -21,7 +21,8 @@ def _text(answer: dict[str, Any]) -> list[str]:
     lines = [
         f"request    {answer['request_id']}  account {answer['account_id']}  model "
         f"{answer['model']}  stream {answer['stream']}"
-        + (f"  client id {answer['client_request_id']}" if answer["client_request_id"] else ""),
+        + (f"  client id {answer['client_request_id']}" if answer["client_request_id"] else "")
+        + (f"  endpoint {answer['endpoint']}" if answer["endpoint"] != "chat_completions" else ""),
         f"created    {answer['created_at']}  updated {answer['updated_at']}",
         f"status     {answer['status']}  outcome {answer['outcome'] or '-'}"
         f"  reason {answer['reason'] or '-'}",

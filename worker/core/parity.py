@@ -71,12 +71,14 @@ def fingerprint(
     }
     for key, value in (sampling or {}).items():
         params[key] = _number(value) if isinstance(value, int | float) else value
-    document = {
+    document: dict[str, Any] = {
         "model": meta.model,
         "messages": list(meta.messages),
         "tools": list(meta.tools),
         "sampling": params,
     }
+    if meta.endpoint != "chat_completions":  # a chat call and a Responses call are not twins
+        document["endpoint"] = meta.endpoint
     return _digest(salt, _FINGERPRINT_TAG, document)
 
 

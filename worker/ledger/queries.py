@@ -160,6 +160,7 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
     return {
         "request_id": res.request_id,
         "client_request_id": res.client_request_id,
+        "endpoint": res.endpoint or "chat_completions",
         "account_id": res.account_id,
         "model": res.model,
         "stream": res.stream,

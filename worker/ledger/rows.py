@@ -40,6 +40,7 @@ def reservation_values(meta: RequestMeta, now: datetime) -> dict[str, Any]:
         "updated_at": now,
         "request_digest": meta.digest,
         "client_request_id": meta.client_request_id,
+        "endpoint": None if meta.endpoint == "chat_completions" else meta.endpoint,
     }
 
 

@@ -23,10 +23,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from worker.contract.entries import read_head
 from worker.contract.keys import Keys
 from worker.contract.publisher import Publisher
 from worker.core.estimate import estimate_prompt
 from worker.core.prices import load_price_book
+from worker.core.reconcile import reconcile_stream
 from worker.gateway.metadata import CallInfo
 from worker.gateway.middleware import HOLD_BYTES, HOLD_SECONDS, BillingMiddleware
 from worker.gateway.reservation import SHORT_PROMPT_BYTES
@@ -597,3 +599,30 @@ def test_a_chat_completion_whose_hook_names_no_account_is_never_served_unrecorde
         ((method, billing_id, value),) = recorder.calls
         assert (method, value) == ("unbilled", ("POST /v1/chat/completions", None))
         assert answer.headers["x-billing-request-id"] == billing_id
+
+
+def test_the_admission_counts_the_prompt_so_a_call_it_alone_finalizes_is_charged_for_it(
+    gateway: tuple[str, Tee, Keys],
+) -> None:
+    """The admission record carries the prompt's count (never its text): a call whose gateway died
+    before publishing its request entry is exposed, and charged at the grace, for its prompt."""
+    rid = "counted"
+    body = b'{"id":"c3","object":"chat.completion","choices":[]}'
+    REPLIES[rid] = (200, "application/json", [body])
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Name three rivers of Europe, one per line."}]  # fmt: skip
+    client = openai.OpenAI(base_url=gateway[0] + "/v1", api_key="k", max_retries=0)
+    client.chat.completions.create(model="gpt-4o", messages=messages, user=rid)
+    entries(gateway, rid)
+    keys = gateway[2]
+    head = redis.Redis.from_url("redis://127.0.0.1:6379/0").xrange(
+        keys.request(billing_id(keys, rid) or rid), count=1
+    )
+    admission = orjson.loads(head[0][1][b"body"])
+    assert admission["prompt_estimate"] == estimate_prompt("gpt-4o", messages)
+    assert admission["messages"] == [] and b"rivers" not in head[0][1][b"body"]
+    meta, _taken = read_head(head, billing_id(keys, rid))
+    alone = reconcile_stream(meta, [], load_price_book())  # the admission, nothing else
+    assert alone.estimate is not None
+    assert alone.estimate.prompt_tokens == admission["prompt_estimate"]
+    assert "prompt_uncounted" not in alone.anomalies

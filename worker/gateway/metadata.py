@@ -261,11 +261,15 @@ ADMISSION_FACTS = (
 )  # fmt: skip
 
 
-def admission_facts(entry: dict[str, Any]) -> dict[str, Any]:
+def admission_facts(entry: dict[str, Any], prompt_count: int | None = None) -> dict[str, Any]:
     """The call's admission record (docs/events.md §1): ``entry``'s money facts, a request entry
     of its own whose prompt is left out (``omitted_messages``), for the worker to finalize the
-    call from should nothing else of it ever arrive."""
+    call from should nothing else of it ever arrive. ``prompt_count``: the gateway's estimate of
+    the prompt (the hold's), its ``prompt_estimate`` unless the entry carries one: the prompt
+    is counted, never its text."""
     facts = {key: entry[key] for key in ADMISSION_FACTS if entry.get(key) is not None}
+    if prompt_count is not None and "prompt_estimate" not in facts:
+        facts["prompt_estimate"] = prompt_count
     return {**facts, "messages": [], "omitted_messages": True}
 
 

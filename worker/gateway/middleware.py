@@ -182,6 +182,7 @@ class _Call:
         "opened",
         "parts",
         "priced",
+        "prompt_count",
         "publisher",
         "request_id",
         "splitter",
@@ -212,6 +213,7 @@ class _Call:
         # What the hold is priced from before the admission (``_price``): the request as priced,
         # its provider, the bytes the app would get; None when the hook gave the hold.
         self.priced: _Priced | None = None
+        self.prompt_count: int | None = None  # the hold's estimate of the prompt (``Hold``)
         self.budget_model: str | None = None  # the model the hold's budgets apply to
         self.started = False  # the app started its response (``status``, ``streamed``)
         self.opened = False  # ``open`` published
@@ -529,6 +531,7 @@ class BillingMiddleware:
             entry["reserved_micros"] = held[0]
             return None
         entry["reserved_micros"], call.budget_model = int(found.micros), found.model
+        call.prompt_count = found.prompt_estimate
         if spend and found.write is not None:
             call.forward = with_limit(priced.raw, priced.body, found.write, found.output_tokens)
             entry["max_tokens"] = found.output_tokens
@@ -541,7 +544,7 @@ class BillingMiddleware:
         entry = call.entry
         admission = await authorizer.admit_async(
             entry["account_id"], call.request_id, entry["reserved_micros"], call.created_at,
-            call.budget_model or entry["model"], facts=admission_facts(entry),
+            call.budget_model or entry["model"], facts=admission_facts(entry, call.prompt_count),
             idempotency_key=entry.get("idempotency_key"),
             spool=getattr(self.publisher, "spool_now", None),
         )  # fmt: skip

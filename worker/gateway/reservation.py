@@ -128,24 +128,29 @@ def _json_bytes(value: object) -> int:
         return len(repr(value).encode("utf-8", "surrogatepass"))
 
 
-def prompt_bound(model: str, body: dict[str, Any], *, tokenize: bool = True) -> tuple[int, int]:
-    """(an upper bound of the request's prompt tokens, the floor the context room is taken from):
-    ``messages`` and ``tools`` by the estimate (``tokenize`` False: by ``prompt_bytes_bound``), every
-    other prompt field by its JSON bytes. The floor is the estimate when it was tokenized, else 0
-    (a byte count is no lower bound)."""
+def prompt_bound(
+    model: str, body: dict[str, Any], *, tokenize: bool = True
+) -> tuple[int, int, int | None]:
+    """(an upper bound of the request's prompt tokens, the floor the context room is taken from,
+    the estimate of ``messages`` and ``tools``): ``messages`` and ``tools`` by the estimate
+    (``tokenize`` False: by ``prompt_bytes_bound``), every other prompt field by its JSON bytes. The
+    floor is the estimate when it was tokenized, else 0 (a byte count is no lower bound); the
+    estimate is None when it was not tokenized."""
     messages = body.get("messages")
     messages = messages if isinstance(messages, list) else []
     tools = body.get("tools") or body.get("functions") or ()
     tools = tools if isinstance(tools, list) else ()
     floor = 0
+    estimated = None
     if not tokenize:
         counted = prompt_bytes_bound(model, messages, tools)
     else:
+        estimated = estimate_prompt(model, messages, tools)
         counted = short_prompt_bound(messages, tools) or 0
         if not counted:
-            counted = floor = estimate_prompt(model, messages, tools)
+            counted = floor = estimated
     rest = sum(_json_bytes(v) for k, v in body.items() if k not in NOT_PROMPT and v is not None)
-    return counted + rest, floor
+    return counted + rest, floor, estimated
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +158,17 @@ class Hold:
     """A priced hold: ``micros``; ``model`` the canonical name (``PriceBook.canonical``) budgets
     apply to; ``output_tokens`` the output limit held per choice; ``write`` the request field the
     gateway must set to ``output_tokens`` before forwarding (the request stated no limit), or
-    None; ``prompt_tokens`` the prompt bound held."""
+    None; ``prompt_tokens`` the prompt bound held; ``prompt_estimate`` the worker's estimate of
+    the messages and tools (``estimate_prompt``), None when the prompt was priced by bytes. The
+    admission record carries it, so that a call finalized from its admission alone (its gateway
+    died before publishing the prompt) is still exposed and charged for its prompt."""
 
     micros: Micros
     model: str
     output_tokens: int
     write: str | None
     prompt_tokens: int
+    prompt_estimate: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +211,7 @@ def hold_for(
         routed = f" routed to {provider}" if provider else ""
         reason = f"the price book has no price for model {model!r}{routed}"
         return Unpriced(model, reason, book.budget_model(model))
-    prompt, floor = prompt_bound(model, body, tokenize=tokenize)
+    prompt, floor, estimated = prompt_bound(model, body, tokenize=tokenize)
     if whole_context:
         window = price.max_input_tokens or price.context_window
         if window is None:
@@ -234,7 +243,7 @@ def hold_for(
         reason = f"the price of {model!r} does not cover a prompt of {prompt} tokens"
         return Unpriced(model, reason, book.budget_model(model))
     micros = Micros(min(int(charge), MAX_RESERVED_MICROS))
-    return Hold(micros, book.budget_model(model), limit, write, prompt)
+    return Hold(micros, book.budget_model(model), limit, write, prompt, estimated)
 
 
 def reserve(

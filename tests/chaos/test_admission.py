@@ -18,6 +18,7 @@ Short in ``make test``; ``make chaos`` runs them at full size (``--chaos-full``)
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import signal
@@ -580,3 +581,71 @@ def test_through_litellm_a_worker_outage_and_a_refused_spool(stack: Stack) -> No
     finally:
         proxy.stop()
         worker.stop()
+
+
+def test_through_litellm_a_huge_or_compressed_answer_is_still_in_the_ledger(stack: Stack) -> None:
+    """Through the real LiteLLM proxy: an upstream answering gzip-coded bytes (httpx decodes them
+    before the hook sees the answer) is settled at its usage; a 51 MB answer, past what the worker
+    reads, is a dead letter and the call is in the ledger under its payer, unsettled
+    ``unreadable`` at its hold."""
+    usage = {"prompt_tokens": 9, "completion_tokens": 12, "total_tokens": 21}
+    small = orjson.dumps({
+        "id": "chatcmpl-gz", "object": "chat.completion", "created": 1, "model": MODEL,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "Hello there. " * 40}}],
+        "usage": usage,
+    })  # fmt: skip
+    huge = orjson.dumps({
+        "id": "chatcmpl-huge", "object": "chat.completion", "created": 1, "model": MODEL,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "x" * (51 << 20)}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 13_000_000, "total_tokens": 13_000_009},
+    })  # fmt: skip
+
+    async def gzipped(request: Request) -> Response:
+        await request.body()
+        return Response(gzip.compress(small), media_type="application/json",
+                        headers={"Content-Encoding": "gzip"})  # fmt: skip
+
+    async def enormous(request: Request) -> Response:
+        await request.body()
+        return Response(huge, media_type="application/json")
+
+    upstream = Starlette(routes=[
+        Route("/gz/v1/chat/completions", gzipped, methods=["POST"]),
+        Route("/huge/v1/chat/completions", enormous, methods=["POST"]),
+    ])  # fmt: skip
+    config = stack.workdir / f"litellm-big-{uuid.uuid4().hex[:6]}.yaml"
+    accounts = _accounts(2)
+    worker = stack.worker(f"worker-{config.stem}")
+    with served(upstream) as base:
+        config.write_text(litellm_config([("gz", MODEL, base + "/gz/v1"),
+                                          ("huge", MODEL, base + "/huge/v1")]))  # fmt: skip
+        env = {**stack.env, "BILLING_LITELLM_ACCOUNT": "end_user",
+               "BILLING_SPOOL_DIR": str(config.with_suffix(".spool"))}  # fmt: skip
+        proxy = LiteLLMProxy(config, env, stack.workdir / config.stem)
+        try:
+            proxy.start()
+            proxy.wait_ready(90)
+            worker.start()
+            client = openai.OpenAI(base_url=proxy.base_url, api_key=MASTER_KEY, max_retries=0,
+                                   timeout=120)  # fmt: skip
+            answer = client.chat.completions.create(model="gz", messages=MESSAGES,
+                                                    user=accounts[0])  # fmt: skip
+            assert answer.usage is not None and answer.usage.total_tokens == 21
+            client.chat.completions.create(model="huge", messages=MESSAGES, user=accounts[1])
+            calls = wait_decided(stack.sessions, accounts, 2, timeout=180,
+                                 processes=(worker, proxy))  # fmt: skip
+        finally:
+            proxy.stop()
+            worker.stop()
+    by_account = {c.account_id: c for c in calls}
+    settled = by_account[accounts[0]]
+    assert (settled.status, settled.usage_source) == ("settled", "reported")
+    assert settled.charge_micros == oracle_charge(PRICES, usage)
+    assert (by_account[accounts[1]].status, by_account[accounts[1]].reason) == (
+        "unsettled", "unreadable"
+    )  # fmt: skip
+    dead = stack.redis.client().xrange(stack.keys.dead)
+    assert any(b"larger" in fields.get(b"reason", b"") for _id, fields in dead)
+    _check_books(stack, calls)

@@ -297,3 +297,60 @@ def test_the_book_keeps_the_new_dimensions_through_storage() -> None:
     found = dimensions_from_json(dimensions_to_json(row), "test")
     assert found["citation"] == Decimal("2.00")
     assert dict(found["inference_geo"]) == {"us": Decimal("1.1"), "eu": Decimal("1.25")}
+
+
+# --- cache writes by lifetime against their total --------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    five=st.integers(0, 10**6),
+    hour=st.integers(0, 10**6),
+    total=st.integers(0, 3 * 10**6),
+    litellm=st.booleans(),
+)
+def test_cache_write_lifetimes_must_add_up_to_the_cache_writes(
+    five: int, hour: int, total: int, litellm: bool
+) -> None:
+    # Anthropic's Messages usage (docs.anthropic.com/en/api/messages: cache_creation's
+    # ephemeral_5m_input_tokens and ephemeral_1h_input_tokens, the parts of
+    # cache_creation_input_tokens), and LiteLLM's copy under prompt_tokens_details
+    lifetimes = {"ephemeral_5m_input_tokens": five, "ephemeral_1h_input_tokens": hour}
+    if litellm:
+        block: dict[str, Any] = {
+            "prompt_tokens": 10 + total,
+            "completion_tokens": 5,
+            "prompt_tokens_details": {
+                "cache_creation_tokens": total,
+                "cache_creation_token_details": lifetimes,
+            },
+        }
+    else:
+        block = {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "cache_creation_input_tokens": total,
+            "cache_creation": lifetimes,
+        }
+    reading = read_usage(block)
+    if five + hour == total:
+        assert reading.verdict is Verdict.BILLABLE
+        assert reading.usage is not None and reading.usage.cache_write_1h_tokens == hour
+        return
+    assert reading.verdict is Verdict.INCONSISTENT
+    assert reading.larger is not None
+    # the exposure is priced at the larger count of writes, inside the prompt
+    assert reading.larger.cache_write_tokens == max(total, five + hour)
+    assert reading.larger.prompt_tokens == 10 + max(total, five + hour)
+
+
+def test_one_lifetime_alone_is_a_part_not_a_sum() -> None:
+    block = {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_creation_input_tokens": 300,
+        "cache_creation": {"ephemeral_1h_input_tokens": 100},
+    }
+    reading = read_usage(block)
+    assert reading.verdict is Verdict.BILLABLE and reading.usage is not None
+    assert (reading.usage.cache_write_tokens, reading.usage.cache_write_1h_tokens) == (300, 100)

@@ -130,7 +130,8 @@ FREE_FIELDS: dict[str, str] = {
     "completion_tokens_details.rejected_prediction_tokens": "predicted-output tokens left out of "
     "the completion, still counted in completion_tokens and billed as completion (OpenAI)",
     "cache_creation.ephemeral_5m_input_tokens": "Anthropic's 5-minute cache writes: the part of "
-    "cache_creation_input_tokens that is not 1-hour writes (read), at the cache write price",
+    "cache_creation_input_tokens that is not 1-hour writes (read), at the cache write price; "
+    "checked: with the 1-hour part, it adds up to the cache writes",
     "prompt_tokens_details.cache_creation_token_details.ephemeral_5m_input_tokens": "LiteLLM's "
     "copy of Anthropic's 5-minute cache writes, a part of the cache write read",
     "server_tool_use.web_fetch_requests": "Anthropic's web fetch tool: 'no additional charges "
@@ -471,6 +472,24 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
     images = _part(_count(prompt_details, "image_tokens", pwhere), prompt, "images", "prompt")
     lifetimes = _details(prompt_details, "cache_creation_token_details", pwhere)
     hour = _count(lifetimes, "ephemeral_1h_input_tokens", pwhere + ".cache_creation_token_details")
+    try:
+        _lifetimes_add_up(
+            lifetimes, cache_write, pwhere + ".cache_creation_token_details", "cache writes"
+        )
+    except _Disagreement as disagreement:  # the writes are a part of the prompt: widen it
+        writes = disagreement.larger.cache_write_tokens
+        raise _Disagreement(
+            str(disagreement),
+            Usage(prompt, completion, cached, 0, cache_write, cache_write_1h_tokens=hour),
+            Usage(
+                prompt + writes - cache_write,
+                completion,
+                cached,
+                0,
+                writes,
+                cache_write_1h_tokens=hour,
+            ),
+        ) from None
     shape = Shape.OPENAI
     if "prompt_cache_hit_tokens" in block or "prompt_cache_miss_tokens" in block:
         shape = Shape.DEEPSEEK
@@ -566,6 +585,24 @@ def _read_anthropic(block: dict[str, Any], where: str) -> Usage:
     read = _count(block, "cache_read_input_tokens", where)
     lifetimes = _details(block, "cache_creation", where)
     hour = _count(lifetimes, "ephemeral_1h_input_tokens", where + ".cache_creation")
+    try:
+        _lifetimes_add_up(
+            lifetimes, write, where + ".cache_creation", "cache_creation_input_tokens"
+        )
+    except _Disagreement as disagreement:  # the prompt holds the writes: widen it with them
+        parts = disagreement.larger
+        raise _Disagreement(
+            str(disagreement),
+            Usage(uncached + write + read, output, read, 0, write, cache_write_1h_tokens=hour),
+            Usage(
+                uncached + parts.cache_write_tokens + read,
+                output,
+                read,
+                0,
+                parts.cache_write_tokens,
+                cache_write_1h_tokens=hour,
+            ),
+        ) from None
     _part(hour, write, "1-hour cache writes", "cache_creation_input_tokens")
     return Usage(
         uncached + write + read,
@@ -593,6 +630,25 @@ def _read_text(block: dict[str, Any], where: str) -> dict[str, Any]:
         if key == "inference_geo":
             found["inference_geo"] = name
     return found
+
+
+def _lifetimes_add_up(lifetimes: dict[str, Any], write: int, where: str, total: str) -> None:
+    """Anthropic's cache writes by lifetime (``ephemeral_5m_input_tokens`` and
+    ``ephemeral_1h_input_tokens``, and LiteLLM's copy of them) are the parts of its cache write
+    count: where both parts are stated, they add up to it, else the block disagrees with itself
+    (the larger count of writes is kept for the exposure: ``_Disagreement.larger`` holds it as
+    its cache writes)."""
+    if "ephemeral_5m_input_tokens" not in lifetimes or "ephemeral_1h_input_tokens" not in lifetimes:
+        return
+    five = _count(lifetimes, "ephemeral_5m_input_tokens", where)
+    hour = _count(lifetimes, "ephemeral_1h_input_tokens", where)
+    if five + hour != write:
+        parts = Usage(0, 0, cache_write_tokens=write)
+        raise _Disagreement(
+            f"{where}: 5-minute {five} + 1-hour {hour} cache writes != {total} {write}",
+            parts,
+            Usage(0, 0, cache_write_tokens=max(write, five + hour)),
+        )
 
 
 def _searches(block: dict[str, Any], where: str, family: str | None = None) -> dict[str, Any]:

@@ -333,6 +333,9 @@ def test_cache_write_lifetimes_must_add_up_to_the_cache_writes(
             "cache_creation": lifetimes,
         }
     reading = read_usage(block)
+    if five > total or hour > total:  # a part past its whole
+        assert reading.verdict is Verdict.IMPLAUSIBLE
+        return
     if five + hour == total:
         assert reading.verdict is Verdict.BILLABLE
         assert reading.usage is not None and reading.usage.cache_write_1h_tokens == hour
@@ -342,6 +345,7 @@ def test_cache_write_lifetimes_must_add_up_to_the_cache_writes(
     # the exposure is priced at the larger count of writes, inside the prompt
     assert reading.larger.cache_write_tokens == max(total, five + hour)
     assert reading.larger.prompt_tokens == 10 + max(total, five + hour)
+    assert reading.problem is not None and "cache writes" in reading.problem
 
 
 def test_one_lifetime_alone_is_a_part_not_a_sum() -> None:

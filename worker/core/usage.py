@@ -637,11 +637,13 @@ def _lifetimes_add_up(lifetimes: dict[str, Any], write: int, where: str, total: 
     ``ephemeral_1h_input_tokens``, and LiteLLM's copy of them) are the parts of its cache write
     count: where both parts are stated, they add up to it, else the block disagrees with itself
     (the larger count of writes is kept for the exposure: ``_Disagreement.larger`` holds it as
-    its cache writes)."""
+    its cache writes); one part alone past the count is implausible, as any part past its whole."""
     if "ephemeral_5m_input_tokens" not in lifetimes or "ephemeral_1h_input_tokens" not in lifetimes:
         return
     five = _count(lifetimes, "ephemeral_5m_input_tokens", where)
     hour = _count(lifetimes, "ephemeral_1h_input_tokens", where)
+    _part(hour, write, "1-hour cache writes", total)  # a part past its whole: implausible
+    _part(five, write, "5-minute cache writes", total)
     if five + hour != write:
         parts = Usage(0, 0, cache_write_tokens=write)
         raise _Disagreement(

@@ -77,6 +77,10 @@ class UsageRecord(Base):
     web_search_requests: Mapped[int] = mapped_column(server_default=text("0"))
     search_context_size: Mapped[str | None] = mapped_column(String(16))
     unit_prices: Mapped[str | None] = mapped_column(Text)
+    # Revision 0025: citation tokens (a part of prompt_tokens) and the inference geography the
+    # usage named (its row's multiplier applies; NULL: none named).
+    citation_tokens: Mapped[int] = mapped_column(server_default=text("0"))
+    inference_geo: Mapped[str | None] = mapped_column(String(16))
     # Where the gateway routed the call, the usage shape it reported in (``worker.core.usage.Shape``;
     # NULL when billed at the estimate), the service tier the response reported, and the provider's
     # own charge for the call when it sent one: the report's per-provider cost cross-check.

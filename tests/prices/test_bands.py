@@ -387,7 +387,13 @@ def test_which_shows_the_bands(runner: CliRunner) -> None:
             },
             "cached_input_at_input_price": False,
             "reasoning_at_output_price": True,
-            "unpriced": ["cache_write", "cache_write_1h", "audio_input", "audio_output"],
+            "unpriced": [
+                "cache_write",
+                "cache_write_1h",
+                "audio_input",
+                "audio_output",
+                "citation",
+            ],
         }
     ]
     assert found["kinds"]["prompt_limit"] == 200_000 and found["kinds"]["unpriced_prompts"] is None

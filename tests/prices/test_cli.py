@@ -144,7 +144,7 @@ def test_which_shows_every_dimension_it_applied(runner: CliRunner) -> None:
     assert tuned["kinds"] == {
         "priced": {"input": "0.3", "cached_input": "0.15", "output": "1.2"},
         "reasoning_at_output_price": True,
-        "unpriced": ["cache_write", "cache_write_1h", "audio_input", "audio_output"],
+        "unpriced": ["cache_write", "cache_write_1h", "audio_input", "audio_output", "citation"],
         "prompt_limit": None,
         "bands": [],
         "unpriced_prompts": None,
@@ -153,8 +153,8 @@ def test_which_shows_every_dimension_it_applied(runner: CliRunner) -> None:
     # no fine-tune row for the base: unpriced, and why (gpt-4o-mini's own price is never used)
     bare = _which(runner, "ft:gpt-4o-mini:acme::AbC123")
     assert not bare["priced"] and "no fine-tune row prices it" in bare["why"]
-    # o3's launch row dates the default tier; flex has no row of its own then
-    flex = _which(runner, "o3", "--tier", "flex", "--at", "2025-05-01T00:00:00Z")
+    # o3's launch row dates the default tier; priority has no row of its own then
+    flex = _which(runner, "o3", "--tier", "priority", "--at", "2025-05-01T00:00:00Z")
     assert not flex["priced"] and "default-tier row from 2025-04-16" in flex["why"]
     text = runner.invoke(
         main, ["prices", "which", "o3", "--tier", "flex", "--at", "2025-07-01T00:00:00Z"]

@@ -196,12 +196,17 @@ def test_a_dated_default_row_without_tier_rows_leaves_tier_calls_unpriced_while_
     assert book.charge("m", THOUSAND, T2, tier="flex", provider="azure") == 5_000
 
 
-def test_the_bundled_o3_flex_is_unpriced_while_the_launch_price_holds(bundled: PriceBook) -> None:
-    # worker/data/prices.toml: o3 cost 10 / 40 from 2025-04-16 until the cut of 2025-06-10; the
-    # list's o3 flex row (1 / 4, from 1970) is the price after the cut
+def test_the_bundled_o3_tiers_have_their_launch_prices_before_the_cut(bundled: PriceBook) -> None:
+    # worker/data/prices.toml: o3 cost 10 / 40 from 2025-04-16 until the cut of 2025-06-10, flex
+    # and batch half of it (OpenAI's flex processing and Batch API guides); the list's o3 flex row
+    # (1 / 4, from 1970) is the price after the cut
     may = _at("2025-05-01")
     assert bundled.charge("o3", THOUSAND, may) == 50_000  # 1000 x 10 + 1000 x 40
-    assert bundled.charge("o3", THOUSAND, may, tier="flex") is None
+    for name in ("o3", "o3-2025-04-16"):
+        for tier in ("flex", "batch"):
+            assert bundled.charge(name, THOUSAND, may, tier=tier) == 25_000  # 1000 x 5 + 1000 x 20
+        # a tier without a launch row stays unpriced, never at another tier's price
+        assert bundled.charge(name, THOUSAND, may, tier="priority") is None
     assert bundled.charge("o3", THOUSAND, _at("2025-06-10"), tier="flex") == 5_000
 
 
@@ -224,9 +229,9 @@ def test_resolve_names_every_dimension_it_applied(bundled: PriceBook) -> None:
     assert path["kinds"] == (
         "prices input 0.15, cached_input 0.075, output 0.6, reasoning at the output price 0.6, "
         "image_input at the input price 0.15; leaves unpriced cache_write, cache_write_1h, "
-        "audio_input, audio_output (a call with such tokens is unsettled unpriced_component)"
+        "audio_input, audio_output, citation (a call with such tokens is unsettled unpriced_component)"
     )
     assert path["fees"].startswith("no web search price")
     assert "fedramp_uplift_multiplier" in path["unapplied"]
-    stopped = dict(bundled.resolve("o3", _at("2025-05-01"), tier="flex").path)
+    stopped = dict(bundled.resolve("o3", _at("2025-05-01"), tier="priority").path)
     assert "default-tier row from 2025-04-16" in stopped["unpriced"]

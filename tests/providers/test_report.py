@@ -75,11 +75,11 @@ def test_the_report_counts_unpriced_components_by_model_and_field(session: Sessi
         ("claude-sonnet-4-5", "cache_write_1h_tokens"): 2,
         ("claude-sonnet-4-5", "web_search_requests"): 2,
         ("sonar", "citation_tokens"): 1,
-        ("sonar", "num_search_queries"): 1,
+        ("sonar", "web_search_requests"): 1,
     }
     assert report.unsettled_by_reason["unpriced_component"] >= 4
     table = render_table(report)
-    assert "web_search_requests" in table and "num_search_queries" in table
+    assert "web_search_requests" in table and "citation_tokens" in table
     assert {"model": "sonar", "usage_field": "citation_tokens", "calls": 1} in report_dict(report)[
         "unpriced_components"
     ]
@@ -87,7 +87,7 @@ def test_the_report_counts_unpriced_components_by_model_and_field(session: Sessi
         (row["model"], row["usage_field"], row["calls"])
         for row in csv.DictReader(io.StringIO(render_csv(report, "unpriced_components")))
     ]
-    assert ("sonar", "num_search_queries", "1") in unpriced
+    assert ("sonar", "web_search_requests", "1") in unpriced
     page = render_html(report)
     assert (
         'data-unpriced-model="claude-sonnet-4-5" data-unpriced-field="web_search_requests">2<'

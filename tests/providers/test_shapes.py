@@ -153,13 +153,14 @@ EXPECTED = {
         "openai",
         (2006, 1000, 300, 0),
     ),
-    # Perplexity's citation tokens and search queries: no price in the book
+    # Perplexity's citation tokens (a part of the prompt: 10 + 2) and its request fee (one search
+    # request a call, tests/test_perplexity.py): no price for either in this book's sonar row
     "perplexity/citations_and_searches_stream.json": (
         Outcome.UNSETTLED,
         Reason.UNPRICED_COMPONENT,
         None,
         "openai",
-        (10, 0, 5, 0),
+        (12, 0, 5, 0),
     ),
 }
 
@@ -168,7 +169,7 @@ EXPECTED = {
 UNPRICED = {
     # 10 * 1.00 + 5 * 1.00 = 15
     "perplexity/citations_and_searches_stream.json": (
-        "citation_tokens=2, num_search_queries=1",
+        "web_search_requests=1, citation_tokens=2",
         15,
     ),
 }

@@ -44,6 +44,7 @@ def _text(answer: dict[str, Any]) -> list[str]:
                 "cache_write_1h_tokens",
                 "audio_prompt_tokens",
                 "image_prompt_tokens",
+                "citation_tokens",
                 "audio_completion_tokens",
                 "web_search_requests",
             )
@@ -51,8 +52,12 @@ def _text(answer: dict[str, Any]) -> list[str]:
         ]
         if parts:
             size = usage.get("search_context_size")
+            geo = usage.get("inference_geo")
             lines.append(
-                "parts      " + ", ".join(parts) + (f" (search context {size})" if size else "")
+                "parts      "
+                + ", ".join(parts)
+                + (f" (search context {size})" if size else "")
+                + (f" (inference geo {geo})" if geo else "")
             )
     rates = answer.get("unit_prices")
     if rates is not None:

@@ -27,7 +27,7 @@ from worker.core.outcome import (
     decide_stream,
     finishes,
 )
-from worker.core.prices import PriceBook
+from worker.core.prices import PriceBook, normalize_tier
 from worker.core.readers import read_body, read_stream
 from worker.core.request import RequestMeta
 from worker.core.result import Choice, Estimate, Outcome, Reason, Result, Usage, UsageSource
@@ -42,6 +42,7 @@ from worker.core.usage import (
     cost_drifted,
     describe_unpriced,
     read_usage,
+    usage_tier,
 )
 
 # No single call is charged more than this (one million USD): a larger charge comes from counts no
@@ -115,7 +116,7 @@ def billed_meta(
         provider=meta.provider,
     )
     if billed.model == meta.model:
-        return meta, False
+        return meta, billed.substituted
     return replace(meta, model=billed.model), billed.substituted
 
 
@@ -134,6 +135,10 @@ def read_reported(meta: RequestMeta, assembled: Assembled, prices: PriceBook) ->
         provider=meta.provider,
         model=meta.model,
         bound=bound_for(window, choices),
+        same_tier=lambda tier: (
+            assembled.service_tier is None
+            or normalize_tier(tier) == normalize_tier(assembled.service_tier)
+        ),
     )
     if reading.usage is not None:  # a search the usage does not count (``worker.core.searches``)
         searched = with_searches(
@@ -304,6 +309,8 @@ def reconcile_stream(
 ) -> Result:
     """Reconcile a streamed call from its recorded SSE body (never raises on the body's content)."""
     assembled = read_stream(meta.endpoint, records)
+    if assembled.service_tier is None:  # the tier the usage names prices the call when alone
+        assembled.service_tier = usage_tier(assembled.usage_raw)
     meta, substituted = billed_meta(meta, assembled, prices)
     reading = read_reported(meta, assembled, prices)
     decision = decide_stream(assembled, include_usage=meta.include_usage, reading=reading)
@@ -335,6 +342,8 @@ def reconcile_response(
             raise InputError("response body is not a JSON object")
         data = {}
     assembled = read_body(meta.endpoint, data)
+    if assembled.service_tier is None:  # the tier the usage names prices the call when alone
+        assembled.service_tier = usage_tier(assembled.usage_raw)
     meta, substituted = billed_meta(meta, assembled, prices)
     reading = read_reported(meta, assembled, prices)
     decision = decide_response(assembled, status=status, reading=reading)

@@ -62,8 +62,13 @@ class Usage:
     ``audio_completion_tokens`` are parts of it (the OpenAI convention; a provider that counts
     reasoning outside its completion count is normalised into this one on reading).
 
+    ``citation_tokens`` (Perplexity: tokens of the search results read, billed apart) are a part of
+    ``prompt_tokens`` too.
+
     ``web_search_requests`` counts the call's billable web search requests (a fee each, not
-    tokens), at ``search_context_size`` (``low``, ``medium``, ``high``) when the provider says."""
+    tokens), at ``search_context_size`` (``low``, ``medium``, ``high``) when the provider says.
+    ``inference_geo`` is where the provider says inference ran (Anthropic: ``us``, ``global``),
+    lower-cased; None when it does not say."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -76,6 +81,8 @@ class Usage:
     image_prompt_tokens: int = 0
     web_search_requests: int = 0
     search_context_size: str | None = None
+    citation_tokens: int = 0
+    inference_geo: str | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -288,4 +295,5 @@ def _counts(usage: Usage) -> dict[str, int]:
         "cache_write_1h_tokens": usage.cache_write_1h_tokens,
         "image_prompt_tokens": usage.image_prompt_tokens,
         "web_search_requests": usage.web_search_requests,
+        "citation_tokens": usage.citation_tokens,
     }

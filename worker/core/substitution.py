@@ -16,7 +16,13 @@ dated snapshot an alias points at. ``billed_model`` decides, in this order:
    names (the bundled list has a row per snapshot; a TOML row may say ``snapshots = true`` or list
    the snapshot among its ``aliases``). The requested name prices the call, no anomaly: the charge
    is the same either way.
-3. **Otherwise the served name prices the call**: the charge, the exposure, the estimate's
+3. **A new snapshot the book does not know yet.** The book prices the requested name and no row
+   names the served one, and the served name is the requested one (without the call's provider
+   prefix, if it has one) followed by ``-`` and more (``gpt-4o-2024-11-20-preview-xyz`` answered to
+   ``gpt-4o``): a snapshot of the model requested that the book has no row for yet. The provider
+   bills the model requested, so the requested name prices the call, and it is recorded as a
+   substitution (``model_substituted``: the served name is there for whoever adds its price).
+4. **Otherwise the served name prices the call**: the charge, the exposure, the estimate's
    tokenizer and the usage reader's rules are the served model's, and ``Result.model`` is the
    served name. A served name the book does not price leaves the call unsettled ``unpriced``, as
    any unpriced model: never charged at the requested model's price, which for the model that
@@ -144,6 +150,12 @@ def billed_model(
     requested_row = row(requested)
     if same_prices(requested_row, served_row):
         return Billed(requested)
+    if requested_row is not None and served_row is None and prices.canonical(served) is None:
+        bare = requested
+        for prefix in _prefixes(provider):
+            bare = bare.removeprefix(prefix)
+        if served.startswith(bare + "-"):  # a snapshot of the requested model the book lacks
+            return Billed(requested, substituted=True)
     if requested_row is None:
         for prefix in _prefixes(provider):
             bare = requested.removeprefix(prefix)

@@ -44,6 +44,7 @@ bound. An unknown field that is null, zero, a string or a boolean is not a count
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -68,9 +69,10 @@ _FAMILIES = {
     "xai": "xai",
     "x-ai": "xai",
     "grok": "xai",
+    "perplexity": "perplexity",
 }
 # Without a provider, the vendor's own bare model names say where reasoning is counted.
-_MODEL_PREFIXES = (("gemini-", "gemini"), ("grok-", "xai"))
+_MODEL_PREFIXES = (("gemini-", "gemini"), ("grok-", "xai"), ("sonar", "perplexity"))
 
 # The fields each reader reads into ``Usage`` (dotted paths inside the block). A field read as a
 # count is priced: the price book has a price for every kind ``Usage`` holds, or the call is
@@ -90,6 +92,14 @@ _OPENAI_READ = frozenset({
 _ANTHROPIC_READ = frozenset({
     "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
     "cache_creation.ephemeral_1h_input_tokens", "server_tool_use.web_search_requests",
+})  # fmt: skip
+# Perplexity's own counts beside the openai fields (its chat completions reference,
+# docs.perplexity.ai/api-reference/chat-completions-post; Sonar Deep Research bills each, "Token
+# Pricing", docs.perplexity.ai/getting-started/pricing): citation tokens and reasoning tokens are
+# counted apart from prompt and completion (``total_tokens`` = prompt + completion), the search
+# queries are a count of searches.
+_PERPLEXITY_READ = _OPENAI_READ | frozenset({
+    "citation_tokens", "reasoning_tokens", "num_search_queries",
 })  # fmt: skip
 _RESPONSES_READ = frozenset({
     "input_tokens", "output_tokens",
@@ -120,7 +130,8 @@ FREE_FIELDS: dict[str, str] = {
     "completion_tokens_details.rejected_prediction_tokens": "predicted-output tokens left out of "
     "the completion, still counted in completion_tokens and billed as completion (OpenAI)",
     "cache_creation.ephemeral_5m_input_tokens": "Anthropic's 5-minute cache writes: the part of "
-    "cache_creation_input_tokens that is not 1-hour writes (read), at the cache write price",
+    "cache_creation_input_tokens that is not 1-hour writes (read), at the cache write price; "
+    "checked: with the 1-hour part, it adds up to the cache writes",
     "prompt_tokens_details.cache_creation_token_details.ephemeral_5m_input_tokens": "LiteLLM's "
     "copy of Anthropic's 5-minute cache writes, a part of the cache write read",
     "server_tool_use.web_fetch_requests": "Anthropic's web fetch tool: 'no additional charges "
@@ -129,6 +140,15 @@ FREE_FIELDS: dict[str, str] = {
     "name, read with the search count, not a count",
 }
 # Show at most this many unknown fields in a reading's problem (the rest are counted).
+# Usage fields whose *text* changes the price: each value listed costs nothing beyond the book's
+# rows, and any other value is a component the book cannot price (``unpriced_component``, naming
+# the field and its value). ``service_tier`` and ``inference_geo`` are read and priced instead.
+PRICED_TEXT: dict[str, frozenset[str]] = {
+    # Anthropic's fast mode ("speed": "fast", premium rates, docs.anthropic.com "Fast mode");
+    # "standard" is the ordinary speed, at the row's prices.
+    "speed": frozenset({"standard"}),
+}
+_NAME_TEXT = re.compile(r"[a-z0-9_-]{1,32}")
 MAX_FIELDS_SHOWN = 8
 MAX_NAME = 120  # a field's dotted name is cut here
 UNPRICED_LEAD = "usage fields without a price: "
@@ -139,6 +159,7 @@ _PATHS = {
     name: frozenset(tuple(path.split(".")) for path in paths)
     for name, paths in (
         ("openai", _OPENAI_READ),
+        ("perplexity", _PERPLEXITY_READ),
         ("anthropic", _ANTHROPIC_READ),
         ("responses", _RESPONSES_READ),
         ("free", FREE_FIELDS),
@@ -179,8 +200,11 @@ class Reading:
     larger: Usage | None = None
     provider_cost_micros: Micros | None = None
     unpriced: tuple[tuple[str, str], ...] = ()
-    # whether the block states a web search count (``server_tool_use.web_search_requests``), even 0
+    # whether the block states a web search count (``server_tool_use.web_search_requests``, or
+    # Perplexity's ``num_search_queries``), even 0
     searches_stated: bool = False
+    # the service tier the usage block names (Anthropic's ``usage.service_tier``), as sent
+    service_tier: str | None = None
 
     @property
     def came(self) -> bool:
@@ -228,9 +252,15 @@ def read_usage(
     provider: str | None = None,
     model: str | None = None,
     bound: int = TOKEN_COLUMN_MAX,
+    same_tier: Callable[[str], bool] | None = None,
 ) -> Reading:
     """Read a call's usage: ``block`` is its last top-level ``usage`` object, ``groq_block`` its last
-    ``x_groq.usage``. Never raises."""
+    ``x_groq.usage``. Never raises.
+
+    ``same_tier`` says whether a tier named inside the usage (``usage.service_tier``) is the one
+    the response names outside it (by the book's names: ``standard`` is ``default``); one that is
+    not is a disagreement (inconsistent): the provider states two tiers for one call, which price
+    it differently."""
     if block is None and groq_block is None:
         return NO_USAGE
     family = usage_family(provider, model)
@@ -257,6 +287,11 @@ def read_usage(
                     )
                 shape = Shape.GROQ
         _check_bound(usage, bound)
+        tier = usage_tier(block)
+        if tier is not None and same_tier is not None and not same_tier(tier):
+            raise _Disagreement(
+                f"usage.service_tier {tier!r} is not the response's service_tier", usage, usage
+            )
     except _Problem as problem:
         return Reading(Verdict.IMPLAUSIBLE, problem=str(problem))
     except _Disagreement as disagreement:
@@ -264,7 +299,7 @@ def read_usage(
             _check_bound(disagreement.larger, bound)
         except _Problem as problem:
             return Reading(Verdict.IMPLAUSIBLE, problem=str(problem))
-        unpriced = _unaccounted(blocks)
+        unpriced = _unaccounted(blocks, family)
         also = f"; also {describe_unpriced(unpriced)}" if unpriced else ""
         return Reading(
             Verdict.INCONSISTENT,
@@ -274,7 +309,7 @@ def read_usage(
             unpriced=unpriced,
         )
     cost = _provider_cost(block if block is not None else groq_block)
-    unpriced = _unaccounted(blocks)
+    unpriced = _unaccounted(blocks, family)
     if unpriced:
         return Reading(
             Verdict.UNPRICED_COMPONENT,
@@ -283,19 +318,35 @@ def read_usage(
             problem=describe_unpriced(unpriced),
             provider_cost_micros=cost,
             unpriced=unpriced,
-            searches_stated=_searches_stated(block),
+            searches_stated=_searches_stated(block, family),
+            service_tier=usage_tier(block),
         )
     return Reading(
         Verdict.BILLABLE,
         usage=usage,
         shape=shape,
         provider_cost_micros=cost,
-        searches_stated=_searches_stated(block),
+        searches_stated=_searches_stated(block, family),
+        service_tier=usage_tier(block),
     )
 
 
-def _searches_stated(block: object) -> bool:
-    tools = block.get("server_tool_use") if type(block) is dict else None
+def usage_tier(block: object) -> str | None:
+    """The service tier a usage block names (``usage.service_tier``: Anthropic's ``standard``,
+    ``priority``, ``batch``; OpenAI-style names too), None when it names none; a value that is not
+    a tier name (a number, an object, free text) is refused by the reader (``_read_text``)."""
+    if type(block) is not dict:
+        return None
+    tier = block.get("service_tier")
+    return tier.strip().lower() if isinstance(tier, str) and tier.strip() else None
+
+
+def _searches_stated(block: object, family: str | None = None) -> bool:
+    if type(block) is not dict:
+        return False
+    if family == "perplexity" and block.get("num_search_queries") is not None:
+        return True
+    tools = block.get("server_tool_use")
     return type(tools) is dict and tools.get("web_search_requests") is not None
 
 
@@ -392,10 +443,11 @@ def _agreed(copies: tuple[tuple[dict[str, Any], str, str], ...], name: str) -> i
 def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, Shape]:
     if type(block) is not dict:
         raise _Problem(f"{where} is not an object")
+    text = _read_text(block, where)
     if "prompt_tokens" not in block and ("input_tokens" in block or "output_tokens" in block):
         if _responses_shaped(block, where):
-            return _read_responses(block, where), Shape.OPENAI_RESPONSES
-        return _read_anthropic(block, where), Shape.ANTHROPIC
+            return replace(_read_responses(block, where), **text), Shape.OPENAI_RESPONSES
+        return replace(_read_anthropic(block, where), **text), Shape.ANTHROPIC
     prompt = _count(block, "prompt_tokens", where, required=True)
     completion = _count(block, "completion_tokens", where, required=True)
     total = block.get("total_tokens")
@@ -420,6 +472,24 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
     images = _part(_count(prompt_details, "image_tokens", pwhere), prompt, "images", "prompt")
     lifetimes = _details(prompt_details, "cache_creation_token_details", pwhere)
     hour = _count(lifetimes, "ephemeral_1h_input_tokens", pwhere + ".cache_creation_token_details")
+    try:
+        _lifetimes_add_up(
+            lifetimes, cache_write, pwhere + ".cache_creation_token_details", "cache writes"
+        )
+    except _Disagreement as disagreement:  # the writes are a part of the prompt: widen it
+        writes = disagreement.larger.cache_write_tokens
+        raise _Disagreement(
+            str(disagreement),
+            Usage(prompt, completion, cached, 0, cache_write, cache_write_1h_tokens=hour),
+            Usage(
+                prompt + writes - cache_write,
+                completion,
+                cached,
+                0,
+                writes,
+                cache_write_1h_tokens=hour,
+            ),
+        ) from None
     shape = Shape.OPENAI
     if "prompt_cache_hit_tokens" in block or "prompt_cache_miss_tokens" in block:
         shape = Shape.DEEPSEEK
@@ -475,6 +545,20 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
                 _widened(parts, total),
             )
     _part(audio_out, completion, "audio", "completion")
+    citations = 0
+    if family == "perplexity":
+        # counted apart from prompt and completion (the total is their sum): added to each as the
+        # part they are, so the canonical convention holds
+        citations = _count(block, "citation_tokens", where)
+        apart = _count(block, "reasoning_tokens", where)
+        if apart and reasoning:
+            raise _Problem(
+                f"{where} states reasoning_tokens both apart ({apart}) and in "
+                f"completion_tokens_details ({reasoning})"
+            )
+        prompt += citations
+        completion += apart
+        reasoning += apart
     usage = Usage(
         prompt,
         completion,
@@ -485,7 +569,9 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
         audio_completion_tokens=audio_out,
         cache_write_1h_tokens=hour,
         image_prompt_tokens=images,
-        **_searches(block, where),
+        citation_tokens=citations,
+        **_searches(block, where, family),
+        **text,
     )
     if usage.total_tokens > TOKEN_COLUMN_MAX:
         raise _Problem(f"{usage.total_tokens} tokens are beyond any call")
@@ -499,6 +585,24 @@ def _read_anthropic(block: dict[str, Any], where: str) -> Usage:
     read = _count(block, "cache_read_input_tokens", where)
     lifetimes = _details(block, "cache_creation", where)
     hour = _count(lifetimes, "ephemeral_1h_input_tokens", where + ".cache_creation")
+    try:
+        _lifetimes_add_up(
+            lifetimes, write, where + ".cache_creation", "cache_creation_input_tokens"
+        )
+    except _Disagreement as disagreement:  # the prompt holds the writes: widen it with them
+        parts = disagreement.larger
+        raise _Disagreement(
+            str(disagreement),
+            Usage(uncached + write + read, output, read, 0, write, cache_write_1h_tokens=hour),
+            Usage(
+                uncached + parts.cache_write_tokens + read,
+                output,
+                read,
+                0,
+                parts.cache_write_tokens,
+                cache_write_1h_tokens=hour,
+            ),
+        ) from None
     _part(hour, write, "1-hour cache writes", "cache_creation_input_tokens")
     return Usage(
         uncached + write + read,
@@ -510,13 +614,60 @@ def _read_anthropic(block: dict[str, Any], where: str) -> Usage:
     )
 
 
-def _searches(block: dict[str, Any], where: str) -> dict[str, Any]:
+def _read_text(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """The names a usage block states that price the call: ``inference_geo`` (where inference ran,
+    lower-cased, for ``Usage.inference_geo``). Its ``service_tier`` (``usage_tier``) must be a
+    name too. A value of either that is not a name (a number, an object, free text) is refused:
+    the block states a price dimension nobody can read."""
+    found: dict[str, Any] = {}
+    for key in ("inference_geo", "service_tier"):
+        value = block.get(key)
+        if value is None:
+            continue
+        name = value.strip().lower() if isinstance(value, str) else None
+        if name is None or not _NAME_TEXT.fullmatch(name):
+            raise _Problem(f"{where}.{key} is not a name (got {value!r:.40})")
+        if key == "inference_geo":
+            found["inference_geo"] = name
+    return found
+
+
+def _lifetimes_add_up(lifetimes: dict[str, Any], write: int, where: str, total: str) -> None:
+    """Anthropic's cache writes by lifetime (``ephemeral_5m_input_tokens`` and
+    ``ephemeral_1h_input_tokens``, and LiteLLM's copy of them) are the parts of its cache write
+    count: where both parts are stated, they add up to it, else the block disagrees with itself
+    (the larger count of writes is kept for the exposure: ``_Disagreement.larger`` holds it as
+    its cache writes); one part alone past the count is implausible, as any part past its whole."""
+    if "ephemeral_5m_input_tokens" not in lifetimes or "ephemeral_1h_input_tokens" not in lifetimes:
+        return
+    five = _count(lifetimes, "ephemeral_5m_input_tokens", where)
+    hour = _count(lifetimes, "ephemeral_1h_input_tokens", where)
+    _part(hour, write, "1-hour cache writes", total)  # a part past its whole: implausible
+    _part(five, write, "5-minute cache writes", total)
+    if five + hour != write:
+        parts = Usage(0, 0, cache_write_tokens=write)
+        raise _Disagreement(
+            f"{where}: 5-minute {five} + 1-hour {hour} cache writes != {total} {write}",
+            parts,
+            Usage(0, 0, cache_write_tokens=max(write, five + hour)),
+        )
+
+
+def _searches(block: dict[str, Any], where: str, family: str | None = None) -> dict[str, Any]:
     """The call's billable web search requests (``server_tool_use.web_search_requests``: Anthropic's,
-    and LiteLLM's copy of it) and their context size when the block names one."""
+    and LiteLLM's copy of it; Perplexity's ``num_search_queries``) and their context size when the
+    block names one."""
     tools = _details(block, "server_tool_use", where)
-    found: dict[str, Any] = {
-        "web_search_requests": _count(tools, "web_search_requests", where + ".server_tool_use")
-    }
+    searches = _count(tools, "web_search_requests", where + ".server_tool_use")
+    if family == "perplexity":
+        queries = _count(block, "num_search_queries", where)
+        if searches and queries and searches != queries:
+            raise _Problem(
+                f"{where}.num_search_queries ({queries}) and server_tool_use.web_search_requests "
+                f"({searches}) differ"
+            )
+        searches = searches or queries
+    found: dict[str, Any] = {"web_search_requests": searches}
     size = block.get("search_context_size")
     if isinstance(size, str) and size.strip().lower() in ("low", "medium", "high"):
         found["search_context_size"] = size.strip().lower()
@@ -569,12 +720,12 @@ def _read_responses(block: dict[str, Any], where: str) -> Usage:
     return usage
 
 
-def _read_set(block: dict[str, Any]) -> frozenset[tuple[str, ...]]:
+def _read_set(block: dict[str, Any], family: str | None) -> frozenset[tuple[str, ...]]:
     """The key paths ``_read_block`` reads from ``block``, told by the same fields it decides by (a
     Responses block without a ``*_details`` object reads as Anthropic's without cache fields: the
     same two counts)."""
     if "prompt_tokens" in block or ("input_tokens" not in block and "output_tokens" not in block):
-        return _PATHS["openai"]
+        return _PATHS["perplexity" if family == "perplexity" else "openai"]
     if "input_tokens_details" in block or "output_tokens_details" in block:
         return _PATHS["responses"]
     return _PATHS["anthropic"]
@@ -611,17 +762,29 @@ def _shown(value: int | float) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
-def _unaccounted(blocks: list[tuple[object, str]]) -> tuple[tuple[str, str], ...]:
+def _unaccounted(
+    blocks: list[tuple[object, str]], family: str | None = None
+) -> tuple[tuple[str, str], ...]:
     """Every unknown field of the blocks (neither read for its shape nor in ``FREE_FIELDS``) that
-    holds a non-zero number, itself or anywhere inside it: (its dotted name, its value as shown).
-    Walked without recursion (a block is as deep as its JSON); never raises on a dict."""
+    holds a non-zero number, itself or anywhere inside it, and every top-level ``PRICED_TEXT``
+    field holding a value not listed there: (its dotted name, its value as shown). Walked without
+    recursion (a block is as deep as its JSON); never raises on a dict."""
     found: list[tuple[str, str]] = []
     seen: set[str] = set()
     free = _PATHS["free"]
     for block, prefix in blocks:
         if type(block) is not dict:
             continue
-        read = _read_set(block)
+        read = _read_set(block, family)
+        for key, costless in PRICED_TEXT.items():
+            value = block.get(key)
+            if value is not None and (
+                not isinstance(value, str) or value.strip().lower() not in costless
+            ):
+                shown = prefix + key
+                if shown not in seen:
+                    seen.add(shown)
+                    found.append((shown, _field_name(value)))
         # (its key path, None past any listed path's depth; its name as shown; its value)
         pending: list[tuple[tuple[object, ...] | None, str, object]] = [
             ((key,), _field_name(key), value) for key, value in reversed(block.items())

@@ -44,6 +44,8 @@ USAGE_COLUMNS = (
     "image_prompt_tokens",
     "web_search_requests",
     "search_context_size",
+    "citation_tokens",
+    "inference_geo",
     "service_tier",
     "provider",
     "charge_micros",
@@ -121,6 +123,8 @@ def _side(row: Any, prefix: str, model: str, at: datetime, book: PriceBook | Non
             value("image_prompt_tokens"),
             value("web_search_requests"),
             value("search_context_size"),
+            value("citation_tokens"),
+            value("inference_geo"),
         )
         priced = book.charge(
             model, usage, at, tier=value("service_tier"), provider=value("provider")

@@ -184,6 +184,8 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
             "image_prompt_tokens": usage.image_prompt_tokens,
             "web_search_requests": usage.web_search_requests,
             "search_context_size": usage.search_context_size,
+            "citation_tokens": usage.citation_tokens,
+            "inference_geo": usage.inference_geo,
             "provider": usage.provider,
             "usage_shape": usage.usage_shape,
             "service_tier": usage.service_tier,

@@ -78,6 +78,8 @@ def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str
         "image_prompt_tokens": billed.image_prompt_tokens,
         "web_search_requests": billed.web_search_requests,
         "search_context_size": billed.search_context_size,
+        "citation_tokens": billed.citation_tokens,
+        "inference_geo": billed.inference_geo,
         "unit_prices": result.unit_prices,
         "provider": result.provider,
         "usage_shape": result.usage_shape,

@@ -41,6 +41,7 @@ KIND_LABELS: tuple[tuple[str, str], ...] = (
     ("cache_write_1h", "cache write tokens (1 hour)"),
     ("audio_input", "audio input tokens"),
     ("image_input", "image input tokens"),
+    ("citation", "citation tokens"),
     ("output", "output tokens"),
     ("reasoning", "reasoning tokens"),
     ("audio_output", "audio output tokens"),
@@ -52,7 +53,7 @@ LABEL = dict(KIND_LABELS)
 TOKEN_COLUMNS = (
     "prompt_tokens", "cached_tokens", "cache_write_tokens", "cache_write_1h_tokens",
     "audio_prompt_tokens", "image_prompt_tokens", "completion_tokens", "reasoning_tokens",
-    "audio_completion_tokens", "web_search_requests",
+    "audio_completion_tokens", "web_search_requests", "citation_tokens",
 )  # fmt: skip
 PER_MILLION = Decimal(1)  # USD per 1M tokens = micro-USD per token
 PER_REQUEST = Decimal(1_000_000)  # USD per request -> micro-USD per request
@@ -68,7 +69,7 @@ def quantities(sums: Mapping[str, int]) -> dict[str, int]:
     (a sum of calls' parts is the parts of their sum: each part is linear in the columns)."""
     prompt_parts = (
         sums["cached_tokens"] + sums["cache_write_tokens"] + sums["audio_prompt_tokens"]
-        + sums["image_prompt_tokens"]
+        + sums["image_prompt_tokens"] + sums["citation_tokens"]
     )  # fmt: skip
     return {
         "input": sums["prompt_tokens"] - prompt_parts,
@@ -77,6 +78,7 @@ def quantities(sums: Mapping[str, int]) -> dict[str, int]:
         "cache_write_1h": sums["cache_write_1h_tokens"],
         "audio_input": sums["audio_prompt_tokens"],
         "image_input": sums["image_prompt_tokens"],
+        "citation": sums["citation_tokens"],
         "output": sums["completion_tokens"]
         - sums["reasoning_tokens"]
         - sums["audio_completion_tokens"],

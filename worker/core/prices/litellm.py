@@ -26,6 +26,7 @@ batch when the entry states that tier's input and output prices):
 | ``input_cost_per_image_token``                  | image_input (else input) |
 | ``search_context_cost_per_query`` (USD by ``search_context_size_*``) | web_search |
 | ``off_peak_pricing`` (windows, rates)           | off_peak (``worker.core.prices.off_peak``) |
+| (none: the provider's own terms, ``worker.core.prices.provider_terms``) | web_search where the entry states none, inference_geo |
 | ``max_input_tokens`` / ``max_output_tokens``    | context limits |
 | any ``*_above_NNNk_tokens`` key, ``tiered_pricing`` | prompt_limit: the lowest threshold |
 | ``KEY_above_NNNk_tokens`` (KEY a per-token key above but the cache hit) | the band above NNN,000 tokens |
@@ -64,6 +65,7 @@ from worker.core.errors import PriceBookError
 from worker.core.prices.book import normalize_provider
 from worker.core.prices.off_peak import OffPeak, off_peak_block
 from worker.core.prices.price import Band, Layer, Price, check_fee, check_price, plain
+from worker.core.prices.provider_terms import provider_terms
 
 MODES = frozenset({"chat", "responses"})
 TIERS = {"": "default", "_flex": "flex", "_priority": "priority", "_batches": "batch"}
@@ -296,6 +298,7 @@ def entry_prices(
     if not isinstance(provider, str) or not provider:
         raise PriceBookError(f"{where}: litellm_provider must be a name")
     model, row_provider = model_and_provider(key, provider)
+    web_search = _web_search(entry, where)
     common = {
         "model": model,
         "effective_from": effective_from,
@@ -304,10 +307,12 @@ def entry_prices(
         "max_input_tokens": _count(entry, "max_input_tokens"),
         "max_output_tokens": _count(entry, "max_output_tokens"),
         "prompt_limit": _prompt_limit(entry),
-        "web_search": _web_search(entry, where),
+        "web_search": web_search,
         "off_peak": _off_peak(entry, where),
         "unapplied": unapplied_keys(entry),
         "source": f"{source} {key}",
+        # what the provider states for all its models (``worker.core.prices.provider_terms``)
+        **provider_terms(provider, web_search),
     }
     rows = []
     for suffix, tier in TIERS.items():

@@ -39,7 +39,20 @@ MAX_FEE = Decimal(1_000)
 it): with at most 10^8 requests per call, no fee reaches 2^63 micro-USD."""
 SEARCH_SIZES = ("any", "high", "low", "medium")
 """Web search context sizes a fee may be stated for (``any``: one price for every size)."""
-DIMENSION_KEYS = ("cache_write_1h", "image_input", "off_peak", "unapplied", "web_search")
+DIMENSION_KEYS = (
+    "cache_write_1h",
+    "citation",
+    "image_input",
+    "inference_geo",
+    "off_peak",
+    "unapplied",
+    "web_search",
+)
+MAX_MULTIPLIER = Decimal(10)
+"""The highest inference-geography multiplier a row may hold (the dearest published one is 1.1)."""
+DEFAULT_GEO = "global"
+"""The geography a call ran in when its usage names none: priced at 1x unless the row says."""
+_GEO = re.compile(r"[a-z0-9_-]{1,16}")
 MAX_CHARGE = 2**63 - 1
 DEFAULT_TIER = "default"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -66,8 +79,9 @@ KINDS = (
     "audio_input",
     "audio_output",
     "image_input",
+    "citation",
 )
-OPTIONAL_KINDS = ("cache_write", "cache_write_1h", "audio_input", "audio_output")
+OPTIONAL_KINDS = ("cache_write", "cache_write_1h", "audio_input", "audio_output", "citation")
 """The kinds with no default price: a row that does not state one leaves them unpriced."""
 _CHARGE_ORDER = (
     "input",
@@ -76,6 +90,7 @@ _CHARGE_ORDER = (
     "cache_write_1h",
     "audio_input",
     "image_input",
+    "citation",
     "output",
     "reasoning",
     "audio_output",
@@ -113,6 +128,7 @@ class Band:
     audio_input: Decimal | None = None
     audio_output: Decimal | None = None
     image_input: Decimal | None = None
+    citation: Decimal | None = None
 
     def __post_init__(self) -> None:
         where = f"band above {self.above!r} tokens"
@@ -196,6 +212,12 @@ class Price:
     * ``cache_write_1h``: 1-hour cache writes (a part of the cache writes; Anthropic bills them
       above 5-minute ones); no default: a call with them is unpriced without it;
     * ``image_input``: image tokens of the prompt; None: at the ``input`` price;
+    * ``citation``: USD per 1M citation tokens (Perplexity: search results read, a part of the
+      prompt); no default: a call with them is unpriced without it;
+    * ``inference_geo``: multipliers of every token rate by the geography the usage says
+      inference ran in (Anthropic's ``inference_geo``: ``us`` 1.1); a call in no geography, or in
+      ``global`` when the row states none for it, is priced at 1x; in any other geography the row
+      does not state, it is unpriced (never at 1x). Fees are not multiplied;
     * ``web_search``: USD per web search request, by search context size (``low``, ``medium``,
       ``high``; one size ``any`` when the price does not depend on it); a call with searches is
       unpriced without it, or when its size is not known and the sizes' prices differ;
@@ -227,6 +249,8 @@ class Price:
     bands: tuple[Band, ...] = ()
     cache_write_1h: Decimal | None = None
     image_input: Decimal | None = None
+    citation: Decimal | None = None
+    inference_geo: tuple[tuple[str, Decimal], ...] = ()
     web_search: tuple[tuple[str, Decimal], ...] = ()
     off_peak: OffPeak | None = None
     unapplied: tuple[str, ...] = ()
@@ -307,6 +331,21 @@ class Price:
         for size, value in self.web_search:
             check_fee(value, f"{where}: web_search {size}")
         object.__setattr__(self, "web_search", tuple(sorted(self.web_search)))
+        geos = dict(self.inference_geo)
+        if len(geos) != len(self.inference_geo) or not all(
+            isinstance(name, str) and _GEO.fullmatch(name) for name in geos
+        ):
+            raise PriceBookError(
+                f"{where}: inference_geo is one multiplier per lower-case geography name"
+            )
+        for name, value in self.inference_geo:
+            if not isinstance(value, Decimal) or not value.is_finite() or value <= 0:
+                raise PriceBookError(f"{where}: inference_geo {name} must be a positive decimal")
+            if value > MAX_MULTIPLIER or len(format(value, "f")) > 20:
+                raise PriceBookError(
+                    f"{where}: inference_geo {name} is {value}, past the bound of {MAX_MULTIPLIER}"
+                )
+        object.__setattr__(self, "inference_geo", tuple(sorted(self.inference_geo)))
         if self.off_peak is not None:
             if not isinstance(self.off_peak, OffPeak):
                 raise PriceBookError(f"{where}: off_peak must be an OffPeak")
@@ -327,6 +366,7 @@ class Price:
             self.cache_write_1h,
             self.audio_input,
             self.input if self.image_input is None else self.image_input,
+            self.citation,
             self.output,
             self.output if self.reasoning is None else self.reasoning,
             self.audio_output,
@@ -351,6 +391,7 @@ class Price:
             band.cache_write_1h,
             band.audio_input,
             image,
+            band.citation,
             band.output,
             reasoning,
             band.audio_output,
@@ -378,6 +419,7 @@ class Price:
             self.cache_write_1h,
             self.audio_input,
             inp if self.image_input is None else self.image_input,
+            self.citation,
             out,
             reasoning,
             self.audio_output,
@@ -402,6 +444,7 @@ class Price:
             self.web_search,
             self.off_peak,
             self.unapplied,
+            self.inference_geo,
         )
 
     def in_force(self, at: datetime) -> bool:
@@ -533,6 +576,15 @@ class Price:
                     f"whole call at {rates}, the other kinds at the row's rates",
                 )
             )
+        if self.inference_geo:
+            geos = ", ".join(f"{name} x{value}" for name, value in self.inference_geo)
+            path.append(
+                (
+                    "inference_geo",
+                    f"token rates times {geos} by the geography the usage names ({DEFAULT_GEO} or "
+                    "none: x1; any other: unsettled unpriced_component)",
+                )
+            )
         if self.web_search:
             fees = ", ".join(f"{size} {value}" for size, value in self.web_search)
             path.append(("fees", f"web search, USD per request by context size: {fees}"))
@@ -562,6 +614,7 @@ class Price:
             + usage.cache_write_tokens
             + usage.audio_prompt_tokens
             + usage.image_prompt_tokens
+            + usage.citation_tokens
         )
         completion_parts = usage.reasoning_tokens + usage.audio_completion_tokens
         return (
@@ -571,6 +624,7 @@ class Price:
             usage.cache_write_1h_tokens,
             usage.audio_prompt_tokens,
             usage.image_prompt_tokens,
+            usage.citation_tokens,
             usage.completion_tokens - completion_parts,
             usage.reasoning_tokens,
             usage.audio_completion_tokens,
@@ -600,6 +654,19 @@ class Price:
             )
         return sizes[size], None
 
+    def geo_multiplier(self, usage: Usage) -> tuple[Decimal | None, str | None]:
+        """(the multiplier of every token rate for where ``usage`` says inference ran, why none)."""
+        geo = usage.inference_geo
+        geos = dict(self.inference_geo)
+        if geo is None or (geo == DEFAULT_GEO and geo not in geos):
+            return Decimal(1), None
+        if geo in geos:
+            return geos[geo], None
+        return None, (
+            f"the call ran in inference geography {geo!r} and the row has no multiplier for it"
+            + (f" (it has {', '.join(geos)})" if geos else "")
+        )
+
     def _chosen(self, usage: Usage, at: datetime | None) -> tuple[str | None, int | None]:
         """(why the call is unpriced, None: it is priced; the band index that prices it)."""
         threshold, index = self._where(usage.prompt_tokens)
@@ -612,6 +679,9 @@ class Price:
             _, why = self.search_fee(usage)
             if why is not None:
                 return why, index
+        why = self.geo_multiplier(usage)[1]
+        if why is not None:
+            return why, index
         if index is not None:
             if self.off_peak_at(at):
                 return (
@@ -635,6 +705,7 @@ class Price:
                 "cache-write",
             ),
             (usage.cache_write_1h_tokens, self.cache_write_1h, "1-hour cache-write"),
+            (usage.citation_tokens, self.citation, "citation"),
             (usage.audio_prompt_tokens, self.audio_input, "audio input"),
             (usage.audio_completion_tokens, self.audio_output, "audio output"),
         ):
@@ -656,6 +727,10 @@ class Price:
         if usage.web_search_requests and self.search_fee(usage)[1] is not None:
             missing.append(("web_search_requests", str(usage.web_search_requests)))
             rest = replace(rest, web_search_requests=0)
+        if self.geo_multiplier(usage)[1] is not None:
+            # the tokens priced at 1x: a lower bound (every published multiplier is above 1)
+            missing.append(("inference_geo", str(usage.inference_geo)))
+            rest = replace(rest, inference_geo=None)
         threshold, index = self._where(usage.prompt_tokens)
         if threshold is not None and index is None:
             return (), usage
@@ -696,6 +771,10 @@ class Price:
             rates, which = self._off_peak_rates(), "off-peak"
         else:
             rates, which = self._rates(), "row"
+        multiplier = self.geo_multiplier(usage)[0]
+        if multiplier is not None and multiplier != 1:
+            rates = tuple(None if rate is None else plain(rate * multiplier) for rate in rates)
+            which = f"{which} x{multiplier} ({usage.inference_geo})"
         view: dict[str, object] = {
             "rates": which,
             **{
@@ -734,6 +813,12 @@ class Price:
             scale, units = self._scale, self._units
         # a kind the rates leave unpriced (None) has no tokens here: _chosen said so
         scaled = sum(count * (unit or 0) for count, unit in zip(parts, units, strict=True))
+        multiplier = self.geo_multiplier(usage)[0]
+        assert multiplier is not None  # _chosen said so
+        if multiplier != 1:  # every token rate times the multiplier, exactly
+            digits = max(0, -int(multiplier.as_tuple().exponent))
+            scaled *= int(multiplier.scaleb(digits))
+            scale += digits
         if usage.web_search_requests:
             fee = self.search_fee(usage)[0]
             assert fee is not None  # _chosen said so
@@ -758,6 +843,7 @@ _COMPONENT_FIELDS = {
     "cache_write_1h": "cache_write_1h_tokens",
     "audio_input": "audio_prompt_tokens",
     "image_input": "image_prompt_tokens",
+    "citation": "citation_tokens",
     "output": "completion_tokens",
     "reasoning": "reasoning_tokens",
     "audio_output": "audio_completion_tokens",
@@ -775,6 +861,7 @@ def _without(usage: Usage, kind: str, count: int) -> Usage:
         "cache_write_1h",
         "audio_input",
         "image_input",
+        "citation",
     ):
         prompt -= count
     else:
@@ -802,12 +889,15 @@ def check_fee(value: object, where: str) -> Decimal:
 
 def dimensions_to_json(price: Price) -> str:
     """The text the ``prices`` table keeps for a row's dimensions beyond the seven token columns
-    ('' for none): ``cache_write_1h``, ``image_input`` (decimal text), ``web_search`` (size →
+    ('' for none): ``cache_write_1h``, ``image_input``, ``citation`` (decimal text),
+    ``inference_geo`` (geography → decimal text), ``web_search`` (size →
     decimal text), ``off_peak`` (``OffPeak.to_json``), ``unapplied`` (source keys)."""
     data: dict[str, object] = {}
-    for kind in ("cache_write_1h", "image_input"):
+    for kind in ("cache_write_1h", "image_input", "citation"):
         if getattr(price, kind) is not None:
             data[kind] = str(getattr(price, kind))
+    if price.inference_geo:
+        data["inference_geo"] = {name: str(value) for name, value in price.inference_geo}
     if price.web_search:
         data["web_search"] = {size: str(value) for size, value in price.web_search}
     if price.off_peak is not None:
@@ -830,9 +920,14 @@ def dimensions_from_json(text: str | None, where: str) -> dict[str, Any]:
         raise PriceBookError(f"{where}: expected an object of {', '.join(DIMENSION_KEYS)}")
     found: dict[str, Any] = {}
     try:
-        for kind in ("cache_write_1h", "image_input"):
+        for kind in ("cache_write_1h", "image_input", "citation"):
             if kind in data:
                 found[kind] = Decimal(str(data[kind]))
+        if "inference_geo" in data:
+            found["inference_geo"] = tuple(
+                (str(name), Decimal(str(value)))
+                for name, value in dict(data["inference_geo"]).items()
+            )
         if "web_search" in data:
             found["web_search"] = tuple(
                 (str(size), Decimal(str(value))) for size, value in dict(data["web_search"]).items()

@@ -19,8 +19,12 @@ Every row of a TOML book is an ``override`` row. Keys (USD per 1M tokens as deci
     audio_output = "80.00"           # default: none
     cache_write_1h = "6.00"          # 1-hour cache writes; default: none (calls with them unpriced)
     image_input = "1.25"             # image tokens of the prompt; default: input
+    citation = "2.00"                # citation tokens (Perplexity); default: none (calls with them
+                                     # unpriced)
     web_search = "0.01"              # USD per web search request, any context size, or a table
                                      # web_search = { low = "0.006", medium = "0.01", high = "0.014" }
+    inference_geo = { us = "1.1" }   # token rates times this where the usage says inference ran
+                                     # there; none or "global": x1; any other geography: unpriced
     max_input_tokens = 128000        # context limits, when known
     max_output_tokens = 16384
     prompt_limit = 200000            # longest prompt these prices hold for (without a band)
@@ -74,7 +78,7 @@ _PRICES = KINDS
 _COUNTS = ("max_input_tokens", "max_output_tokens", "prompt_limit")
 KEYS = frozenset(
     {"model", "aliases", "snapshots", "provider", "tier", "effective_from", "until", "band"}
-    | {"web_search", "off_peak"}
+    | {"web_search", "off_peak", "inference_geo"}
     | set(_PRICES)
     | set(_COUNTS)
 )
@@ -150,6 +154,25 @@ def _web_search(entry: dict[str, Any], where: str) -> tuple[tuple[str, Decimal],
     return tuple(found)
 
 
+def _inference_geo(entry: dict[str, Any], where: str) -> tuple[tuple[str, Decimal], ...]:
+    table = entry.get("inference_geo")
+    if table is None:
+        return ()
+    if not isinstance(table, dict):
+        raise PriceBookError(f'{where}: inference_geo is a table such as {{ us = "1.1" }}')
+    found = []
+    for name, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise PriceBookError(f'{where}: inference_geo {name} must be a decimal string ("1.1")')
+        try:
+            found.append((name, plain(Decimal(str(value).strip()))))
+        except InvalidOperation:
+            raise PriceBookError(
+                f"{where}: inference_geo {name} is not a decimal: {value!r}"
+            ) from None
+    return tuple(found)
+
+
 def _off_peak(entry: dict[str, Any], where: str) -> OffPeak | None:
     table = entry.get("off_peak")
     if table is None:
@@ -214,6 +237,8 @@ def _price(entry: Any, where: str, source: str, default_from: datetime) -> Price
         audio_output=prices.get("audio_output"),
         cache_write_1h=prices.get("cache_write_1h"),
         image_input=prices.get("image_input"),
+        citation=prices.get("citation"),
+        inference_geo=_inference_geo(entry, where),
         web_search=_web_search(entry, where),
         off_peak=_off_peak(entry, where),
         tier=normalize_tier(tier),

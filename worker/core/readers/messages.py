@@ -95,7 +95,6 @@ def _assembled(
     done: bool,
 ) -> Assembled:
     model, mid = message.get("model"), message.get("id")
-    tier = usage.get("service_tier") if isinstance(usage, dict) else None
     return Assembled(
         choices=[answer.choice()] if answer is not None else [],
         usage_raw=usage,
@@ -109,8 +108,7 @@ def _assembled(
         saw_done=done,
         chunk_count=chunks,
         foreign_objects=0,
-        service_tier=tier if isinstance(tier, str) else None,
-    )
+    )  # the tier Anthropic names in ``usage`` prices the call (``reconcile``: ``usage_tier``)
 
 
 def assemble_body(body: Any) -> Assembled:

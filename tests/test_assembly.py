@@ -610,3 +610,26 @@ def test_assemble_response_refusal() -> None:
 
 def test_assemble_response_not_an_object() -> None:
     assert reasons(assemble_response([1])) == [(0, "not a JSON object (got list)")]
+
+
+def test_typed_content_chunks_are_read_as_text_and_thinking() -> None:
+    """Magistral streams content as typed chunks (tests/fixtures/providers/mistral/
+    magistral_thinking_chunks.json names the source): thinking goes to the reasoning, text to the
+    content; a reference chunk carries no text; any other chunk is a frame error, never dropped
+    silently."""
+    frames = [
+        {"choices": [{"index": 0, "delta": {"content": [
+            {"type": "thinking", "thinking": [{"type": "text", "text": "Think "},
+                                              {"type": "text", "text": "twice."}]}]}}]},
+        {"choices": [{"index": 0, "delta": {"content": [
+            {"type": "text", "text": "Answer"}, {"type": "reference", "reference_ids": [1]}]}}]},
+        {"choices": [{"index": 0, "delta": {"content": [{"type": "image", "url": "x"}]},
+                      "finish_reason": "stop"}]},
+    ]  # fmt: skip
+    body = b"".join(b"data: " + orjson.dumps(f) + b"\n\n" for f in frames)
+    assembled = assemble_stream(body)
+    (choice,) = assembled.choices
+    assert (choice.reasoning_content, choice.content) == ("Think twice.", "Answer")
+    assert [e.reason for e in assembled.frame_errors] == [
+        "choices[0].delta.content[0] is not a text or thinking chunk"
+    ]

@@ -113,6 +113,10 @@ model = "mistral-small-latest"
 input = "0.10"
 output = "0.30"
 [[price]]
+model = "magistral-medium-2509"
+input = "2.00"
+output = "5.00"
+[[price]]
 model = "meta-llama/Meta-Llama-3-8B-Instruct"
 input = "0.20"
 output = "0.20"

@@ -91,6 +91,8 @@ EXPECTED = {
     "openrouter/usage_accounting.json": (*SETTLED, 687, "openai", (194, 0, 2, 0)),
     # 8 * 0.10 + 3 * 0.30 = 0.8 + 0.9 = 1.7 → 2
     "mistral/usage_on_finish_chunk.json": (*SETTLED, 2, "openai", (8, 0, 3, 0)),
+    # thinking chunks read as reasoning, not bad frames: 10 * 2 + 40 * 5 = 220
+    "mistral/magistral_thinking_chunks.json": (*SETTLED, 220, "openai", (10, 0, 40, 0)),
     # the last cumulative block wins: 16 * 0.20 + 3 * 0.20 = 3.8 → 4
     "vllm/continuous_usage_stats.json": (*SETTLED, 4, "openai", (16, 0, 3, 0)),
     # 17 * 0.60 + 200 * 0.60 = 10.2 + 120 = 130.2 → 130

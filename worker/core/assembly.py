@@ -17,7 +17,9 @@ what the gateway sees in practice:
 * a tool-call fragment carrying a new ``id`` at an index already held by a call with another id
   starts a new call (providers that send whole calls in one chunk, all at index 0);
 * ``role`` is taken once; ``content``, ``refusal`` and ``reasoning_content`` are independent
-  accumulators that stay None until a fragment arrives;
+  accumulators that stay None until a fragment arrives; a ``content`` that is a list of typed
+  chunks (Mistral's Magistral: ``text`` and ``thinking`` chunks) goes to the content and the
+  reasoning;
 * a legacy ``function_call`` (name and argument fragments, before ``tool_calls``) is accumulated
   per choice as the SDK does: fragments concatenated, a repeated whole name taken once (as for
   tool calls);
@@ -394,6 +396,8 @@ class StreamAssembler:
                     state.content = [text]
                 else:
                     parts.append(text)
+            elif type(text) is list:
+                self._absorb_typed_content(state, text, where, index)
             else:
                 self._error(index, f"{where}.content is not a string (got {json_kind(text)})")
             if len(delta) == 1:
@@ -439,6 +443,37 @@ class StreamAssembler:
                     )
             else:
                 self._error(index, f"{where}.tool_calls is not a list (got {json_kind(calls)})")
+
+    def _absorb_typed_content(
+        self, state: _ChoiceState, parts: list[Any], where: str, index: int
+    ) -> None:
+        """Content as a list of typed chunks (Mistral's reasoning models, Magistral:
+        ``{"type": "text", "text"}`` and ``{"type": "thinking", "thinking": [{"type": "text",
+        "text"}]}``): text to the content, thinking to the reasoning. A ``reference`` chunk (its
+        citation ids) carries no text; any other chunk is a frame error naming it."""
+        for pos, part in enumerate(parts):
+            at = f"{where}.content[{pos}]"
+            kind = part.get("type") if type(part) is dict else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                target = "content"
+                texts = [part["text"]]
+            elif kind == "thinking" and type(part.get("thinking")) is list:
+                target = "reasoning"
+                texts = [
+                    inner["text"]
+                    for inner in part["thinking"]
+                    if type(inner) is dict and isinstance(inner.get("text"), str)
+                ]
+            elif kind == "reference":
+                continue
+            else:
+                self._error(index, f"{at} is not a text or thinking chunk")
+                continue
+            held = getattr(state, target)
+            if held is None:
+                setattr(state, target, list(texts))
+            else:
+                held.extend(texts)
 
     def _absorb_call(
         self, state: _ChoiceState, fragment: Any, where: str, pos: int, index: int, delta_key: str

@@ -268,3 +268,20 @@ def test_an_image_part_of_the_prompt_is_billed_with_the_prompt() -> None:
     reading = read_usage(block, provider="xai", model="grok-4")
     assert reading.verdict is Verdict.BILLABLE
     assert reading.usage is not None and reading.usage.prompt_tokens == 100
+
+
+def test_gemini_reasoning_without_a_total_is_never_guessed_inside_or_apart() -> None:
+    """Gemini counts thinking beside the completion, stated by the total (prompt + completion +
+    thoughts). Without a total, reasoning that fits inside the completion could be either: the two
+    readings differ by the reasoning's price, so the call is ``inconsistent_usage`` exposed at the
+    larger; reasoning larger than the completion can only be apart, and settles so."""
+    block = {"prompt_tokens": 10, "completion_tokens": 20,
+             "completion_tokens_details": {"reasoning_tokens": 15}}  # fmt: skip
+    reading = read_usage(block, provider="gemini")
+    assert reading.verdict is Verdict.INCONSISTENT
+    assert reading.larger is not None and reading.larger.completion_tokens == 35
+    apart = {**block, "completion_tokens_details": {"reasoning_tokens": 25}}
+    settled = read_usage(apart, provider="gemini")
+    assert settled.verdict is Verdict.BILLABLE and settled.usage.completion_tokens == 45
+    stated = {**block, "total_tokens": 45}  # the total says apart
+    assert read_usage(stated, provider="gemini").usage.completion_tokens == 35

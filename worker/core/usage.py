@@ -534,6 +534,15 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
                 parts,
                 _widened(parts, total),
             )
+        elif reasoning <= completion:
+            # No total to say whether the reasoning is inside the completion or beside it: the
+            # two readings differ by the reasoning's price, and neither is guessed.
+            raise _Disagreement(
+                f"no total_tokens to tell whether reasoning_tokens {reasoning} is a part of"
+                f" completion_tokens {completion} or counted apart",
+                Usage(prompt, completion, cached, reasoning),
+                Usage(prompt, completion + reasoning, cached, reasoning),
+            )
         completion += reasoning
     else:
         _part(reasoning, completion, "reasoning_tokens", "completion_tokens")

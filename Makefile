@@ -62,7 +62,7 @@ demo: $(DEMO_STAMP)
 # or GATEWAY=litellm (the LiteLLM proxy with the billing hook).
 GATEWAY ?= asgi
 demo-gateway: $(if $(filter litellm,$(GATEWAY)),$(LITELLM_STAMP),$(DEMO_STAMP))
-	$(BIN)/python -m devtools.demo --gateway $(GATEWAY)
+	$(BIN)/python -m devtools.demo_gateway --gateway $(GATEWAY)
 
 # Fault injection and hostile input at full size (20,000 calls per fault, 100,000 fuzz inputs);
 # `make test` runs the same tests at their short size.

@@ -11,12 +11,14 @@ billing balance …``): the ledger stays in ``var/demo/billing.db``.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -55,7 +57,9 @@ from worker.simulation.faults import parse_faults
 CALLS = int(os.environ.get("DEMO_CALLS", "3000"))
 SEED = int(os.environ.get("DEMO_SEED", "7"))
 WORKDIR = Path("var/demo")
-PREFIX = "demo"
+# The run's own key prefix in Redis (a shared server's database 0 may hold anyone's keys): the demo
+# deletes only what it wrote, under this prefix.
+PREFIX = f"demo-{uuid.uuid4().hex[:8]}"
 ALERT_WINDOW_SECONDS = 10
 ALERT_DIGEST_SECONDS = 30
 console = Console(stderr=True)
@@ -123,17 +127,17 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def fresh_run(
     client: redis.Redis, redis_url: str, workdir: Path, prefix: str, *, broker_db: int
 ) -> tuple[str, dict[str, str]]:
-    """A new ledger in ``workdir`` at the migrations' head, ``prefix``'s keys and the broker's
-    database (``broker_db`` on the same Redis) cleared: the ledger's URL and the demo worker's
-    environment (a short sweep and drain, so the demo ends quickly)."""
+    """A new ledger in ``workdir`` at the migrations' head, the broker on database ``broker_db``
+    of the same Redis: the ledger's URL and the demo worker's environment (a short sweep and
+    drain, so the demo ends quickly), its keys under ``prefix``."""
     workdir.mkdir(parents=True, exist_ok=True)
     for stale in workdir.glob("billing.db*"):
         stale.unlink()
     database_url = f"sqlite:///{(workdir / 'billing.db').resolve()}"
     upgrade(database_url)
-    clear_keys(client, prefix)
+    # Nothing in Redis is cleared: ``prefix`` is the run's own (no key has it yet), and the
+    # broker's database may be anyone's. A previous run's expired tasks are discarded by Celery.
     broker_url = redis_url.rsplit("/", 1)[0] + f"/{broker_db}"
-    redis.Redis.from_url(broker_url).flushdb()
     env = {
         "REDIS_URL": redis_url,
         "CELERY_BROKER_URL": broker_url,
@@ -365,9 +369,17 @@ def compare_with_simulator(sessions: sessionmaker, calls: list) -> tuple[int, in
     return matched, len(wanted)
 
 
-if __name__ == "__main__":
-    if "--gateway" in " ".join(sys.argv[1:]):  # the real gateway path: devtools/demo_gateway.py
-        from devtools.demo_gateway import main
+def main(argv: list[str] | None = None) -> int:
+    """``python -m devtools.demo`` (``make demo``); its arguments are only ``--help``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.demo",
+        description="Simulate calls through the real worker into a fresh SQLite ledger in var/demo "
+        "and show the books. Through a real gateway: python -m devtools.demo_gateway --gateway "
+        "asgi|litellm (make demo-gateway).",
+    )
+    parser.parse_args(argv)
+    return run()
 
-        sys.exit(main(sys.argv[1:]))
-    sys.exit(run())
+
+if __name__ == "__main__":
+    sys.exit(main())

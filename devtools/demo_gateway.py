@@ -1,6 +1,6 @@
 """``make demo-gateway``: the real gateway path instead of the simulator, start to finish.
 
-    python -m devtools.demo --gateway asgi|litellm      (or python -m devtools.demo_gateway --gateway …)
+    python -m devtools.demo_gateway --gateway asgi|litellm
 
 Starts the recorded upstream (``devtools.recorded_upstream``, the demo's recordings in
 worker/data/examples), a gateway in front of it (``asgi``: the example gateway built on the
@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -57,7 +58,8 @@ from worker.reports.spec import ReportSpec
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: devtools/ is not installed
 WORKDIR = Path("var/demo-gateway")
-PREFIX = "demo-gw"
+# The run's own key prefix (see ``devtools.demo.PREFIX``): only its keys are deleted.
+PREFIX = f"demo-gw-{uuid.uuid4().hex[:8]}"
 ACCOUNT = "acct_demo_gateway"
 MASTER_KEY = "sk-demo-gateway"
 ROUNDS = int(os.environ.get("DEMO_GATEWAY_ROUNDS", "3"))
@@ -374,7 +376,9 @@ def run(gateway: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.demo_gateway", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--gateway", choices=sorted(NEEDS), required=True)
     return run(parser.parse_args(argv).gateway)
 

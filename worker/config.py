@@ -688,9 +688,16 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def ensure_sqlite_dir(database_url: str) -> None:
-    """Create the directory of a relative or absolute SQLite file URL, so the default just works."""
+def sqlite_file(database_url: str) -> Path | None:
+    """The file of a relative or absolute SQLite file URL; None for any other URL (in memory)."""
     prefix = "sqlite:///"
     if database_url.startswith(prefix) and ":memory:" not in database_url:
-        path = Path(database_url[len(prefix) :].split("?", 1)[0])
+        return Path(database_url[len(prefix) :].split("?", 1)[0])
+    return None
+
+
+def ensure_sqlite_dir(database_url: str) -> None:
+    """Create the directory of a relative or absolute SQLite file URL, so the default just works."""
+    path = sqlite_file(database_url)
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

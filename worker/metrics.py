@@ -106,6 +106,12 @@ INTERRUPTED = Counter(
     "Drain or sweep tasks cut short by a Redis or database connection error.",
     ["task"],
 )
+EXPIRED_TASKS = Counter(
+    "billing_tasks_expired_total",
+    "Billing tasks discarded unstarted because their expiry passed (a busy machine; beat sends"
+    " the next one).",
+    ["task"],
+)
 ALERT_DELIVERIES = Counter(
     "billing_alert_deliveries_total", "Alert deliveries, by result (ok, failed).", ["result"]
 )
@@ -151,6 +157,12 @@ SWEEP_ACTIONS = ("finalized", "rechecked", "settled_late", "expired", "resolved"
 # labelled metrics). ``task`` is ``worker.service.tasks``'s labels; ``kind`` the sync's corrections.
 TASKS = ("drain", "sweep", "parity", "alerts", "authorization", "purge")
 CORRECTION_KINDS = ("missed_release", "never_recorded", "unauthorized_hold", "unseen_charge")
+# The billing tasks by name (``billing.<name>``, ``worker.service.tasks``): an expired one is counted
+# under its name (``billing_tasks_expired_total``).
+TASK_NAMES = (
+    "drain", "drain_retired", "sweep", "parity", "alerts", "authorization_sync", "purge",
+    "calibrate",
+)  # fmt: skip
 
 
 def _initialize_labels() -> None:
@@ -164,6 +176,8 @@ def _initialize_labels() -> None:
         SWEEPS.labels(action)
     for task in TASKS:
         INTERRUPTED.labels(task)
+    for name in TASK_NAMES:
+        EXPIRED_TASKS.labels(name)
     for result in ("ok", "failed"):
         ALERT_DELIVERIES.labels(result)
     for kind in CORRECTION_KINDS:

@@ -107,3 +107,34 @@ def test_a_cause_is_one_line_without_secrets() -> None:
     assert found == "OperationalError: cannot reach redis://:***@db.internal:6379/0"
     assert cause(ConnectionError()) == "ConnectionError"
     assert len(cause(ValueError("x" * 1000))) <= 300
+
+
+def test_an_expired_billing_task_is_counted_not_logged() -> None:
+    """A drain that expired before a process was free (a busy machine) is routine: no line, a
+    count; another task's expiry still logs as Celery logs it."""
+    import logging
+
+    from worker.metrics import EXPIRED_TASKS
+    from worker.service.logs import RoutineFilter
+
+    def record(name: str) -> logging.LogRecord:
+        return logging.LogRecord(
+            "celery.worker.request", logging.INFO, __file__, 1,
+            "Discarding revoked task: %s[%s]", (name, "0f9e"), None,
+        )  # fmt: skip
+
+    before = EXPIRED_TASKS.labels(task="drain")._value.get()
+    keep = RoutineFilter()
+    assert keep.filter(record("billing.drain")) is False
+    assert keep.filter(record("billing.drain")) is False
+    assert EXPIRED_TASKS.labels(task="drain")._value.get() == before + 2
+    assert keep.filter(record("other.task")) is True
+
+
+def test_the_expired_counter_knows_every_billing_task() -> None:
+    import worker.service.tasks  # noqa: F401 - registers the billing tasks
+    from worker.metrics import TASK_NAMES
+    from worker.service.app import app
+
+    billing = sorted(n.removeprefix("billing.") for n in app.tasks if n.startswith("billing."))
+    assert sorted(TASK_NAMES) == billing

@@ -1,4 +1,4 @@
-"""``python -m devtools.demo --gateway asgi``: the demo's real gateway path, run as a user runs it
+"""``python -m devtools.demo_gateway --gateway asgi``: the demo's real gateway path, run as a user runs it
 (one round of the mix, against a private Redis, in a scratch directory)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_the_asgi_gateway_demo_settles_what_the_upstream_sent(tmp_path: Path) ->
         }
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         done = subprocess.run(
-            [sys.executable, "-m", "devtools.demo", "--gateway", "asgi"],
+            [sys.executable, "-m", "devtools.demo_gateway", "--gateway", "asgi"],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
     finally:

@@ -115,6 +115,11 @@ def balance_command(account: str | None, at: str | None, as_json: bool) -> None:
     from worker.ledger.spend import spend_snapshot
 
     with ledger_session("balance", readonly=True) as session:
+        if account is not None:
+            from worker.ledger.queries import require_known_account
+
+            # the statement's and the invoice's rule: all zeros would read as a real account
+            require_known_account(session, account)  # a LedgerError: one line, exit 2
         found = account_funds(session, None if account is None else [account], as_of=as_of)
         spends = (
             spend_snapshot(session, datetime.now(UTC), None if account is None else [account])

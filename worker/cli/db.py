@@ -58,7 +58,10 @@ def ledger_session(command: str, *, readonly: bool = False) -> Iterator[Session]
 
     from worker.ledger import database
 
-    engine = database.make_engine(settings(command).database_url, readonly=readonly)
+    try:
+        engine = database.make_engine(settings(command).database_url, readonly=readonly)
+    except BillingError as exc:
+        fail(command, str(exc))
     try:
         with database.session_factory(engine)() as session, session.begin():
             yield session

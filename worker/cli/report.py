@@ -56,11 +56,19 @@ def _check_sqlite_file(url: str) -> None:
 
 @contextmanager
 def _progress_display() -> Iterator[object]:
+    """A spinner per section on a terminal's stderr; off a terminal nothing at all (a disabled
+    ``rich`` progress still writes a line end when it stops, before any error line)."""
     console = Console(stderr=True)
+    if not console.is_terminal:
+
+        @contextmanager
+        def quiet(_name: str) -> Iterator[None]:
+            yield
+
+        yield quiet
+        return
     columns = (SpinnerColumn(), TextColumn("report: {task.description}"), TimeElapsedColumn())
-    with Progress(
-        *columns, console=console, transient=True, disable=not console.is_terminal
-    ) as bar:
+    with Progress(*columns, console=console, transient=True) as bar:
 
         @contextmanager
         def section(name: str) -> Iterator[None]:

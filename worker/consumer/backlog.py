@@ -92,6 +92,18 @@ def stream_backlog(client: Any, stream: str, group: str) -> StreamBacklog:
     )
 
 
+def live_consumers(client: Any, stream: str, group: str, within_ms: int) -> tuple[int, int]:
+    """(consumers of ``group`` that read ``stream`` within the last ``within_ms``, the others):
+    Redis keeps a consumer in its group until it is deleted, so a worker killed long ago still
+    counts in ``XINFO GROUPS``; its ``idle`` (the time since it last read) tells it apart."""
+    try:
+        found = client.xinfo_consumers(stream, group)
+    except redis.ResponseError:  # the group or the stream went away meanwhile
+        return 0, 0
+    live = sum(1 for consumer in found if int(consumer.get("idle") or 0) <= within_ms)
+    return live, len(found) - live
+
+
 def read_backlog(client: Any, keys: Keys) -> list[StreamBacklog]:
     """The backlog of every notification stream: the configured partitions in order, then the
     retired streams still there (``partitions``)."""

@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from worker.config import ensure_sqlite_dir
+from worker.config import ensure_sqlite_dir, sqlite_file
+from worker.core.errors import LedgerError
+
+
+class NoDatabase(LedgerError):
+    """A command that only reads was pointed at a SQLite file that does not exist."""
+
 
 if TYPE_CHECKING:  # Alembic is imported by the functions that migrate: the read commands never do
     from alembic.config import Config
@@ -76,12 +82,18 @@ def read_only(engine: Engine) -> Engine:
     return engine.execution_options(**options)
 
 
-def engine_for(url: str, **kwargs: Any) -> Engine:
+def engine_for(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
     """An engine for ``url`` with the per-engine settings above; creates a SQLite file's directory.
-    The ledger's engines add the money rollup to it (``worker.ledger.database.make_engine``)."""
+    The ledger's engines add the money rollup to it (``worker.ledger.database.make_engine``).
+    ``create`` False (a command that only reads): a SQLite file that does not exist is
+    ``NoDatabase``, and neither it nor its directory is made."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        ensure_sqlite_dir(url)
+        path = sqlite_file(url)
+        if create:
+            ensure_sqlite_dir(url)
+        elif path is not None and not path.is_file():
+            raise NoDatabase(f"no SQLite database at {path} (run `billing db upgrade`)")
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)

@@ -41,6 +41,6 @@ def make_engine(url: str, *, readonly: bool = False, **kwargs: Any) -> Engine:
     """An engine for ``url`` (``worker.db.engine.engine_for``) with the money rollup's queue
     (``rollup.install``: money_daily is written at COMMIT, in key order). ``readonly``:
     ``read_only`` of it."""
-    engine = engine_for(url, **kwargs)
+    engine = engine_for(url, create=not readonly, **kwargs)
     rollup.install(engine)
     return read_only(engine) if readonly else engine

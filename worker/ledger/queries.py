@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import (
+    Account,
     Anomaly,
     Entry,
     Failure,
@@ -23,6 +24,7 @@ from models import (
     Transaction,
     UsageRecord,
 )
+from worker.core.errors import LedgerError
 
 reservations = Reservation.__table__
 transactions = Transaction.__table__
@@ -270,3 +272,12 @@ def unsettled(
         }
         for row in session.execute(query).all()
     ]
+
+
+def require_known_account(session: Session, account_id: str) -> None:
+    """``LedgerError`` for an account the ledger has never seen (no hold, no credit): its balance,
+    statement or invoice would be all zeros, which reads as a real, empty account."""
+    accounts = Account.__table__
+    found = session.execute(select(accounts.c.id).where(accounts.c.id == account_id)).first()
+    if found is None:
+        raise LedgerError(f"no account {account_id!r}: the ledger has never seen it")

@@ -17,7 +17,6 @@ from sqlalchemy import Date, and_, case, cast, func, literal_column, not_, selec
 from sqlalchemy.orm import Session
 
 from models import (
-    Account,
     AccountCredit,
     Entry,
     Failure,
@@ -28,9 +27,11 @@ from models import (
     Transaction,
     UsageRecord,
 )
+from worker.core.errors import LedgerError
 from worker.core.money import Micros
 from worker.ledger.funds import SIGNED, Funds, funds_of
 from worker.ledger.postings import system_account_id
+from worker.ledger.queries import require_known_account
 from worker.reports.spec import ReportError
 from worker.reports.statement_model import (
     CHARGE_FIELDS,
@@ -78,12 +79,11 @@ def parse_month(text: str) -> tuple[datetime, datetime]:
 
 
 def require_account(session: Session, account_id: str) -> None:
-    """A ``ReportError`` for an account the ledger has never seen (no hold, no credit): its
-    statement or invoice would be all zeros, which reads as a real, empty month."""
-    accounts = Account.__table__
-    found = session.execute(select(accounts.c.id).where(accounts.c.id == account_id)).first()
-    if found is None:
-        raise ReportError(f"no account {account_id!r}: the ledger has never seen it")
+    """``require_known_account`` as a ``ReportError``."""
+    try:
+        require_known_account(session, account_id)
+    except LedgerError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def _position(funds: Funds) -> Position:

@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from worker import fingerprint_key
 from worker.config import Settings, redact_url
-from worker.consumer.backlog import dead_letter_count, read_backlog
+from worker.consumer.backlog import dead_letter_count, live_consumers, read_backlog
 from worker.consumer.poison import MAX_DELIVERIES
 from worker.contract.authorization import AuthorizationStore
 from worker.contract.keys import Keys
@@ -320,7 +320,9 @@ def check_backlog(ctx: Context) -> Iterator[Check]:
                 yield ok(name, "empty, no worker has read it yet")
             continue
         lag = "unknown" if item.lag is None else str(item.lag)
-        detail = f"lag {lag}, pending {item.pending}, {item.consumers} consumer(s)"
+        live, gone = live_consumers(ctx.client, item.stream, keys.group, claim_ms)
+        gone_note = f" ({gone} gone: idle over {claim_ms // 1000}s)" if gone else ""
+        detail = f"lag {lag}, pending {item.pending}, {live} live consumer(s){gone_note}"
         idle, deliveries = item.oldest_pending_idle_ms, item.oldest_pending_deliveries
         if item.lag is not None and item.lag > limits.max_lag:
             yield problem(

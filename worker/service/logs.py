@@ -5,9 +5,10 @@
   worker wrote about 390 lines a minute (issue 39). Those three records are dropped for the billing
   tasks (``billing.*``): the metrics count drains (``billing_last_drain_timestamp_seconds``,
   ``billing_task_interruptions_total``), and a task that fails still logs as Celery logs it. A
-  billing task that expired before a process was free for it (a busy pool; the next tick sends
-  another) is logged once a minute at most, with how many expired since. Other tasks' records, and
-  every record at WARNING and above, pass.
+  billing task that expired before a process was free for it (a busy machine; the next tick sends
+  another) is routine too: not logged, counted (``billing_tasks_expired_total``). Work that falls
+  behind shows as the backlog's lag (``billing doctor``, the lag alert), not as these lines. Other
+  tasks' records, and every record at WARNING and above, pass.
 * ``Limiter``: the first occurrence of a cause is logged at once, the next ones within a minute are
   counted and reported with the next line of that cause. Per process: a pool of N processes that all
   meet the same broken database logs it at most N times a minute.
@@ -61,14 +62,14 @@ class Limiter:
 
 
 class RoutineFilter(logging.Filter):
-    """Drops the INFO records of a billing task received, succeeded or sent by beat."""
+    """Drops the INFO records of a billing task received, succeeded, sent by beat or expired
+    unstarted (counted: ``billing_tasks_expired_total``)."""
 
-    def __init__(self, limiter: Limiter | None = None) -> None:
+    def __init__(self) -> None:
         super().__init__()
         from celery.app import trace
 
         self.task_lines = (trace.LOG_RECEIVED, trace.LOG_SUCCESS)
-        self.limiter = limiter or Limiter()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno > logging.INFO:
@@ -77,12 +78,10 @@ class RoutineFilter(logging.Filter):
         if record.msg == _SENDING:
             return not (len(args) == 2 and str(args[1]).startswith(TASK_PREFIX))
         if record.msg == _EXPIRED and len(args) == 2 and str(args[0]).startswith(TASK_PREFIX):
-            held = self.limiter.admit("expired")
-            if held is None:
-                return False
-            if held:
-                record.msg = f"{_EXPIRED} ({held} more billing tasks expired since the last line)"
-            return True
+            from worker.metrics import EXPIRED_TASKS
+
+            EXPIRED_TASKS.labels(task=str(args[0]).removeprefix(TASK_PREFIX)).inc()
+            return False
         if record.msg in self.task_lines:
             data = getattr(record, "data", None) or {}
             return not str(data.get("name", "")).startswith(TASK_PREFIX)

@@ -31,6 +31,7 @@ import tiktoken
 from worker.core import mistral_chat
 from worker.core.image_tokens import image_part_tokens
 from worker.core.result import Choice, Estimate
+from worker.core.segments import segment_of
 from worker.core.vocab import VOCABULARIES, load_encoding
 
 O200K = "o200k_base"
@@ -553,8 +554,14 @@ def estimate(
     choices: Sequence[Choice],
     table: EncodingTable = DEFAULT_TABLE,
 ) -> Estimate:
-    """Both counts of a call; approximate when the tokenizer is unknown or a part went uncounted."""
+    """Both counts of a call, and its content segment; approximate when the tokenizer is unknown or
+    a part went uncounted."""
     prompt, uncounted = _prompt_tokens(model, messages, tools, table)
     completion = estimate_completion(model, choices, table)
     approximate = uncounted or table.resolve(model).approximate
-    return Estimate(prompt_tokens=prompt, completion_tokens=completion, approximate=approximate)
+    return Estimate(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        approximate=approximate,
+        segment=segment_of(messages, tools, choices),
+    )

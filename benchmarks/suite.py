@@ -30,6 +30,7 @@ from benchmarks import (
     bench_report,
     bench_scaling,
     bench_spend,
+    bench_tokenizers,
 )
 from benchmarks.harness.own_time import describe
 from benchmarks.harness.table import Row, rate
@@ -138,7 +139,50 @@ def estimate(ctx: Context) -> list[Row]:
             ],
         ),
         _spaceless_estimate(ctx),
+        _real_tokenizer(ctx),
     ]
+
+
+def _real_tokenizer(ctx: Context) -> Row:
+    f = ctx.figures["estimate_tekken"] = bench_tokenizers.run(ctx.smoke)
+    load = f["load"]
+
+    def loaded(kind: str) -> str:
+        cost = load.get(kind)
+        return (
+            "not measured"
+            if cost is None
+            else (f"+{cost['rss_mb']:.0f} MB RSS, {cost['seconds']:.2f} s to load")
+        )
+
+    common = f["mistral_common"]
+    compared = (
+        "mistral-common is not installed (the `mistral` extra): not compared"
+        if common is None
+        else (
+            f"mistral-common 1.13.1's Tekkenizer on the same texts: {common['differ']} of "
+            f"{f['texts']} counted differently, {f['chars'] / common['seconds'] / 1e6:.1f} MB/s "
+            f"(the shipped ranks {f['tekken_chars_per_s'] * common['seconds'] / f['chars']:.1f}x "
+            f"faster), {loaded('mistral-common')} against the ranks' {loaded('tekken_240718')} "
+            f"(cl100k: {loaded('cl100k_base')}); so Tekken ships as ranks in tiktoken, and "
+            "mistral-common is only the tests' oracle"
+        )
+    )
+    return Row(
+        "5. real tokenizer (Mistral Tekken) vs cl100k",
+        f"{f['tekken_chars_per_s'] / 1e6:.1f} MB/s",
+        f"{f['peer_chars_per_s'] / 1e6:.1f} MB/s (estimate_completion, gpt-4: cl100k)",
+        f["ratio"],
+        f"≥ {f['target_ratio']}",
+        bool(f["meets_target"]),
+        [
+            f"estimate_completion for open-mistral-nemo (Tekken ranks in tiktoken) and gpt-4 "
+            f"(cl100k) on the same {f['texts']} texts ({f['chars']:,} characters; "
+            f"{f['tekken_tokens']:,} Tekken tokens, {f['peer_tokens']:,} cl100k tokens); "
+            "ratio = cl100k's time over Tekken's",
+            compared,
+        ],
+    )
 
 
 def _spaceless_estimate(ctx: Context) -> Row:

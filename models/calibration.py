@@ -7,13 +7,18 @@ holds 1), and the error without and with it on the held-out calls. A new version
 factor changes (``worker.ledger.calibration``); the latest version's statistics are refreshed in
 place, its factors never. ``drifted``: this version's factor lies outside the previous version's
 interval (a drift alert). ``provider`` is ``''`` for calls that named none.
+
+Revision 0027: the factor charged is the ratio of sums of the fit's calls, and ``segment_factors``
+(JSON text, ``{"prompt": {segment: ppm}, "completion": {...}}``, NULL when none) holds the factors
+of the content segments fitted on their own; a version's factors, pooled and per segment, are
+written once and never updated.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, CheckConstraint, String, UniqueConstraint
+from sqlalchemy import BigInteger, CheckConstraint, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, BigId, UTCDateTime
@@ -62,5 +67,6 @@ class CalibrationFactor(Base):
     completion_error_calibrated_ppm: Mapped[int | None] = mapped_column(BigInteger)
     held_out: Mapped[int]  # held-out calls the errors were measured on
     drifted: Mapped[bool]
+    segment_factors: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())  # this version was learnt
     learnt_at: Mapped[datetime] = mapped_column(UTCDateTime())  # its statistics last refreshed

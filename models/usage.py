@@ -94,3 +94,6 @@ class UsageRecord(Base):
     calibration_version: Mapped[int | None]
     prompt_factor_ppm: Mapped[int | None] = mapped_column(BigInteger)
     completion_factor_ppm: Mapped[int | None] = mapped_column(BigInteger)
+    # Revision 0027: the call's content segment (``worker.core.segments``): calibration learns a
+    # factor per segment from reported calls, and an estimated call is charged at its segment's.
+    estimate_segment: Mapped[str | None] = mapped_column(String(16))

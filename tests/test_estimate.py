@@ -138,7 +138,9 @@ def test_cookbook_messages_for_snapshots(model: str, expected: int) -> None:
 
 def test_cookbook_example_is_not_approximate() -> None:
     result = estimate("gpt-4o", COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS, [])
-    assert result == Estimate(prompt_tokens=101, completion_tokens=0, approximate=False)
+    assert result == Estimate(
+        prompt_tokens=101, completion_tokens=0, approximate=False, segment="tools"
+    )
 
 
 # ------------------------------------------------------------------ model table
@@ -466,9 +468,9 @@ def test_lone_surrogates_do_not_raise() -> None:
 def test_estimate_combines_and_flags_unknown_models() -> None:
     choices = [Choice(index=0, content="Hello!")]
     known = estimate("gpt-4o-mini", COOKBOOK_MESSAGES, (), choices)
-    assert known == Estimate(124, _tokens("gpt-4o", "Hello!"), approximate=False)
+    assert known == Estimate(124, _tokens("gpt-4o", "Hello!"), approximate=False, segment="latin")
     unknown = estimate("llama-3.1-8b", COOKBOOK_MESSAGES, (), choices)
-    assert unknown == Estimate(124, _tokens("gpt-4o", "Hello!"), approximate=True)
+    assert unknown == Estimate(124, _tokens("gpt-4o", "Hello!"), approximate=True, segment="latin")
 
 
 def test_nothing_is_logged(caplog: pytest.LogCaptureFixture) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import shutil
 import socket
 from importlib import resources
@@ -16,7 +17,7 @@ import tiktoken_ext.openai_public as openai_public
 from worker.core import vocab
 from worker.core.errors import VocabularyError
 
-NAMES = sorted(vocab.VOCABULARIES)
+NAMES = sorted(n for n in vocab.VOCABULARIES if n in openai_public.ENCODING_CONSTRUCTORS)
 
 
 @pytest.fixture
@@ -55,6 +56,17 @@ def test_specs_match_tiktoken_definitions(
     assert spec.pat_str == upstream["pat_str"]
     assert spec.special_tokens == upstream["special_tokens"]
     assert seen["hash"] == _expected_hash(vocab_copy, name)
+
+
+def test_the_tekken_spec_is_mistral_commons() -> None:
+    # The pattern and the text ranks' count as the installed mistral-common's file states them.
+    mistral = pytest.importorskip("mistral_common")
+    config = json.loads((resources.files(mistral) / "data" / "tekken_240718.json").read_text())[
+        "config"
+    ]
+    spec = vocab.VOCABULARIES["tekken_240718"]
+    assert spec.pat_str == config["pattern"]
+    assert spec.rank_count == config["default_vocab_size"] - config["default_num_special_tokens"]
 
 
 @pytest.mark.parametrize(
@@ -126,7 +138,7 @@ def test_missing_checksum_file(vocab_copy: Path) -> None:
     (vocab_copy / "SHA256SUMS").unlink()
     with pytest.raises(VocabularyError, match="SHA256SUMS"):
         vocab.read_verified("cl100k_base", vocab_copy)
-    assert len(vocab.verify_vocabularies(vocab_copy)) == 2
+    assert len(vocab.verify_vocabularies(vocab_copy)) == len(vocab.VOCABULARIES)
 
 
 def test_checksum_file_without_entry(vocab_copy: Path) -> None:

@@ -142,10 +142,13 @@ def test_learnt_factors_charge_estimates_and_a_shift_is_a_drift(
         "version": 1,
         "prompt_factor_ppm": factors.prompt_ppm,
         "completion_factor_ppm": factors.completion_ppm,
+        "segment": raw.segment,
     }
     [line] = [text for text in show_text(answer) if text.startswith("calibrated")]
     assert line.startswith(
-        f"calibrated v1: prompt {raw.prompt_tokens} x {factors.prompt_ppm // PPM}."
+        f"calibrated v1, segment {raw.segment} (its own factors when the version fitted that "
+        f"segment, else the model's pooled ones): prompt {raw.prompt_tokens} x "
+        f"{factors.prompt_ppm // PPM}."
         f"{factors.prompt_ppm % PPM:06d} = {record.prompt_tokens}, "
     )
     # a reported call records no factors: nothing was calibrated
@@ -167,6 +170,42 @@ def test_learnt_factors_charge_estimates_and_a_shift_is_a_drift(
     found = calibration_shift(session, later, later + timedelta(minutes=1), None)  # type: ignore[arg-type]
     assert [(f.kind, f.reason, f.model) for f in found] == [("drift", "calibration_shift", MODEL)]
     assert found[0].facts["calibration_version"] == 2
+
+
+def test_a_version_s_factors_never_change_once_written(session: Session, unique_id: str) -> None:
+    rng = random.Random(43)
+    _settle(
+        session,
+        [_call(rng, f"{unique_id}-a{i}", BOOK, (1_200_000, 1_100_000)) for i in range(60)],
+        NOW,
+    )
+    [first] = learn(session, NOW + timedelta(seconds=1), POLICY)
+    row = _latest_row(session)
+    written = (row.prompt_factor_ppm, row.completion_factor_ppm, row.segment_factors)
+    # more calls at the same ratio: their ratio of sums differs by a few ppm (whole tokens), below
+    # the reversion step, so the same version; its statistics are refreshed, its factors are not
+    later = NOW + timedelta(minutes=5)
+    _settle(
+        session,
+        [_call(rng, f"{unique_id}-b{i}", BOOK, (1_200_000, 1_100_000)) for i in range(60)],
+        later,
+    )
+    [again] = learn(session, later + timedelta(seconds=1), POLICY)
+    assert (again.version, again.new_version) == (first.version, False)
+    assert again.prompt.factor_ppm != first.prompt.factor_ppm  # what the new fit would charge
+    session.expire_all()
+    row = _latest_row(session)
+    assert (row.prompt_factor_ppm, row.completion_factor_ppm, row.segment_factors) == written
+    assert row.prompt_samples > first.prompt.fit.samples  # type: ignore[union-attr]
+
+
+def _latest_row(session: Session) -> CalibrationFactor:
+    return session.execute(
+        select(CalibrationFactor)
+        .where(CalibrationFactor.model == MODEL, CalibrationFactor.provider == PROVIDER)
+        .order_by(CalibrationFactor.version.desc())
+        .limit(1)
+    ).scalar_one()
 
 
 def test_beat_runs_the_calibration() -> None:

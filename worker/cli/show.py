@@ -83,7 +83,9 @@ def _text(answer: dict[str, Any]) -> list[str]:
         factors = estimate.get("calibration")
         if factors is not None and usage is not None:
             lines.append(
-                f"calibrated v{factors['version']}: prompt {estimate['prompt_tokens']} x "
+                f"calibrated v{factors['version']}, segment {factors.get('segment') or '-'} "
+                "(its own factors when the version fitted that segment, else the model's pooled "
+                f"ones): prompt {estimate['prompt_tokens']} x "
                 f"{format_factor(factors['prompt_factor_ppm'])} = {usage['prompt_tokens']}, "
                 f"completion {estimate['completion_tokens']} x "
                 f"{format_factor(factors['completion_factor_ppm'])} = "

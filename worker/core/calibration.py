@@ -6,9 +6,17 @@ Contracts (every figure an integer; no float touches a count or a factor):
 
 * **Ratio of one call** — ``ratio_ppm(reported, estimated)``: ``reported / estimated`` in parts per
   million, rounded half up; no ratio when the estimate is 0.
-* **Factor** — the *lower median* of the ratios of the fit (the value at 0-based rank
-  ``(n - 1) // 2`` of the sorted ratios): robust to the odd call (an image whose size was guessed,
-  a prompt cut by the gateway) where a mean is not.
+* **Factor** — the *ratio of sums* of the fit's calls, ``sum reported / sum estimated`` in ppm,
+  rounded half up (``ratio_of_sums``): the factor whose calibrated estimates add up to what was
+  reported, which is what a bill over those calls is; a median of per-call ratios is not (it
+  weighs a 10-token call as much as a 10,000-token one). Calls whose ratio is outside
+  [``MIN_RATIO_PPM``, ``MAX_RATIO_PPM``] (an uncounted file part, an all-image prompt) are left
+  out. The *lower median* of the ratios (the value at 0-based rank ``(n - 1) // 2``) is kept beside
+  it with its interval, to tell whether the ratio moved.
+* **Segments** — the factor is also fitted per content segment (``worker.core.segments``) of a
+  model whose tokenizer is approximate: a segment with at least ``min_samples`` fitted calls is
+  charged at its own ratio of sums, any other at the model's pooled factor. An exact tokenizer
+  has no segment factors (it is exact on every segment; the pooled fit watches it).
 * **Interval** — the distribution-free 95 % interval of the median from order statistics: the
   values at 1-based ranks ``j = max(1, floor((n - d) / 2))`` and ``k = min(n, ceil((n + d) / 2) + 1)``
   with ``d = ceil(1.96 * sqrt(n))`` (the normal approximation of the binomial ``B(n, 1/2)``),
@@ -60,6 +68,18 @@ def ratio_ppm(reported: int, estimated: int) -> int | None:
     return ratio if MIN_RATIO_PPM <= ratio <= MAX_RATIO_PPM else None
 
 
+def ratio_of_sums(pairs: Iterable[tuple[int, int]]) -> int | None:
+    """Of (estimated, reported) pairs: ``sum reported / sum estimated`` in ppm, rounded half up;
+    None when the estimates sum to 0."""
+    estimated = reported = 0
+    for est, rep in pairs:
+        estimated += est
+        reported += rep
+    if estimated <= 0:
+        return None
+    return (2 * reported * PPM + estimated) // (2 * estimated)
+
+
 def calibrated(tokens: int, factor_ppm: int) -> int:
     """``tokens`` times ``factor_ppm / 10^6``, rounded half up to a whole token."""
     return (tokens * factor_ppm + PPM // 2) // PPM
@@ -73,7 +93,8 @@ def held_out(request_id: str, holdout_pct: int = DEFAULT_HOLDOUT_PCT) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Fit:
-    """The median ratio of ``samples`` calls and its 95 % interval, all in ppm."""
+    """The median ratio of ``samples`` calls and its 95 % interval, all in ppm; ``factor_ppm`` is the
+    median (what moved), the factor charged is the ratio of sums (``Direction.factor_ppm``)."""
 
     factor_ppm: int
     low_ppm: int
@@ -120,13 +141,18 @@ def factor_to_use(found: Fit | None, *, exact: bool, min_samples: int) -> int:
     return PPM
 
 
-def aggregate_error_ppm(pairs: Sequence[tuple[int, int]], factor_ppm: int = PPM) -> int | None:
+def aggregate_error_ppm(
+    pairs: Sequence[tuple[int, int]], factor_ppm: int | Sequence[int] = PPM
+) -> int | None:
     """Of (estimated, reported) pairs: ``(sum calibrated(estimated) - sum reported) / sum
-    reported`` in ppm, truncated toward zero; None when nothing was reported."""
+    reported`` in ppm, truncated toward zero; None when nothing was reported. ``factor_ppm`` is one
+    factor for every pair, or one per pair."""
     reported = sum(r for _, r in pairs)
     if reported <= 0:
         return None
-    difference = (sum(calibrated(e, factor_ppm) for e, _ in pairs) - reported) * PPM
+    factors = [factor_ppm] * len(pairs) if isinstance(factor_ppm, int) else list(factor_ppm)
+    charged = sum(calibrated(e, f) for (e, _), f in zip(pairs, factors, strict=True))
+    difference = (charged - reported) * PPM
     magnitude = abs(difference) // reported
     return magnitude if difference >= 0 else -magnitude
 
@@ -147,8 +173,9 @@ def moved(previous: Fit | None, new: Fit | None, min_samples: int = DEFAULT_MIN_
 
 @dataclass(frozen=True, slots=True)
 class Direction:
-    """What one direction of one model learnt: the fit (None without ratios), the factor charged,
-    and on the held-out calls the error without and with that factor."""
+    """What one direction of one model learnt: the fit (None without ratios), the pooled factor
+    charged, the factors of the segments with enough calls (segment → ppm, with their fitted call
+    counts), and on the held-out calls the error without and with those factors."""
 
     fit: Fit | None
     used: bool
@@ -156,27 +183,56 @@ class Direction:
     held_out: int
     error_raw_ppm: int | None
     error_calibrated_ppm: int | None
+    segments: Mapping[str, int] = field(default_factory=dict)
+    segment_samples: Mapping[str, int] = field(default_factory=dict)
+
+    def factor_for(self, segment: str) -> int:
+        return self.segments.get(segment, self.factor_ppm)
+
+
+Pair = tuple[int, int]  # (estimated, reported)
+
+
+def _usable(pairs: Iterable[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    return [(e, r, s) for e, r, s in pairs if ratio_ppm(r, e) is not None]
 
 
 def learn_direction(
-    fitted: Sequence[tuple[int, int]],
-    holdout: Sequence[tuple[int, int]],
+    fitted: Sequence[tuple[int, int] | tuple[int, int, str]],
+    holdout: Sequence[tuple[int, int] | tuple[int, int, str]],
     *,
     exact: bool,
     min_samples: int = DEFAULT_MIN_SAMPLES,
 ) -> Direction:
-    """Fit (estimated, reported) pairs, then measure the factor on the held-out pairs."""
-    found = fit(r for r in (ratio_ppm(rep, est) for est, rep in fitted) if r is not None)
+    """Fit (estimated, reported[, segment]) triples, then measure the factors on the held-out
+    ones (see the module: ratio of sums, per segment for an approximate tokenizer)."""
+    fit_rows = _usable((*p, "")[:3] for p in fitted)  # type: ignore[misc]
+    held_rows = _usable((*p, "")[:3] for p in holdout)  # type: ignore[misc]
+    found = fit(ratio_ppm(r, e) or 0 for e, r, _ in fit_rows)
     used = fit_used(found, exact=exact, min_samples=min_samples)
-    factor = found.factor_ppm if used and found is not None else PPM
-    kept = [(est, rep) for est, rep in holdout if ratio_ppm(rep, est) is not None]
+    pooled = ratio_of_sums((e, r) for e, r, _ in fit_rows) if used else None
+    factor = PPM if pooled is None else pooled
+    segments: dict[str, int] = {}
+    samples: dict[str, int] = {}
+    if used and not exact:
+        by_segment: dict[str, list[Pair]] = {}
+        for e, r, s in fit_rows:
+            if s:
+                by_segment.setdefault(s, []).append((e, r))
+        for segment, rows in sorted(by_segment.items()):
+            own = ratio_of_sums(rows)
+            if len(rows) >= max(1, min_samples) and own is not None:
+                segments[segment], samples[segment] = own, len(rows)
+    kept = [(e, r) for e, r, _ in held_rows]
     return Direction(
         found,
         used,
         factor,
         len(kept),
         aggregate_error_ppm(kept),
-        aggregate_error_ppm(kept, factor),
+        aggregate_error_ppm(kept, [segments.get(s, factor) for _, _, s in held_rows]),
+        segments,
+        samples,
     )
 
 
@@ -190,16 +246,33 @@ class Factors:
     version: int
     prompt_ppm: int = PPM
     completion_ppm: int = PPM
+    # segment → factor, for the segments fitted on their own (the others take the pooled factor)
+    prompt_segments: Mapping[str, int] = field(default_factory=dict)
+    completion_segments: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.version < 1 or self.prompt_ppm <= 0 or self.completion_ppm <= 0:
+        factors = (
+            self.prompt_ppm,
+            self.completion_ppm,
+            *self.prompt_segments.values(),
+            *self.completion_segments.values(),
+        )
+        if self.version < 1 or min(factors) <= 0:
             raise ValueError(f"calibration factors out of range: {self}")
 
+    def for_segment(self, segment: str) -> tuple[int, int]:
+        """The (prompt, completion) factors a call of ``segment`` is charged at."""
+        return (
+            self.prompt_segments.get(segment, self.prompt_ppm),
+            self.completion_segments.get(segment, self.completion_ppm),
+        )
+
     def usage(self, estimate: Estimate) -> Usage:
-        """The calibrated counts of ``estimate``."""
+        """The calibrated counts of ``estimate``, at its segment's factors."""
+        prompt_ppm, completion_ppm = self.for_segment(estimate.segment)
         return Usage(
-            calibrated(estimate.prompt_tokens, self.prompt_ppm),
-            calibrated(estimate.completion_tokens, self.completion_ppm),
+            calibrated(estimate.prompt_tokens, prompt_ppm),
+            calibrated(estimate.completion_tokens, completion_ppm),
         )
 
 

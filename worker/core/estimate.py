@@ -1,6 +1,13 @@
 """Offline token estimates of a call, for when the upstream usage block is missing or doubted.
 
-The prompt rules are the ones OpenAI publishes in the cookbook "How to count tokens with tiktoken"
+Which tokenizer counts a model's text is a registry by model family (``DEFAULT_RULES``: a name
+prefix → a shipped vocabulary); the vocabulary names the chat template its counts follow
+(``TEMPLATES``): OpenAI's models and every model no rule matches by the cookbook rules below,
+Mistral's Tekken models by Mistral's own template (``worker.core.mistral_chat``). A family whose
+tokenizer is not public (Claude, Gemini) is counted with o200k and marked approximate: its
+estimates are calibrated against reported usage (``worker.core.calibration``).
+
+The OpenAI prompt rules are the ones OpenAI publishes in the cookbook "How to count tokens with tiktoken"
 (``num_tokens_from_messages`` and ``num_tokens_for_tools``); for the cookbook's worked examples they
 reproduce what the API reported. The completion count is the text the model produced, encoded
 without special tokens.
@@ -21,12 +28,24 @@ from typing import Any
 
 import tiktoken
 
+from worker.core import mistral_chat
 from worker.core.image_tokens import image_part_tokens
 from worker.core.result import Choice, Estimate
+from worker.core.segments import segment_of
 from worker.core.vocab import VOCABULARIES, load_encoding
 
 O200K = "o200k_base"
 CL100K = "cl100k_base"
+TEKKEN = "tekken_240718"
+
+# The chat template a vocabulary's counts follow.
+OPENAI_TEMPLATE = "openai"
+MISTRAL_TEMPLATE = "mistral_v3"
+TEMPLATES: dict[str, str] = {
+    O200K: OPENAI_TEMPLATE,
+    CL100K: OPENAI_TEMPLATE,
+    TEKKEN: MISTRAL_TEMPLATE,
+}
 
 # Cookbook: "every message follows <|start|>{role/name}\n{content}<|end|>\n" and "every reply is
 # primed with <|start|>assistant<|message|>"; identical for gpt-3.5-turbo-0125, gpt-4 and gpt-4o.
@@ -71,6 +90,14 @@ DEFAULT_RULES: dict[str, str] = {
     "gpt-4": CL100K,
     "gpt-3.5": CL100K,
     "gpt-35": CL100K,
+    # Mistral's Tekken generation (the models mistral-common 1.13.1 maps to tekken_240718 and
+    # tekken_240911, whose text ranks are the same): API names and the open weights' names.
+    "open-mistral-nemo": TEKKEN,
+    "mistral-nemo": TEKKEN,
+    "ministral-8b-2410": TEKKEN,
+    "mistral-small-2409": TEKKEN,
+    "pixtral-12b-2409": TEKKEN,
+    "pixtral-12b": TEKKEN,
 }
 
 # A prefix matches a whole name, or a name continuing with a separator: "o1" takes "o1-mini" but not
@@ -87,6 +114,10 @@ class Tokenizer:
     encoding: str
     approximate: bool
 
+    @property
+    def template(self) -> str:
+        return TEMPLATES[self.encoding]
+
 
 class EncodingTable:
     """Model name → shipped encoding, by longest matching prefix.
@@ -98,7 +129,7 @@ class EncodingTable:
 
     def __init__(self, rules: Mapping[str, str], default: str = O200K) -> None:
         for encoding in (*rules.values(), default):
-            if encoding not in VOCABULARIES or encoding not in TOOL_CONSTANTS:
+            if encoding not in VOCABULARIES or encoding not in TEMPLATES:
                 known = ", ".join(sorted(VOCABULARIES))
                 raise ValueError(f"unknown encoding {encoding!r} (known: {known})")
         # Longest first, so the first match is the most specific rule.
@@ -428,6 +459,8 @@ def _prompt_tokens(
 def _prompt_tokens_with(
     encoding: Any, tokenizer: Tokenizer, model: str, messages: object, tools: object
 ) -> tuple[int, bool]:
+    if tokenizer.template == MISTRAL_TEMPLATE:
+        return mistral_chat.prompt_tokens(lambda text: _count(encoding, text), messages, tools)
     name = base_model_name(model) if isinstance(model, str) else ""
     total = 0
     uncounted = False
@@ -493,8 +526,10 @@ def estimate_completion(
     model: str, choices: Sequence[Choice], table: EncodingTable = DEFAULT_TABLE
 ) -> int:
     """Completion tokens: content, refusal, reasoning, tool calls and a legacy function call of every
-    choice, summed."""
-    encoding = _encoder(model, table)[0]
+    choice, summed (for a Mistral template, as ``worker.core.mistral_chat`` counts them)."""
+    encoding, tokenizer = _encoder(model, table)
+    if tokenizer.template == MISTRAL_TEMPLATE:
+        return mistral_chat.completion_tokens(lambda text: _count(encoding, text), choices)
     total = 0
     for choice in choices:
         if not isinstance(choice, Choice):
@@ -519,8 +554,14 @@ def estimate(
     choices: Sequence[Choice],
     table: EncodingTable = DEFAULT_TABLE,
 ) -> Estimate:
-    """Both counts of a call; approximate when the tokenizer is unknown or a part went uncounted."""
+    """Both counts of a call, and its content segment; approximate when the tokenizer is unknown or
+    a part went uncounted."""
     prompt, uncounted = _prompt_tokens(model, messages, tools, table)
     completion = estimate_completion(model, choices, table)
     approximate = uncounted or table.resolve(model).approximate
-    return Estimate(prompt_tokens=prompt, completion_tokens=completion, approximate=approximate)
+    return Estimate(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        approximate=approximate,
+        segment=segment_of(messages, tools, choices),
+    )

@@ -183,8 +183,9 @@ def build_result(
     ``MAX_CALL_MICROS`` so that no failure row can hold an amount no call can cost.
 
     A settled call without usage is charged at its estimate calibrated by the factors the book
-    carries for its provider and model (``PriceBook.calibration``, ``worker.core.calibration``),
-    recorded on the result (``Result.calibration``, only then) so that the charge can be recomputed.
+    carries for its provider and model (``PriceBook.calibration``, ``worker.core.calibration``: its
+    content segment's factors), recorded on the result (``Result.calibration``, only then) so that
+    the charge can be recomputed; the exposure is the calibrated estimate's price too.
     """
     if reading is None:
         reading = read_reported(meta, assembled, prices)
@@ -207,10 +208,10 @@ def build_result(
         return prices.charge(meta.model, usage, meta.created_at, tier=tier, provider=meta.provider)
 
     problem = reading.problem
-    # An estimated call is charged at the calibrated estimate; the exposure stays the raw estimate's
-    # price (a failure row keeps the raw counts only).
+    # An estimated call is charged, and an unsettled one exposed, at the calibrated estimate (its
+    # segment's factors, ``worker.core.calibration``); the failure row keeps the raw counts.
     estimated = guess.as_usage() if factors is None else factors.usage(guess)
-    exposure = price(guess.as_usage())
+    exposure = price(estimated)
     if exposure is None:
         anomalies.append("unpriced")
     elif decision.reason is Reason.INCONSISTENT_USAGE and reading.larger is not None:

@@ -96,6 +96,8 @@ class Estimate:
     prompt_tokens: int
     completion_tokens: int
     approximate: bool
+    # the call's content segment (``worker.core.segments``), which picks its calibration factor
+    segment: str = "other"
 
     def as_usage(self) -> Usage:
         return Usage(self.prompt_tokens, self.completion_tokens)

@@ -1,5 +1,12 @@
 """The shipped tiktoken vocabularies, loaded without a network.
 
+``tekken_240718`` is Mistral's Tekken vocabulary (``open-mistral-nemo``, ``ministral-8b-2410``,
+``mistral-small-2409``, ``pixtral-12b-2409``): the first 130,072 ranks (its 131,072 minus the 1,000
+control-token slots) of ``mistral_common/data/tekken_240718.json`` in ``mistral-common`` 1.13.1
+(PyPI, Apache-2.0; the file's sha256 is eccd1665…827516), written in tiktoken's rank format by
+``devtools/tekken_ranks.py``, with the split pattern of that file's ``config``. Control tokens are
+not text: the chat template counts them (``worker.core.mistral_chat``).
+
 tiktoken downloads a vocabulary on first use; the worker must never do that. The rank files ship
 gzipped in ``worker/core/vocab/`` with ``SHA256SUMS`` (the hashes of the decompressed content, the same
 ones tiktoken pins in ``tiktoken_ext/openai_public.py``). An encoding is built here from a file whose
@@ -68,6 +75,20 @@ class VocabularySpec:
         return f"{self.name}.tiktoken"
 
 
+# Tekken's pre-tokenizer (``config.pattern`` of tekken_240718.json): o200k's without the
+# contractions, and digits one at a time.
+_TEKKEN_PAT = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*""",
+        r"""\p{N}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+
 VOCABULARIES: dict[str, VocabularySpec] = {
     "cl100k_base": VocabularySpec(
         name="cl100k_base",
@@ -86,6 +107,12 @@ VOCABULARIES: dict[str, VocabularySpec] = {
         pat_str=_O200K_PAT,
         special_tokens={ENDOFTEXT: 199999, ENDOFPROMPT: 200018},
         rank_count=199998,
+    ),
+    "tekken_240718": VocabularySpec(
+        name="tekken_240718",
+        pat_str=_TEKKEN_PAT,
+        special_tokens={},
+        rank_count=130072,
     ),
 }
 

@@ -6,12 +6,16 @@ counts beside the worker's raw estimate of the same call), at most ``max_samples
 per (provider, model), splits them by request id into the fit and the held-out calls
 (``worker.core.calibration.held_out``), fits each direction and measures it, and stores the result:
 
-* no stored version, or a factor charged that differs from the latest version's by at least
-  ``reversion_ppm`` (or from 1 to another value, or back), or a fit that drifted: a **new
-  version** (version + 1); ``drifted`` when its fit's median lies outside the interval of the previous version's fit
+* no stored version, or a factor charged (pooled or a segment's) that differs from the latest
+  version's by at least ``reversion_ppm`` (or from 1 to another value, or back, or a segment
+  gaining or losing its own factor), or a fit that drifted: a **new version** (version + 1);
+  ``drifted`` when its fit's median lies outside the interval of the previous version's fit
   (``worker.core.calibration.moved``);
-* otherwise the latest version's fit, sample and errors are refreshed in place: its factors, which
-  usage records name by version, never change.
+* otherwise the latest version's fit, sample and errors are refreshed in place: its factors
+  (``*_factor_ppm``, ``segment_factors``), which usage records name by version, are never updated.
+
+Each call is learnt with its content segment (``usage_records.estimate_segment``): the factors are
+ratios of sums, per segment where a segment has enough calls (``worker.core.calibration``).
 
 The completion direction compares the *visible* completion (reported completion minus reasoning
 tokens: hidden reasoning is not streamed, the estimate cannot see it) with the estimate, as the
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.orm import Session
 
@@ -37,6 +42,7 @@ from models import CalibrationFactor, Reservation, UsageRecord
 from worker.core.calibration import (
     DEFAULT_HOLDOUT_PCT,
     DEFAULT_MIN_SAMPLES,
+    DIRECTIONS,
     PPM,
     CalibrationTable,
     Direction,
@@ -94,8 +100,8 @@ class Learnt:
 @dataclass(frozen=True, slots=True)
 class _Pair:
     request_id: str
-    prompt: tuple[int, int]  # (estimated, reported)
-    completion: tuple[int, int]
+    prompt: tuple[int, int, str]  # (estimated, reported, segment)
+    completion: tuple[int, int, str]
 
 
 def _observations(
@@ -120,6 +126,7 @@ def _observations(
             u.reasoning_tokens,
             u.estimate_prompt_tokens,
             u.estimate_completion_tokens,
+            u.estimate_segment,
             rank,
         )
         .select_from(usage_records.join(reservations, reservations.c.id == u.reservation_id))
@@ -133,11 +140,16 @@ def _observations(
     )
     found: dict[Key, list[_Pair]] = defaultdict(list)
     for row in session.execute(select(recent).where(recent.c.rank <= max_samples)):
+        segment = row.estimate_segment or ""
         found[(row.provider, row.model)].append(
             _Pair(
                 row.request_id,
-                (row.estimate_prompt_tokens, row.prompt_tokens),
-                (row.estimate_completion_tokens, row.completion_tokens - row.reasoning_tokens),
+                (row.estimate_prompt_tokens, row.prompt_tokens, segment),
+                (
+                    row.estimate_completion_tokens,
+                    row.completion_tokens - row.reasoning_tokens,
+                    segment,
+                ),
             )
         )
     return found
@@ -170,10 +182,29 @@ def _stored_fit(row: Any, name: str) -> Fit | None:
     return Fit(middle, low, high, getattr(row, f"{name}_samples"))
 
 
+def _factor_values(directions: dict[str, Direction]) -> dict[str, Any]:
+    """The factors of a new version: written once, never updated."""
+    segments = {name: dict(d.segments) for name, d in directions.items() if d.segments}
+    return {
+        **{f"{name}_factor_ppm": d.factor_ppm for name, d in directions.items()},
+        "segment_factors": orjson.dumps(segments, option=orjson.OPT_SORT_KEYS).decode()
+        if segments
+        else None,
+    }
+
+
+def stored_segments(row: Any) -> dict[str, dict[str, int]]:
+    """A version's segment factors by direction (``{}`` when it has none)."""
+    text = getattr(row, "segment_factors", None)
+    if not text:
+        return {}
+    data = orjson.loads(text)
+    return {name: {str(k): int(v) for k, v in data.get(name, {}).items()} for name in DIRECTIONS}
+
+
 def _direction_values(name: str, learnt: Direction) -> dict[str, Any]:
     fitted = learnt.fit
     return {
-        f"{name}_factor_ppm": learnt.factor_ppm,
         f"{name}_fit_ppm": None if fitted is None else fitted.factor_ppm,
         f"{name}_low_ppm": None if fitted is None else fitted.low_ppm,
         f"{name}_high_ppm": None if fitted is None else fitted.high_ppm,
@@ -183,11 +214,19 @@ def _direction_values(name: str, learnt: Direction) -> dict[str, Any]:
     }
 
 
-def _changed(previous: Any, name: str, learnt: Direction, reversion_ppm: int) -> bool:
-    before = getattr(previous, f"{name}_factor_ppm")
-    if (before == PPM) != (learnt.factor_ppm == PPM):
+def _moved_by(before: int, after: int, reversion_ppm: int) -> bool:
+    if (before == PPM) != (after == PPM):
         return True
-    return abs(learnt.factor_ppm - before) >= max(1, reversion_ppm)
+    return abs(after - before) >= max(1, reversion_ppm)
+
+
+def _changed(previous: Any, name: str, learnt: Direction, reversion_ppm: int) -> bool:
+    if _moved_by(getattr(previous, f"{name}_factor_ppm"), learnt.factor_ppm, reversion_ppm):
+        return True
+    before = stored_segments(previous).get(name, {})
+    if set(before) != set(learnt.segments):
+        return True
+    return any(_moved_by(before[s], learnt.segments[s], reversion_ppm) for s in before)
 
 
 def _drifted(previous: Any, name: str, learnt: Direction, min_samples: int) -> bool:
@@ -241,6 +280,7 @@ def learn(session: Session, now: datetime, policy: CalibrationPolicy | None = No
                     exact=exact,
                     drifted=drifted,
                     created_at=now,
+                    **_factor_values(directions),
                     **values,
                 )
             )
@@ -269,7 +309,13 @@ def current(session: Session) -> CalibrationTable:
     """The latest version of every (provider, model), as the reconciler charges with it."""
     return CalibrationTable(
         {
-            key: Factors(row.version, row.prompt_factor_ppm, row.completion_factor_ppm)
+            key: Factors(
+                row.version,
+                row.prompt_factor_ppm,
+                row.completion_factor_ppm,
+                stored_segments(row).get("prompt", {}),
+                stored_segments(row).get("completion", {}),
+            )
             for key, row in _latest(session).items()
         }
     )

@@ -153,6 +153,7 @@ def show(session: Session, request_id: str) -> dict[str, Any] | None:
                 "version": usage.calibration_version,
                 "prompt_factor_ppm": usage.prompt_factor_ppm,
                 "completion_factor_ppm": usage.completion_factor_ppm,
+                "segment": usage.estimate_segment,
             }
     elif failure is not None:
         estimate = {

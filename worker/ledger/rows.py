@@ -88,8 +88,13 @@ def usage_values(reservation_id: int, result: Result, now: datetime) -> dict[str
             None if result.provider_cost_micros is None else int(result.provider_cost_micros)
         ),
         "calibration_version": None if factors is None else factors.version,
-        "prompt_factor_ppm": None if factors is None else factors.prompt_ppm,
-        "completion_factor_ppm": None if factors is None else factors.completion_ppm,
+        "prompt_factor_ppm": None
+        if factors is None
+        else factors.for_segment(result.estimate.segment)[0],
+        "completion_factor_ppm": None
+        if factors is None
+        else factors.for_segment(result.estimate.segment)[1],
+        "estimate_segment": result.estimate.segment,
     }
 
 

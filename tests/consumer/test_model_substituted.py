@@ -222,10 +222,22 @@ def test_a_model_priced_otherwise_is_a_substitution_at_its_own_price(
 @pytest.mark.parametrize(
     "served",
     [
-        "gpt-4o-fallback-preview",  # a model the book does not price
+        "gpt-4o-fallback-preview",  # a name no row has, ending the requested one's "-…"
+        "gpt-4o-2024-11-20",  # a new snapshot gpt-4o's rows do not name
+    ],
+)
+def test_a_served_snapshot_the_book_does_not_know_is_billed_as_requested(served: str) -> None:
+    """Issue 49: the provider bills the model requested; a served name the book does not know,
+    which is the requested name and a suffix, is priced as requested, flagged ``model_substituted``."""
+    for result in both("gpt-4o", served):
+        assert billed(result) == ("gpt-4o", SETTLED, round(FOUR_O), True)
+
+
+@pytest.mark.parametrize(
+    "served",
+    [
         "GPT-4o",  # no case folding: the book prices no such name
         "openai/gpt-4o",  # the book prices no prefixes
-        "gpt-4o-2024-11-20",  # gpt-4o's rows do not say snapshots = true
     ],
 )
 def test_an_unpriced_served_model_is_unpriced_never_the_requested_price(served: str) -> None:
@@ -416,7 +428,7 @@ def test_the_consumer_and_the_sweeper_bill_the_served_model(
     swept = entry(account, "gpt-4o-mini")  # its close never comes: the sweeper settles it
     play(publisher, fallback, "gpt-4o")
     play(publisher, fallback_plain, "gpt-4o")
-    play(publisher, unpriced, "gpt-4o-fallback-preview")
+    play(publisher, unpriced, "o9-fallback-preview")  # not the requested name and a suffix
     play(publisher, snapshot, "gpt-4o-2024-08-06")
     play(publisher, swept, "gpt-4o", close=False)
     drain(consumer)
@@ -442,7 +454,7 @@ def test_the_consumer_and_the_sweeper_bill_the_served_model(
         None,
     )
     assert kinds["model_substituted"] == (
-        "requested gpt-4o, served gpt-4o-fallback-preview, which has no price"
+        "requested gpt-4o, served o9-fallback-preview, which has no price"
     )
     assert booked(sessions, snapshot["request_id"]) == (
         "settled", "gpt-4o", None, "gpt-4o", GPT_4O_CHARGE, {"charge_above_hold": above},

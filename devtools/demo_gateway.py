@@ -143,13 +143,14 @@ def start_asgi(upstream: Upstream, redis_url: str) -> tuple[subprocess.Popen[byt
 
 def litellm_config(deployments: Iterable[tuple[str, str, str]]) -> str:
     """A LiteLLM proxy config with the billing hook and one deployment per (model name, the
-    upstream's model, its api_base)."""
+    upstream's model, its api_base). The model is an OpenAI one unless it names its LiteLLM
+    provider (``anthropic/claude-sonnet-4-5``)."""
     lines = ["model_list:"]
     for name, model, api_base in deployments:
         lines += [
             f"  - model_name: {name}",
             "    litellm_params:",
-            f"      model: openai/{model}",
+            f"      model: {model if '/' in model else 'openai/' + model}",
             f"      api_base: {api_base}",
             "      api_key: sk-upstream-unused",
         ]

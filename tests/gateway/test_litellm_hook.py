@@ -254,29 +254,30 @@ HOSTILE = {
 def test_a_refused_call_type_strips_the_clients_billing_keys_and_publishes_nothing(
     redis_client: redis.Redis, prefix: str, tmp_path: Path
 ) -> None:
-    """An embedding (no reader yet) carrying the hook's keys in both metadata dicts: refused with
-    403 ``route_not_billed`` as a ``ProxyException``; every ``billing_`` key is gone before that,
-    so the success and failure hooks the proxy might still call find no request id to publish."""
+    """An image generation (no reader yet) carrying the hook's keys in both metadata dicts:
+    refused with 403 ``route_not_billed`` as a ``ProxyException``; every ``billing_`` key is gone
+    before that, so the success and failure hooks the proxy might still call find no request id
+    to publish."""
     from litellm.proxy._types import ProxyException
-    from litellm.types.utils import EmbeddingResponse
+    from litellm.types.utils import ImageResponse
 
     keys = Keys(prefix)
     tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
     hook = BillingHook(lambda: tee, book=load_price_book())
     data = {
-        "model": "emb",
-        "input": ["hi"],
+        "model": "img",
+        "prompt": "a cat",
         "metadata": {**HOSTILE, "tag": "kept"},
         "litellm_metadata": dict(HOSTILE),
     }
 
     async def run() -> None:
         with pytest.raises(ProxyException) as refused:
-            await hook.async_pre_call_hook(Key(), None, data, "aembedding")
+            await hook.async_pre_call_hook(Key(), None, data, "aimage_generation")
         assert refused.value.code == "403"
         assert refused.value.openai_code == "route_not_billed"
-        assert "call type aembedding is not billed by this gateway" in refused.value.message
-        await hook.async_post_call_success_hook(data, Key(), EmbeddingResponse(model="emb"))
+        assert "call type aimage_generation is not billed by this gateway" in refused.value.message
+        await hook.async_post_call_success_hook(data, Key(), ImageResponse(data=[]))
         await hook.async_post_call_failure_hook(data, RuntimeError("x"), Key())
 
     asyncio.run(run())
@@ -310,15 +311,15 @@ def test_with_pass_a_refused_call_type_is_served_and_published_unbilled(
     keys = Keys(prefix)
     tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
     hook = BillingHook(lambda: tee, book=load_price_book())
-    data = {"model": "emb", "input": ["hi"], "metadata": dict(HOSTILE)}
-    asyncio.run(hook.async_pre_call_hook(Key(), None, data, "aembedding"))
+    data = {"model": "img", "prompt": "a cat", "metadata": dict(HOSTILE)}
+    asyncio.run(hook.async_pre_call_hook(Key(), None, data, "aimage_generation"))
     hook.stop()
     (note,) = [fields for _id, fields in redis_client.xrange(keys.events())]
     # The client's keys gone; only the id the call was recorded under (X-Billing-Request-Id).
     assert data["metadata"] == {"billing_unbilled_id": note[b"request_id"].decode()}
     assert (note[b"kind"], note[b"route"], note[b"account_id"]) == (
         b"unbilled",
-        b"call type aembedding",
+        b"call type aimage_generation",
         b"team-a",
     )
     assert note[b"request_id"].startswith(b"req_litellm_")

@@ -132,7 +132,7 @@ def test_websockets_are_refused_the_realtime_api_by_name() -> None:
     assert websocket_route("/anything").treatment is Treatment.REFUSED
 
 
-def test_litellm_call_types_bill_chat_and_refuse_every_other() -> None:
+def test_litellm_call_types_bill_the_billed_endpoints_and_refuse_every_other() -> None:
     for call_type in CallTypes:
         route = call_type_route(call_type)
         assert route == call_type_route(call_type.value)
@@ -144,6 +144,10 @@ def test_litellm_call_types_bill_chat_and_refuse_every_other() -> None:
         )
         assert route.treatment is expected, call_type
     assert call_type_route("aembedding").endpoint == "embeddings"
+    for billed in ("aresponses", "atext_completion", "aembedding", "anthropic_messages"):
+        assert call_type_route(billed).treatment is Treatment.BILLED, billed
+    for refused in ("aimage_generation", "amoderation", "aspeech", "atranscription"):
+        assert call_type_route(refused).treatment is Treatment.REFUSED, refused
     assert call_type_route("_arealtime").endpoint is None
     assert call_type_route("pass_through_endpoint").treatment is Treatment.REFUSED
     assert call_type_route(None).treatment is Treatment.REFUSED

@@ -232,14 +232,14 @@ def test_litellm_client_billing_metadata_chooses_neither_the_payer_nor_the_hold(
 def test_litellm_a_refused_call_type_with_client_billing_metadata_books_nothing(
     stack: Stack,
 ) -> None:
-    """An embedding carrying the hook's keys (the call type the hook once left alone, so its
-    post-call hooks published the client's account and id): refused, and nothing recorded for
-    anyone; a chat call made after it is the only call the ledger gets."""
+    """A moderation carrying the hook's keys (a call type the hook refuses: once such call types
+    were left alone, so the post-call hooks published the client's account and id): refused, and
+    nothing recorded for anyone; a chat call made after it is the only call the ledger gets."""
     account, victim = new_account(), new_account()
     client = stack.litellm_client()
     with pytest.raises(openai.PermissionDeniedError, match="not billed by this gateway"):
-        client.embeddings.create(
-            model="emb", input="hi", user=account, extra_body={"metadata": hostile(victim)}
+        client.moderations.create(
+            model="emb", input="hi", extra_body={"metadata": hostile(victim), "user": account}
         )
     client.chat.completions.create(model=MODEL, messages=MESSAGES, user=account)
     (call,) = stack.decided([account], 1)
@@ -274,10 +274,12 @@ def test_asgi_unknown_and_unread_paths_are_refused_before_the_app(stack: Stack) 
 
 def test_litellm_call_types_without_a_reader_are_refused(stack: Stack) -> None:
     client = stack.litellm_client()
-    with pytest.raises(openai.PermissionDeniedError, match="atext_completion is not billed"):
-        client.completions.create(model=MODEL, prompt="Say hello.", user=new_account())
-    with pytest.raises(openai.PermissionDeniedError, match="aresponses is not billed"):
-        client.responses.create(model=MODEL, input="Say hello.", user=new_account())
+    with pytest.raises(
+        openai.PermissionDeniedError, match="call type image_generation is not billed"
+    ):
+        client.images.generate(model=MODEL, prompt="a cat", user=new_account())
+    with pytest.raises(openai.PermissionDeniedError, match="call type moderation is not billed"):
+        client.moderations.create(model=MODEL, input="Say hello.")
 
 
 def test_the_model_list_and_health_are_served_free_by_both(stack: Stack) -> None:
@@ -300,7 +302,7 @@ def test_asgi_a_websocket_is_refused_at_the_handshake(stack: Stack) -> None:
 
 
 def test_pass_serves_an_unbilled_path_and_the_ledger_records_it(stack: Stack) -> None:
-    """``BILLING_UNBILLED_ROUTES=pass``: an embedding is served by both gateways, and each is a
+    """``BILLING_UNBILLED_ROUTES=pass``: a moderation is served by both gateways, and each is a
     voided call of its account with the anomaly ``unbilled_route`` naming the route."""
     asgi_account, litellm_account = new_account(), new_account()
     raw = stack.asgi_client(asgi_account, unbilled_pass=True).moderations.with_raw_response.create(
@@ -308,16 +310,17 @@ def test_pass_serves_an_unbilled_path_and_the_ledger_records_it(stack: Stack) ->
     )
     assert raw.parse().results[0].flagged is False
     rid = raw.headers["x-billing-request-id"]
-    served_litellm = stack.litellm_client(unbilled_pass=True).embeddings.with_raw_response.create(
-        model="emb", input="hi", user=litellm_account, extra_body={"metadata": hostile("v")}
+    served_litellm = stack.litellm_client(unbilled_pass=True).moderations.with_raw_response.create(
+        model="emb", input="hi", extra_body={"metadata": hostile("v"), "user": litellm_account}
     )
-    assert len(served_litellm.parse().data) == 1
+    assert served_litellm.parse().results[0].flagged is False
     (asgi_call,) = stack.decided([asgi_account], 1)
     (litellm_call,) = stack.decided([litellm_account], 1)
     assert (asgi_call.request_id, asgi_call.status, asgi_call.model) == (rid, "voided", "unbilled")
-    assert (litellm_call.request_id, litellm_call.status, litellm_call.model) == (
-        served_litellm.headers["x-billing-request-id"], "voided", "unbilled"
-    )  # fmt: skip
+    # LiteLLM 1.108.7 sends no X-Billing-Request-Id on a moderation (its headers hook does not
+    # see the hook's id there): the call is found by its account.
+    assert litellm_call.request_id.startswith("req_litellm_")
+    assert (litellm_call.status, litellm_call.model) == ("voided", "unbilled")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not stack.anomalies(litellm_account):
         time.sleep(0.2)
@@ -327,7 +330,7 @@ def test_pass_serves_an_unbilled_path_and_the_ledger_records_it(stack: Stack) ->
     ]  # fmt: skip
     assert stack.anomalies(litellm_account) == [
         ("unbilled", "unbilled_route",
-         "served unbilled: call type aembedding (BILLING_UNBILLED_ROUTES=pass)"),
+         "served unbilled: call type moderation (BILLING_UNBILLED_ROUTES=pass)"),
     ]  # fmt: skip
     assert ledger(stack.sessions, ["v"]) == []
     assert published_under(stack, "req_v") == []

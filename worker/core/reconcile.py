@@ -29,7 +29,7 @@ from worker.core.outcome import (
 )
 from worker.core.prices import PriceBook, normalize_tier
 from worker.core.readers import read_body, read_stream
-from worker.core.request import RequestMeta
+from worker.core.request import RequestMeta, cut_to_column
 from worker.core.result import Choice, Estimate, Outcome, Reason, Result, Usage, UsageSource
 from worker.core.searches import with_searches
 from worker.core.sse import lenient_loads
@@ -282,7 +282,9 @@ def build_result(
         charge_micros=charge,
         exposure_micros=exposure,
         choices=tuple(assembled.choices),
-        completion_id=assembled.completion_id,
+        completion_id=None
+        if assembled.completion_id is None
+        else cut_to_column(assembled.completion_id),
         system_fingerprint=assembled.system_fingerprint,
         anomalies=tuple(anomalies),
         error=_error_text(assembled.error),

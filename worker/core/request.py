@@ -196,6 +196,15 @@ def upstream_key_label(value: object, key: str = "upstream_key") -> str:
     return value
 
 
+def cut_to_column(text: str) -> str:
+    """``text`` as an id column holds it: whole when it fits ``MAX_ID_CHARS``, else its first
+    ``MAX_ID_CHARS - 1`` characters and ``…`` (a provider's answer id, which can be longer: the
+    ids LiteLLM gives Responses API answers encode their deployment)."""
+    if len(text) <= MAX_ID_CHARS:
+        return text
+    return text[: MAX_ID_CHARS - 1] + "\u2026"
+
+
 def _identifier(data: dict[str, Any], key: str) -> str:
     """A non-empty string of at most ``MAX_ID_CHARS`` characters with no control character and no
     whitespace at either end: the one rule for every id a call, a credit or a limit names (an id

@@ -62,10 +62,9 @@ from datetime import datetime
 from worker.core.errors import RequestMetaError
 from worker.core.prices import Price, PriceBook
 from worker.core.prices.book import normalize_provider
-from worker.core.request import MAX_ID_CHARS, check_identifier
+from worker.core.request import check_identifier, cut_to_column
 
 _UNUSABLE = "*"  # begins the name of a served name no call can have: no price row holds one
-_CUT = "\u2026"  # ends a name cut to fit
 # What a row says about which call it prices, not what the call costs: the name, the layer and
 # provider it belongs to, its tier, its window in time, the other names it takes. Every other
 # compared field of ``Price`` is a price term (a field added later counts as one: two rows that
@@ -89,10 +88,7 @@ def unusable_name(served: str) -> str:
     ``repr`` (control characters and surrogates escaped, the ends' whitespace inside quotes), cut
     to ``MAX_ID_CHARS`` with ``…``. No price row names it: a row's name never holds ``*``
     (``worker.core.prices.price``), so the call is unpriced whatever the book."""
-    shown = _UNUSABLE + repr(served)
-    if len(shown) > MAX_ID_CHARS:
-        shown = shown[: MAX_ID_CHARS - 1] + _CUT
-    return shown
+    return cut_to_column(_UNUSABLE + repr(served))
 
 
 def same_prices(one: Price | None, other: Price | None) -> bool:

@@ -125,6 +125,10 @@ FREE_FIELDS: dict[str, str] = {
     "with the rest of the prompt",
     "completion_tokens_details.text_tokens": "the text part of completion_tokens (LiteLLM), "
     "priced with the rest of the completion",
+    "input_tokens_details.text_tokens": "the text part of input_tokens (LiteLLM, answering in the "
+    "Responses API's shape), priced with the rest of the input",
+    "output_tokens_details.text_tokens": "the text part of output_tokens (LiteLLM, answering in "
+    "the Responses API's shape from a chat completion's usage), priced with the rest of the output",
     "completion_tokens_details.accepted_prediction_tokens": "predicted-output tokens that appear "
     "in the completion: a part of completion_tokens, billed as completion (OpenAI)",
     "completion_tokens_details.rejected_prediction_tokens": "predicted-output tokens left out of "

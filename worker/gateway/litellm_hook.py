@@ -1,4 +1,6 @@
-"""The LiteLLM proxy hook: every chat completion the proxy serves, published to the billing contract.
+"""The LiteLLM proxy hook: every call the proxy serves to a billed endpoint (chat completions,
+legacy completions, embeddings, the Responses API, Anthropic's Messages API: ``routes``), published
+to the billing contract.
 
 A LiteLLM proxy names it in its ``config.yaml`` (docs/gateway.md, *LiteLLM proxy*)::
 
@@ -37,6 +39,19 @@ It is a ``CustomLogger`` whose proxy hooks write docs/events.md's entries throug
 * ``async_post_call_failure_hook``: a call that failed before any chunk or body is ``open``,
   ``response <status> {"error": …}``, ``close upstream_error`` (the worker voids it); one already
   closed by the stream wrapper is left alone.
+
+The endpoints beside chat (docs/gateway.md, *The endpoints beside chat*): each request is read as
+the chat request the hold and the entry read (``endpoint_requests.endpoint_request``, the
+middleware's own mapping; a background response refused with 400), the entry names its
+``endpoint`` (and ``prompt_estimate`` for token ids), a held limit goes into the endpoint's own
+field (``EndpointRequest.limit_field``), and the hook's keys live in ``litellm_metadata`` where
+LiteLLM keeps one (``hook_metadata``: there ``metadata`` is the client's, sent upstream). What is
+published is what the client is answered, in the endpoint's shape, which its reader reads: the
+Responses events and ``TextCompletionResponse`` chunks as ``data: <JSON>``, a Messages stream's
+bytes cut into whole events (no ``[DONE]``: it ends with ``message_stop``), each body's JSON (a
+Messages body is a dict, ``_hidden_params`` left out). A legacy completion's stream gets usage
+asked of the upstream (LiteLLM asks for chat only, and sends zeros otherwise) and the usage-only
+chunk kept from a client that did not ask.
 
 The ``request`` entry (``_meta``) is published through ``request_budget.entry_body``, as the ASGI
 middleware's is: image, audio and file parts as placeholders (their size, not their bytes), the
@@ -103,6 +118,8 @@ from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier, request_from_dict
 from worker.gateway import client_keys, unbilled
 from worker.gateway.authorize import Admission, Authorizer
+from worker.gateway.endpoint_requests import CHAT, EndpointRequest, endpoint_request
+from worker.gateway.events import EventSplitter
 from worker.gateway.holds import price_hold, unpriced_hold
 from worker.gateway.metadata import search_options, usable_account
 from worker.gateway.refusals import Refusal
@@ -111,6 +128,7 @@ from worker.gateway.reservation import NOT_PROMPT, Unpriced, reserve
 from worker.gateway.routes import Route, call_type_route, not_billed
 from worker.gateway.spool import probe
 from worker.gateway.tee import Tee
+from worker.gateway.usage_option import usage_options
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +139,13 @@ UNCHECKED_KEY = "billing_unchecked"  # served without a spend check (Redis away,
 ADMISSION_KEY = "billing_admission"  # the call's admission record: its entry's ``at`` and ``body``
 IN_FLIGHT_KEY = "billing_in_flight"  # an idempotency key's marker, cleared when the call ends
 ADMITTED_KEY = "billing_admitted_at"  # when the hold was taken: the call's created_at (its period)
+ENDPOINT_KEY = "billing_endpoint"  # the call's endpoint (``routes``'s kind), which picks its reader
+USAGE_ASKED_KEY = "billing_usage_asked"  # the hook asked the upstream for a stream's usage
 # The field a held output limit is written into: every LiteLLM provider config takes
 # ``max_tokens`` (some only it), and LiteLLM sends it as ``max_completion_tokens`` to OpenAI's
 # reasoning models, which refuse ``max_tokens`` (o-series, gpt-5: LiteLLM 1.108.7).
 WRITTEN_LIMIT = "max_tokens"
-LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "n")
+LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n")
 # The fields of a request that LiteLLM's ``data`` holds besides the proxy's own (``client_body``).
 PROMPT_FIELDS = frozenset(
     {"messages", "tools", "functions", "tool_choice", "function_call", "response_format",
@@ -134,6 +154,11 @@ PROMPT_FIELDS = frozenset(
 CLIENT_ID_KEY = "billing_client_request_id"  # the client's X-Request-Id, its reference only
 UNBILLED_ID_KEY = "billing_unbilled_id"  # the id a call served unbilled was recorded under
 DONE_EVENT = b"data: [DONE]\n\n"
+# The endpoints whose stream the proxy ends with ``data: [DONE]`` (its OpenAI-shaped generator);
+# an Anthropic Messages stream ends with its own ``message_stop``.
+DONE_ENDPOINTS = frozenset({CHAT, "completions", "responses"})
+# The keys of a request body (``proxy_server_request.body``) that are the proxy's, not the prompt's.
+PROXY_KEYS = frozenset({"metadata", "litellm_metadata", "proxy_server_request", "secret_fields"})
 STOP_TIMEOUT_SECONDS = 5.0
 
 
@@ -301,8 +326,78 @@ def _error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
 
 
 def _hidden(obj: Any, key: str) -> Any:
-    hidden = getattr(obj, "_hidden_params", None)
+    hidden = obj.get("_hidden_params") if isinstance(obj, dict) else None
+    hidden = getattr(obj, "_hidden_params", None) if hidden is None else hidden
     return hidden.get(key) if isinstance(hidden, dict) else None
+
+
+def hook_metadata(data: dict[str, Any], *, create: bool = False) -> dict[str, Any] | None:
+    """The dict the hook keeps its ``billing_`` keys in: LiteLLM's ``litellm_metadata`` where the
+    route keeps one (``/v1/responses``, ``/v1/messages``…: there ``metadata`` is the client's own
+    field, forwarded to the provider), else ``metadata``; made when ``create`` and neither is."""
+    for field in client_keys.METADATA_FIELDS[::-1]:
+        found = data.get(field)
+        if isinstance(found, dict):
+            return found
+    if not create:
+        return None
+    data["metadata"] = {}
+    return data["metadata"]
+
+
+def endpoint_of(data: dict[str, Any]) -> str:
+    """The endpoint the pre-call hook recorded for the call (chat completions when none)."""
+    metadata = hook_metadata(data)
+    kind = metadata.get(ENDPOINT_KEY) if metadata is not None else None
+    return kind if isinstance(kind, str) else CHAT
+
+
+def _body_json(response: Any) -> bytes | None:
+    """A non-streamed answer as the proxy sends it: a model's JSON without None fields, or a dict
+    (the Messages API's) without LiteLLM's ``_hidden_params``; None for anything else."""
+    if hasattr(response, "model_dump_json"):
+        return response.model_dump_json(exclude_none=True).encode()
+    if isinstance(response, dict):
+        shown = {k: v for k, v in response.items() if k != "_hidden_params"}
+        return orjson.dumps(shown, default=_jsonable)
+    return None
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(exclude_none=True)
+    raise TypeError(type(value).__name__)
+
+
+def _served_model(chunk: Any) -> str | None:
+    """The model an answer (or its first stream event) names: a chunk's ``model``, a Responses
+    event's ``response.model``, a Messages dict's ``model``."""
+    model = chunk.get("model") if isinstance(chunk, dict) else getattr(chunk, "model", None)
+    if model is None:
+        inner = getattr(chunk, "response", None)
+        model = getattr(inner, "model", None) if inner is not None else None
+    return model if isinstance(model, str) and model else None
+
+
+def _usage_only(chunk: Any) -> bool:
+    """A legacy-completion chunk that carries usage and nothing else (no text, no finish): the
+    chunk a usage the hook asked for arrives in."""
+    if getattr(chunk, "usage", None) is None:
+        return False
+    for choice in getattr(chunk, "choices", None) or []:
+        get = choice.get if isinstance(choice, dict) else lambda k, c=choice: getattr(c, k, None)
+        if get("text") or get("finish_reason") is not None:
+            return False
+    return True
+
+
+def _error_event(kind: str, body: dict[str, Any]) -> bytes:
+    """A mid-stream failure as the endpoint's stream carries it: ``data: {"error": …}`` on the
+    OpenAI-shaped chat and completions streams, an ``error`` event on Responses and Messages."""
+    if kind in (CHAT, "completions"):
+        return b"data: " + orjson.dumps(body) + b"\n\n"
+    event = {"type": "error", "error": body["error"]}
+    return b"event: error\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 class BillingHook(CustomLogger):
@@ -381,16 +476,17 @@ class BillingHook(CustomLogger):
         self, data: dict[str, Any], rid: str, model: str, *, stream: bool, provider: str | None
     ) -> dict[str, Any]:
         at = datetime.now(UTC)
-        options = data.get("stream_options")
+        view = request_view(data)
+        body = view.body
         include_usage = True
-        if stream:
+        if stream and view.usage_by_option:  # the other endpoints' streams always carry usage
+            options = data.get("stream_options")
             include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        metadata = data.get("metadata")
-        metadata = metadata if isinstance(metadata, dict) else {}
-        messages = slim_messages(data.get("messages") or [])
+        metadata = hook_metadata(data) or {}
+        messages = slim_messages(body.get("messages") or [])
         # Priced for the deployment's model (the one the worker prices), not the alias asked, and
         # from the messages as published (an image as its placeholder, not its bytes).
-        priced = {**client_body(data), "model": model, "messages": messages}
+        priced = {**body, "model": model, "messages": messages}
         held = metadata.get(HOLD_KEY)
         meta: dict[str, Any] = {
             "request_id": rid,
@@ -409,15 +505,16 @@ class BillingHook(CustomLogger):
             else int(reserve(self.book, priced, at, provider=provider)),
             "created_at": admitted_at(metadata) or now_rfc3339(),
             "messages": messages,
-            "tools": data.get("tools") or data.get("functions") or [],
-            "n": _optional(data, "n", int),
-            "max_tokens": _optional(data, "max_completion_tokens", int)
-            or _optional(data, "max_tokens", int),
+            "tools": body.get("tools") or body.get("functions") or [],
+            "n": _optional(body, "n", int),
+            "max_tokens": _limit(body),
             "temperature": _optional(data, "temperature", (int, float)),
             "seed": _optional(data, "seed", int),
             "provider": provider,
             # a search its usage will not count (``worker.core.searches``)
             "web_search_options": search_options(data.get("web_search_options")),
+            "endpoint": None if view.endpoint == CHAT else view.endpoint,
+            "prompt_estimate": view.prompt_tokens,
         }
         return within_contract({k: v for k, v in meta.items() if v is not None})
 
@@ -425,9 +522,9 @@ class BillingHook(CustomLogger):
         self, data: dict[str, Any], rid: str, model: str, *, stream: bool
     ) -> dict[str, Any]:
         """The entry's money fields alone, for a request ``_meta`` could not read."""
-        metadata = data.get("metadata")
-        account = metadata.get("billing_account_id") if isinstance(metadata, dict) else None
-        return {
+        metadata = hook_metadata(data)
+        account = metadata.get("billing_account_id") if metadata is not None else None
+        bare: dict[str, Any] = {
             "request_id": rid,
             "account_id": account if isinstance(account, str) else self.fallback_account,
             "model": model,
@@ -438,6 +535,10 @@ class BillingHook(CustomLogger):
             "messages": [],
             "omitted_messages": True,
         }
+        kind = endpoint_of(data)
+        if kind != CHAT:
+            bare["endpoint"] = kind
+        return bare
 
     def _open(
         self, data: dict[str, Any], rid: str, model: str, *, stream: bool, provider: str | None
@@ -469,8 +570,8 @@ class BillingHook(CustomLogger):
 
     @staticmethod
     def _request_id(data: dict[str, Any]) -> str | None:
-        metadata = data.get("metadata")
-        rid = metadata.get(REQUEST_ID_KEY) if isinstance(metadata, dict) else None
+        metadata = hook_metadata(data)
+        rid = metadata.get(REQUEST_ID_KEY) if metadata is not None else None
         return rid if isinstance(rid, str) else None
 
     # -- LiteLLM proxy hooks -------------------------------------------------------------------
@@ -486,11 +587,14 @@ class BillingHook(CustomLogger):
         if not route.billed:
             self._not_billed(user_api_key_dict, data, call_type, route)
             return data
-        metadata = data.get("metadata")
-        if not isinstance(metadata, dict):  # OpenAI's metadata is a map; the hook's keys go here
-            metadata = data["metadata"] = {}
+        kind = route.endpoint or CHAT
+        view = endpoint_request(kind, client_body(data, kind))
+        if isinstance(view, Refusal):  # a request no record could bill (a background response)
+            raise_refusal(view, None)
+        metadata = hook_metadata(data, create=True)
         rid = f"req_litellm_{uuid.uuid4().hex}"
         metadata[REQUEST_ID_KEY] = rid
+        metadata[ENDPOINT_KEY] = kind
         reference = client_request_id(data)
         if reference is not None:
             metadata[CLIENT_ID_KEY] = reference
@@ -501,7 +605,15 @@ class BillingHook(CustomLogger):
         if problem is not None:  # the reason only: the id may be anything a client sent
             metadata[FALLBACK_KEY] = problem
             log.warning("billing: %s billed to %s: %s", rid, account, problem)
-        await self._admit(self.admitter(), data, metadata, rid, account)
+        await self._admit(self.admitter(), data, metadata, rid, account, view)
+        if kind != CHAT and view.usage_by_option:
+            # A legacy completion's stream: LiteLLM asks usage of the upstream for chat only, and
+            # without it sends a usage of zeros on every chunk; the hook asks, and keeps the
+            # usage-only chunk from a client that did not (the stream wrapper).
+            options = usage_options(data)
+            if options is not None:
+                data["stream_options"] = options
+                metadata[USAGE_ASKED_KEY] = True
         return data
 
     def _not_billed(
@@ -517,9 +629,10 @@ class BillingHook(CustomLogger):
             )
             rid = f"req_litellm_{uuid.uuid4().hex}"
             unbilled.record(self.publisher, rid, f"call type {name}", account)
-            metadata = data.get("metadata")
-            if isinstance(metadata, dict):  # for X-Billing-Request-Id only: nothing is published
-                metadata[UNBILLED_ID_KEY] = rid
+            for field in client_keys.METADATA_FIELDS:  # for X-Billing-Request-Id only
+                metadata = data.get(field)
+                if isinstance(metadata, dict):
+                    metadata[UNBILLED_ID_KEY] = rid
             return
         refused = not_billed(f"call type {name}", route)
         raise ProxyException(
@@ -538,13 +651,14 @@ class BillingHook(CustomLogger):
         metadata: dict[str, Any],
         rid: str,
         account: str,
+        view: EndpointRequest,
     ) -> None:
         """Write the call's admission record, with spend control taking its hold, or raise the
-        refusal (see the module docstring)."""
+        refusal (see the module docstring). ``view``: the request as a chat request."""
         at = datetime.now(UTC)
         model = str(data.get("model") or "unknown")
         deployments = [name for name, _provider in deployment_routes(model)]
-        amount, budget_model = await self._hold(authorizer, data, rid, model, at)
+        amount, budget_model = await self._hold(authorizer, data, rid, model, at, view)
         facts = within_contract(
             {
                 "request_id": rid,
@@ -556,11 +670,12 @@ class BillingHook(CustomLogger):
                 "include_usage": True,
                 "reserved_micros": amount,
                 "created_at": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                "n": _optional(data, "n", int),
-                "max_tokens": _optional(data, "max_completion_tokens", int)
-                or _optional(data, "max_tokens", int),
+                "n": _optional(view.body, "n", int),
+                "max_tokens": _limit({**view.body, **_written(data, view)}),
                 "messages": [],
                 "omitted_messages": True,
+                "endpoint": None if view.endpoint == CHAT else view.endpoint,
+                "prompt_estimate": view.prompt_tokens,
             }
         )
         facts = {k: v for k, v in facts.items() if v is not None}
@@ -584,20 +699,28 @@ class BillingHook(CustomLogger):
             metadata[UNCHECKED_KEY] = True
 
     async def _hold(
-        self, authorizer: Authorizer, data: dict[str, Any], rid: str, model: str, at: datetime
+        self,
+        authorizer: Authorizer,
+        data: dict[str, Any],
+        rid: str,
+        model: str,
+        at: datetime,
+        view: EndpointRequest,
     ) -> tuple[int, str]:
         """The call's hold and the model its budgets apply to, priced off the event loop
         (``holds.price_hold``) for every deployment the router may pick (it has not chosen one
         yet), from the request as the client sent it (``client_body``). With spend control, a
         deployment without a price refuses the call (HTTP 400 ``model_not_priced``, raised) unless
         ``unpriced_hold`` sets a ceiling, and a request that states no output limit gets the one
-        held written into ``data`` (``WRITTEN_LIMIT``, which LiteLLM maps per provider)."""
-        body = client_body(data)
+        held written into ``data`` (``WRITTEN_LIMIT``, which LiteLLM maps per provider; another
+        endpoint's own field, ``view.limit_field``). ``view``: the request as a chat request
+        (``endpoint_requests``)."""
+        body = view.body
         priced = {**body, "messages": slim_messages(body.get("messages") or [])}
         try:
             found = await price_hold(
                 self.book, priced, at, routes=deployment_routes(model) or [(model, None)],
-                field=WRITTEN_LIMIT,
+                field=view.limit_field or WRITTEN_LIMIT, whole_context=view.whole_context,
             )  # fmt: skip
         except Exception as exc:  # a bug in pricing: unpriced, never held at 0 under spend control
             log.error("billing: the hold of %s not priced: %s", rid, type(exc).__name__)
@@ -623,37 +746,55 @@ class BillingHook(CustomLogger):
     ) -> dict[str, str] | None:
         rid = self._request_id(data)
         if rid is None:
-            metadata = data.get("metadata")
-            found = metadata.get(UNBILLED_ID_KEY) if isinstance(metadata, dict) else None
-            rid = found if isinstance(found, str) else None
+            found = [
+                data[field].get(UNBILLED_ID_KEY)
+                for field in client_keys.METADATA_FIELDS
+                if isinstance(data.get(field), dict)
+            ]
+            rid = next((f for f in found if isinstance(f, str)), None)
         return None if rid is None else {"x-billing-request-id": rid}
 
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
     ) -> AsyncGenerator[Any, None]:
         rid = self._request_id(request_data)
-        if rid is None:  # not a chat completion this hook saw begin
+        if rid is None:  # not a call this hook saw begin
             async for item in response:
                 yield item
             return
+        kind = endpoint_of(request_data)
+        metadata = hook_metadata(request_data) or {}
+        withhold = metadata.get(USAGE_ASKED_KEY) is True  # usage the client did not ask for
+        splitter = EventSplitter()  # raw bytes (a Messages stream passed through): whole events
         opened = False
         model = str(request_data.get("model") or "unknown")
         try:
             async for chunk in response:
                 if not opened:
-                    model = str(getattr(chunk, "model", None) or model)
-                    provider = _hidden(chunk, "custom_llm_provider")
+                    alias = model
+                    model = answer_model(kind, alias, _served_model(chunk))
+                    provider = answer_provider(kind, alias, chunk)
                     self._open(request_data, rid, model, stream=True, provider=provider)
                     opened = True
-                event = _chunk_event(chunk)
-                self._publish(rid, "frame", lambda p, e=event: p.frames(rid, [e]))
+                if isinstance(chunk, bytes | str) and kind != CHAT:
+                    raw = chunk.encode() if isinstance(chunk, str) else chunk
+                    events = splitter.feed(raw)
+                else:
+                    events = [_chunk_event(chunk)]
+                if events:
+                    self._publish(rid, "frame", lambda p, e=events: p.frames(rid, e))
+                if withhold and _usage_only(chunk):
+                    continue
                 yield chunk
         except BaseException as exc:
+            rest = splitter.rest()
+            if rest:
+                self._publish(rid, "frame", lambda p: p.frames(rid, [rest]))
             if isinstance(exc, Exception):
                 if not opened:
                     self._open(request_data, rid, model, stream=True, provider=None)
                 _, body = _error_body(exc)
-                event = b"data: " + orjson.dumps(body) + b"\n\n"
+                event = _error_event(kind, body)
                 self._publish(rid, "frame", lambda p: p.frames(rid, [event]))
                 self._close(rid, "upstream_error")
             else:  # GeneratorExit, CancelledError: the client went away
@@ -663,18 +804,33 @@ class BillingHook(CustomLogger):
             raise
         if not opened:
             self._open(request_data, rid, model, stream=True, provider=None)
-        self._publish(rid, "frame", lambda p: p.frames(rid, [DONE_EVENT]))
+        ending = [splitter.rest()] if kind not in DONE_ENDPOINTS else [DONE_EVENT]
+        ending = [event for event in ending if event]
+        if ending:
+            self._publish(rid, "frame", lambda p: p.frames(rid, ending))
         self._close(rid, "done")
 
     async def async_post_call_success_hook(
         self, data: dict[str, Any], user_api_key_dict: Any, response: Any
     ) -> Any:
         rid = self._request_id(data)
-        if rid is None or data.get("stream") is True or not hasattr(response, "model_dump_json"):
+        if rid is None:
             return response
-        model = str(getattr(response, "model", None) or data.get("model") or "unknown")
-        provider = _hidden(response, "custom_llm_provider")
-        body = response.model_dump_json(exclude_none=True).encode()
+        kind = endpoint_of(data)
+        if kind == CHAT and (
+            data.get("stream") is True or not hasattr(response, "model_dump_json")
+        ):
+            return response
+        try:
+            body = _body_json(response)
+        except Exception as exc:  # never fails the call: its body is published unreadable
+            log.error("billing: the answer of %s not serialized: %s", rid, type(exc).__name__)
+            body = b""
+        if body is None:  # a stream object: the stream wrapper publishes it
+            return response
+        alias = str(data.get("model") or "unknown")
+        model = answer_model(kind, alias, _served_model(response))
+        provider = answer_provider(kind, alias, response)
         self._open(data, rid, model, stream=False, provider=provider)
         self._publish(rid, "response", lambda p: p.response(rid, 200, body))
         self._close(rid, "done")
@@ -715,8 +871,8 @@ def idempotency_key(data: dict[str, Any]) -> str | None:
 
 def _admission_fields(data: dict[str, Any]) -> dict[str, bytes] | None:
     """The admission entry's fields the pre-call hook kept in the call's metadata."""
-    metadata = data.get("metadata")
-    kept = metadata.get(ADMISSION_KEY) if isinstance(metadata, dict) else None
+    metadata = hook_metadata(data)
+    kept = metadata.get(ADMISSION_KEY) if metadata is not None else None
     if not isinstance(kept, dict):
         return None
     at, body = kept.get("at"), kept.get("body")
@@ -725,16 +881,17 @@ def _admission_fields(data: dict[str, Any]) -> dict[str, bytes] | None:
     return admission_fields(body.encode(), int(at))
 
 
-def raise_refusal(refused: Refusal, rid: str) -> None:
-    """Raise ``refused`` as LiteLLM raises its own budget errors (see the module docstring)."""
+def raise_refusal(refused: Refusal, rid: str | None) -> None:
+    """Raise ``refused`` as LiteLLM raises its own budget errors (see the module docstring);
+    ``rid`` None: refused before the call had a request id."""
     error = orjson.loads(refused.body())["error"]
     spend = refused.status == 402
     raise ProxyException(
         message=refused.message,
         type="budget_exceeded" if spend else refused.type,
-        param=None,
+        param=refused.param,
         code=refused.status,
-        headers={"x-billing-request-id": rid},
+        headers={} if rid is None else {"x-billing-request-id": rid},
         openai_code=refused.code,
         # LiteLLM's error body keeps ``code`` for the status; the reason is here.
         provider_specific_fields={
@@ -744,16 +901,45 @@ def raise_refusal(refused: Refusal, rid: str) -> None:
     )
 
 
-def client_body(data: dict[str, Any]) -> dict[str, Any]:
-    """The request as the client sent it (the proxy's snapshot, ``proxy_server_request.body``),
-    without the keys the proxy adds to ``data`` but with the limits the hook wrote; failing that,
-    ``data``'s chat-completion fields."""
+def client_body(data: dict[str, Any], endpoint: str = CHAT) -> dict[str, Any]:
+    """The request to ``endpoint`` as the client sent it (the proxy's snapshot,
+    ``proxy_server_request.body``), without the keys the proxy adds to ``data`` but with the limits
+    the hook wrote; failing that, ``data``'s chat-completion fields (another endpoint's: ``data``
+    without the proxy's keys)."""
     request = data.get("proxy_server_request")
     body = request.get("body") if isinstance(request, dict) else None
-    if isinstance(body, dict) and "messages" in body:
+    if isinstance(body, dict) and (endpoint != CHAT or "messages" in body):
         limits = {k: data[k] for k in LIMIT_FIELDS if k in data}
-        return {**{k: v for k, v in body.items() if k != "metadata"}, **limits}
+        return {**{k: v for k, v in body.items() if k not in PROXY_KEYS}, **limits}
+    if endpoint != CHAT:
+        return {
+            k: v for k, v in data.items() if k not in PROXY_KEYS and not k.startswith("litellm_")
+        }
     return {k: v for k, v in data.items() if k in NOT_PROMPT or k in PROMPT_FIELDS}
+
+
+def request_view(data: dict[str, Any]) -> EndpointRequest:
+    """The call's request as the chat request the billing rules read (``endpoint_requests``),
+    for the endpoint the pre-call hook recorded."""
+    kind = endpoint_of(data)
+    view = endpoint_request(kind, client_body(data, kind))
+    if isinstance(view, Refusal):  # refused at admission; read as it came should it get here
+        return EndpointRequest(kind, client_body(data, kind))
+    return view
+
+
+def _limit(body: dict[str, Any]) -> int | None:
+    """The output limit a chat request states (``max_completion_tokens``, else ``max_tokens``)."""
+    found = _optional(body, "max_completion_tokens", int)
+    return found if found is not None else _optional(body, "max_tokens", int)
+
+
+def _written(data: dict[str, Any], view: EndpointRequest) -> dict[str, Any]:
+    """The limit the hold wrote into ``data``, as the chat view's ``max_tokens``."""
+    field = view.limit_field
+    if field is not None and field != "max_tokens" and isinstance(data.get(field), int):
+        return {"max_tokens": data[field]}
+    return {k: data[k] for k in ("max_tokens", "max_completion_tokens") if k in data}
 
 
 def deployment_routes(alias: str) -> list[tuple[str, str | None]]:
@@ -775,6 +961,29 @@ def deployment_routes(alias: str) -> list[tuple[str, str | None]]:
             # A wildcard deployment (``openai/*``) sends the name asked for.
             found.append((alias if "*" in bare else bare, provider or None))
     return found
+
+
+def answer_model(endpoint: str, alias: str, served: str | None) -> str:
+    """The model a call to ``alias`` is published with: a chat completion's, the model its answer
+    names (the deployment's); another endpoint's, the deployment's when the alias has one model
+    (as the admission names it), else the model the answer names, else the alias."""
+    if endpoint == CHAT:
+        return served or alias
+    deployments = {name for name, _provider in deployment_routes(alias)}
+    if len(deployments) == 1:
+        return deployments.pop()
+    return served or alias
+
+
+def answer_provider(endpoint: str, alias: str, answer: Any) -> str | None:
+    """The provider a call to ``alias`` is published with: the one LiteLLM names in the answer's
+    hidden params; for another endpoint than chat, whose stream events carry none (a Responses
+    event), the provider of the alias's deployments when they share one."""
+    named = _hidden(answer, "custom_llm_provider")
+    if named is not None or endpoint == CHAT:
+        return named
+    providers = {provider for _name, provider in deployment_routes(alias)}
+    return providers.pop() if len(providers) == 1 else None
 
 
 def make_authorizer() -> Authorizer:

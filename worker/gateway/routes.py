@@ -101,8 +101,10 @@ BILLED_KINDS = tuple(endpoint.kind for endpoint in ENDPOINTS if endpoint.billed)
 FREE = Route(Treatment.FREE)
 UNKNOWN = Route(Treatment.REFUSED)
 # The endpoints whose answers the LiteLLM hook publishes (``litellm_hook``): its other call types
-# are refused even where the ASGI middleware bills the endpoint.
-LITELLM_BILLED = frozenset({"chat_completions"})
+# are refused even where the ASGI middleware bills the endpoint. Today: every billed endpoint.
+LITELLM_BILLED = frozenset(
+    {"chat_completions", "completions", "embeddings", "responses", "messages"}
+)
 _BY_CALL_TYPE = {
     call_type: Route(
         Treatment.BILLED

@@ -25,6 +25,7 @@ from models import (
     UsageRecord,
 )
 from worker.core.errors import LedgerError
+from worker.core.request import cut_to_column
 
 reservations = Reservation.__table__
 transactions = Transaction.__table__
@@ -72,12 +73,13 @@ def _failure(row: Any) -> dict[str, Any]:
 
 def requests_of_completion(session: Session, completion_id: str) -> list[str]:
     """The request ids whose recorded usage came with ``completion_id`` (the ``id`` of the
-    provider's answer, what a client sees), oldest first; usually one."""
+    provider's answer, what a client sees; a long one as stored, ``cut_to_column``), oldest first;
+    usually one."""
     return list(
         session.execute(
             select(reservations.c.request_id)
             .select_from(usage_records.join(reservations))
-            .where(usage_records.c.completion_id == completion_id)
+            .where(usage_records.c.completion_id == cut_to_column(completion_id))
             .order_by(reservations.c.created_at, reservations.c.id)
         ).scalars()
     )

@@ -23,6 +23,7 @@ from conftest import REDIS_URL
 from litellm import ModelResponse
 
 from worker.contract.keys import Keys
+from worker.core.estimate import estimate_prompt
 from worker.core.prices import load_price_book
 from worker.gateway.litellm_hook import BillingHook, make_publisher
 from worker.gateway.reservation import reserve
@@ -346,3 +347,23 @@ def test_the_clients_x_request_id_is_its_reference_and_a_bad_one_is_refused(
     for rid in rids:
         meta = orjson.loads(entries(redis_client, keys.request(rid))[0][b"body"])
         assert meta["client_request_id"] == "mine-1"
+
+
+def test_the_admission_counts_the_prompt_never_its_text(
+    redis_client: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A call finalized from its admission alone (the proxy killed before its request entry) is
+    exposed, and charged at the grace, for its prompt: the admission carries the prompt's count
+    as the hold estimated it, and no word of it."""
+    keys = Keys(prefix)
+    tee = Tee(redis_client, keys, spool_dir=tmp_path / "spool")
+    hook = BillingHook(lambda: tee, book=load_price_book())
+    rid = plain_call(hook, request("gpt-4o-mini"))  # a model the book prices (no router here)
+    hook.stop()
+    head = redis_client.xrange(keys.request(rid), count=1)
+    admission = orjson.loads(head[0][1][b"body"])
+    words = request()["messages"]
+    assert admission["prompt_estimate"] == estimate_prompt("gpt-4o-mini", words)
+    assert admission["messages"] == [] and admission["omitted_messages"] is True
+    for message in words:
+        assert str(message["content"]).encode() not in head[0][1][b"body"]

@@ -658,7 +658,7 @@ class BillingHook(CustomLogger):
         at = datetime.now(UTC)
         model = str(data.get("model") or "unknown")
         deployments = [name for name, _provider in deployment_routes(model)]
-        amount, budget_model = await self._hold(authorizer, data, rid, model, at, view)
+        amount, budget_model, counted = await self._hold(authorizer, data, rid, model, at, view)
         facts = within_contract(
             {
                 "request_id": rid,
@@ -675,7 +675,10 @@ class BillingHook(CustomLogger):
                 "messages": [],
                 "omitted_messages": True,
                 "endpoint": None if view.endpoint == CHAT else view.endpoint,
-                "prompt_estimate": view.prompt_tokens,
+                # the prompt's count, never its text: token ids exactly, else the hold's estimate
+                "prompt_estimate": view.prompt_tokens
+                if view.prompt_tokens is not None
+                else counted,
             }
         )
         facts = {k: v for k, v in facts.items() if v is not None}
@@ -706,8 +709,9 @@ class BillingHook(CustomLogger):
         model: str,
         at: datetime,
         view: EndpointRequest,
-    ) -> tuple[int, str]:
-        """The call's hold and the model its budgets apply to, priced off the event loop
+    ) -> tuple[int, str, int | None]:
+        """The call's hold, the model its budgets apply to and the hold's estimate of the prompt
+        (``Hold.prompt_estimate``: the admission's count of it), priced off the event loop
         (``holds.price_hold``) for every deployment the router may pick (it has not chosen one
         yet), from the request as the client sent it (``client_body``). With spend control, a
         deployment without a price refuses the call (HTTP 400 ``model_not_priced``, raised) unless
@@ -727,14 +731,14 @@ class BillingHook(CustomLogger):
             found = Unpriced(model, "its hold could not be priced", model)
         if isinstance(found, Unpriced):
             if not authorizer.check_spend:
-                return 0, found.budget_model
+                return 0, found.budget_model, None
             held = unpriced_hold(found, authorizer.unpriced_hold, rid)
             if isinstance(held, Refusal):
                 raise_refusal(held, rid)
-            return held  # type: ignore[return-value]
+            return held[0], held[1], None
         if authorizer.check_spend and found.write is not None:
             data[found.write] = found.output_tokens
-        return int(found.micros), found.model
+        return int(found.micros), found.model, found.prompt_estimate
 
     async def async_post_call_response_headers_hook(
         self,

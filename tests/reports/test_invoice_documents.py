@@ -124,13 +124,13 @@ def test_status_void_keeps_the_number_and_the_month_is_invoiced_again(url: str) 
 def test_an_empty_month_uses_no_number_unless_asked(url: str) -> None:  # noqa: F811
     account, other = f"acct-{uuid.uuid4().hex[:8]}", f"acct-{uuid.uuid4().hex[:8]}"
     _seed(url, account, other)
-    before = CliRunner().invoke(main, ["invoices", "list", "--json"]).stdout
+    before = CliRunner().invoke(main, ["invoices", "list", account, "--json"]).stdout
     code, out, err = _invoice(account, "--month", "2025-01")  # before the account existed
     assert code == 2 and out == "" and err.count("\n") == 1 and "no number used" in err
-    assert CliRunner().invoke(main, ["invoices", "list", "--json"]).stdout == before
+    assert CliRunner().invoke(main, ["invoices", "list", account, "--json"]).stdout == before
     code, out, err = _invoice(account, "--month", "2025-01", "--draft", "--format", "json")
     assert code == 0 and json.loads(out)["number"] == "DRAFT"
-    assert CliRunner().invoke(main, ["invoices", "list", "--json"]).stdout == before
+    assert CliRunner().invoke(main, ["invoices", "list", account, "--json"]).stdout == before
     code, out, err = _invoice(account, "--month", "2025-01", "--allow-empty", "--format", "json")
     assert code == 0, err
     assert json.loads(out)["total_micros"] == 0 and json.loads(out)["lines"] == []
@@ -147,11 +147,11 @@ def test_out_under_a_file_is_one_line_and_creates_nothing(
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     target = blocker / "sub" / f"invoice.{fmt}"
-    before = CliRunner().invoke(main, ["invoices", "list", "--json"]).stdout
+    before = CliRunner().invoke(main, ["invoices", "list", account, "--json"]).stdout
     code, out, err = _invoice(account, "--month", MONTH, "--format", fmt, "--out", str(target))
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert "is a file, not a folder" in err
     assert not (tmp_path / "sub").exists() and blocker.is_file()
     assert blocker.read_text() == "x"
     # refused before anything was finalized: no number used
-    assert CliRunner().invoke(main, ["invoices", "list", "--json"]).stdout == before
+    assert CliRunner().invoke(main, ["invoices", "list", account, "--json"]).stdout == before

@@ -26,6 +26,7 @@ class AlertKind(StrEnum):
     ANOMALY = "anomaly"
     LOW_BALANCE = "low_balance"  # a funded account's spendable balance fell below a level
     UPSTREAM_LEAKAGE = "upstream_leakage"
+    INVOICE_FINALIZED = "invoice_finalized"  # an invoice or credit note was finalized (an event)
 
 
 class OutboxStatus(StrEnum):
@@ -58,7 +59,7 @@ class OutboxAlert(Base):
         CheckConstraint(
             "kind IN ('unsettled', 'unsettled_rate', 'parity_mismatch', 'drift', 'anomaly',"
             " 'low_balance',"
-            " 'upstream_leakage')",
+            " 'upstream_leakage', 'invoice_finalized')",
             name="kind",
         ),
         CheckConstraint("status IN ('pending', 'sending', 'delivered', 'logged')", name="status"),

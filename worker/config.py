@@ -603,6 +603,17 @@ class Settings:
         "INV",
         "invoice numbers are `<prefix>-000001`, `<prefix>-000002`, ... (`billing invoice`)",
     )
+    credit_note_prefix: str = text(
+        "BILLING_CREDIT_NOTE_PREFIX",
+        "CN",
+        "credit notes are numbered apart from invoices, `<prefix>-000001`, ...; not the invoice prefix",
+    )
+    invoice_due_days: int = integer(
+        "BILLING_INVOICE_DUE_DAYS",
+        30,
+        "an invoice is due this many days after it is finalized",
+        maximum=365,
+    )
     invoice_issuer_name: str | None = optional_text(
         "BILLING_INVOICE_ISSUER_NAME",
         "who issues the invoices (your company's legal name); unset: `billing invoice` refuses",

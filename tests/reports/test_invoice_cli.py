@@ -105,11 +105,11 @@ def test_invoice_numbers_lines_and_totals(url: str, tmp_path: Path) -> None:
     code, out, err = _invoice(account, "--month", MONTH, "--format", "json")
     assert code == 0, err
     data = json.loads(out)
-    assert data["total_micros"] == expected
+    assert data["subtotal_micros"] == expected
     assert sum(line["amount_micros"] for line in data["lines"]) == expected
     assert data["credits_applied_micros"] == min(expected, 10_000)
-    assert data["amount_due_micros"] == expected - min(expected, 10_000)
-    kinds = {(line["model"], line["kind"]) for line in data["lines"]}
+    assert data["total_micros"] == expected - min(expected, 10_000)
+    kinds = {(line["model"], line["kind"]) for line in data["lines"]} - {("", "rounding")}
     assert kinds == {("gpt-4o-mini", k) for k in ("input", "cached_input", "output", "estimate")}
     quantity = {line["kind"]: line["quantity"] for line in data["lines"]}
     march = USAGES[:3]
@@ -134,15 +134,28 @@ def test_invoice_numbers_lines_and_totals(url: str, tmp_path: Path) -> None:
     code, page, err = _invoice(account, "--month", MONTH)
     assert code == 0, err
     assert "<b>Ltd" not in page and "Example &lt;b&gt;Ltd&lt;/b&gt;" in page
-    amounts = [int(m) for m in re.findall(r'<td class="n" data-micros="(-?\d+)"', page)]
-    assert sum(amounts) == expected
-    assert f'data-total="total" data-micros="{expected}"' in page
+    lines = re.findall(r'<tr data-kind="[^"]+">.*?data-micros="(-?\d+)"', page)
+    assert sum(int(m) for m in lines) == expected
+    assert f'data-total="subtotal" data-micros="{expected}"' in page
+    assert page == json_free_html(account)
 
     # PDF, printed by headless Chromium.
     pdf = tmp_path / "invoice.pdf"
     code, _, err = _invoice(account, "--month", MONTH, "--format", "pdf", "--out", str(pdf))
     assert code == 0, err
     assert pdf.read_bytes().startswith(b"%PDF-") and pdf.stat().st_size > 1_000
+    # The first print is kept: printing it again gives the same bytes.
+    again_pdf = tmp_path / "again.pdf"
+    code, _, err = _invoice(account, "--month", MONTH, "--format", "pdf", "--out", str(again_pdf))
+    assert code == 0, err
+    assert again_pdf.read_bytes() == pdf.read_bytes()
+
+
+def json_free_html(account: str) -> str:
+    """The HTML as issued once more (the stored bytes)."""
+    code, page, err = _invoice(account, "--month", MONTH)
+    assert code == 0, err
+    return page
 
 
 def test_unknown_accounts_and_open_months_are_one_line_errors(url: str) -> None:
@@ -168,7 +181,20 @@ def test_concurrent_issues_get_distinct_consecutive_numbers(pg_url: str) -> None
 
     from sqlalchemy import text
 
-    from worker.reports.invoice_query import issue
+    from worker.reports.invoice_model import Party
+    from worker.reports.invoice_query import Content
+    from worker.reports.invoice_store import Numbering, issue
+
+    empty = Content((), (), Micros(0))
+    numbering = Numbering("RACE", "RCN", 30)
+    start, end = datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 2, 1, tzinfo=UTC)
+
+    def issue_one(account: str) -> str:
+        issued = issue(
+            factory, empty, account_id=account, month="2025-01", start=start, end=end,
+            issuer=Party("Us"), numbering=numbering, now=now, allow_empty=True,
+        )  # fmt: skip
+        return issued.invoice.number
 
     engine = make_engine(pg_url)
     accounts = [f"race-{uuid.uuid4().hex[:8]}" for _ in range(6)]
@@ -180,11 +206,10 @@ def test_concurrent_issues_get_distinct_consecutive_numbers(pg_url: str) -> None
     factory = session_factory(engine)
     try:
         with ThreadPoolExecutor(len(accounts)) as pool:
-            numbers = list(
-                pool.map(lambda a: issue(factory, a, "2025-01", Micros(0), now)[0], accounts)
-            )
+            printed = list(pool.map(issue_one, accounts))
+        numbers = [int(n.split("-")[1]) for n in printed]
         assert len(set(numbers)) == len(accounts)
         assert sorted(numbers) == list(range(min(numbers), min(numbers) + len(accounts)))
-        assert issue(factory, accounts[0], "2025-01", Micros(0), now)[0] == numbers[0]
+        assert issue_one(accounts[0]) == printed[0]
     finally:
         engine.dispose()

@@ -1,28 +1,25 @@
-"""``billing invoice``: an account's closed month read from the ledger, its number, its parties.
+"""An account's closed month read from the ledger for its invoice, and the customer's details.
 
-Reading: one read-only snapshot (``content``): the total is the balance query's (``funds_of``:
-charged at the month's end minus charged at its start), the lines one aggregate over the month's
-revenue entries of the account's calls (``invoice_model`` splits it), and ``InvoiceDocument``
-refuses lines that do not add up to the total. Writing: ``issue`` allocates the number in its own
-short transaction, once per (account, month): the same invoice issued again gets the same number
-(and must have the same total: a closed month's ledger never changes).
+``content`` reads in the caller's session (one read-only snapshot): the subtotal is the balance
+query's (``funds_of``: charged at the month's end minus charged at its start), the charge lines one
+aggregate over the month's revenue entries of the account's calls (``invoice_model`` states them),
+the credits the balance brought forward and the statement's credit lines; ``InvoiceDocument``
+refuses lines that do not add up to the subtotal. Storing and numbering: ``invoice_store``.
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from sqlalchemy import and_, case, exists, func, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from models import (
     CustomerDetails,
     Entry,
-    Invoice,
     Kind,
     LedgerKind,
     Reservation,
@@ -35,45 +32,53 @@ from worker.ledger.funds import funds_of
 from worker.ledger.postings import system_account_id
 from worker.reports.invoice_model import (
     TOKEN_COLUMNS,
-    InvoiceDocument,
+    CreditEntry,
+    Item,
     Line,
     Party,
+    TaxTerms,
     UsageGroup,
-    merge,
-    usage_lines,
+    charge_lines,
+    per_call_items,
+    usage_items,
 )
-from worker.reports.spec import ReportError
-from worker.reports.statement_query import parse_month, require_account
+from worker.reports.statement_query import credit_lines, require_account
 
 entries = Entry.__table__
 transactions = Transaction.__table__
 reservations = Reservation.__table__
 usage_records = UsageRecord.__table__
-invoices = Invoice.__table__
 customer_details = CustomerDetails.__table__
-
-MAX_ATTEMPTS = 20  # number allocations that lost a race to another process, retried
-# PostgreSQL: allocations take this transaction-scoped advisory lock, one at a time (the races the
-# unique constraints and the retries settle are then SQLite's only).
-INVOICE_LOCK = 0x62696C6C696E76  # "billinv"
-_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,15}")
+NO_TAX = TaxTerms()
 
 
 @dataclass(frozen=True, slots=True)
 class Content:
     lines: tuple[Line, ...]
-    total: Micros
-    prepaid: Micros
+    credits: tuple[CreditEntry, ...]
+    subtotal: Micros
+
+    @property
+    def empty(self) -> bool:
+        """Nothing charged and no line: a month with nothing to invoice (an account's months
+        before its first call among them)."""
+        return not self.lines and not self.subtotal
 
 
 def content(session: Session, account_id: str, start: datetime, end: datetime) -> Content:
-    """The month's lines, total and prepaid funds (``invoice_model``'s module docstring)."""
+    """The month's charge lines, subtotal and credits (``invoice_model``'s module docstring)."""
     require_account(session, account_id)
     opening = funds_of(session, account_id, as_of=start)
     closing = funds_of(session, account_id, as_of=end)
-    total = closing.charged - opening.charged
-    prepaid = closing.funded - opening.charged  # balance at the start + the month's credits
-    return Content(tuple(_lines(session, account_id, start, end)), total, prepaid)
+    subtotal = closing.charged - opening.charged
+    brought = CreditEntry(
+        "balance", None, "", "Balance brought forward", opening.funded - opening.charged
+    )
+    moved = tuple(
+        CreditEntry(c.kind, c.at, c.key, c.note, c.amount)
+        for c in credit_lines(session, account_id, start, end)
+    )
+    return Content(tuple(_lines(session, account_id, start, end)), (brought, *moved), subtotal)
 
 
 def _lines(session: Session, account_id: str, start: datetime, end: datetime) -> list[Line]:
@@ -101,59 +106,62 @@ def _lines(session: Session, account_id: str, start: datetime, end: datetime) ->
         resolve.c.reservation_id == r.c.id, resolve.c.kind == str(Kind.RESOLVE_CHARGE)
     )
     resolved_col = case((resolved, 1), else_=0).label("resolved")
+    # a resolved call's own amounts: its line is per amount charged (calls x amount each)
+    rest_each = case((resolved, per_call.c.rest), else_=None).label("rest_each")
+    late_each = case((resolved, per_call.c.late), else_=None).label("late_each")
     sums = [func.coalesce(func.sum(u.c[name]), 0) for name in TOKEN_COLUMNS]
     rows = session.execute(
         select(
             r.c.model,
             resolved_col,
             u.c.unit_prices,
+            rest_each,
+            late_each,
             func.count(),
             func.sum(per_call.c.late),
             func.sum(per_call.c.rest),
-            func.sum(case((per_call.c.late != 0, 1), else_=0)),
-            func.sum(case((per_call.c.rest != 0, 1), else_=0)),
             *sums,
         )
         .select_from(per_call.join(r, r.c.id == per_call.c.reservation_id))
         .outerjoin(u, u.c.reservation_id == r.c.id)
-        .group_by(r.c.model, resolved_col, u.c.unit_prices)
+        .group_by(r.c.model, resolved_col, u.c.unit_prices, rest_each, late_each)
     ).all()
-    lines: list[Line] = []
-    estimate: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    adjusted: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for model, was_resolved, unit_prices, calls, late, rest, n_late, n_rest, *token_sums in rows:
-        late, rest = int(late or 0), int(rest or 0)
+    items: list[tuple[Item, int]] = []
+    charged = 0
+    estimate: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    adjusted: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for (
+        model,
+        was_resolved,
+        unit_prices,
+        rest_one,
+        late_one,
+        calls,
+        late,
+        rest,
+        *token_sums,
+    ) in rows:
+        late, rest, calls = int(late or 0), int(rest or 0), int(calls)
+        charged += late + rest
         if was_resolved:  # the estimate charged, and the difference charged when usage came late
-            estimate[model][0] += int(n_rest or 0)
-            estimate[model][1] += rest
-            adjusted[model][0] += int(n_late or 0)
-            adjusted[model][1] += late
+            estimate[model][int(rest_one or 0)] += calls
+            adjusted[model][int(late_one or 0)] += calls
             continue
         group = UsageGroup(
-            model, unit_prices, int(calls), dict(zip(TOKEN_COLUMNS, map(int, token_sums), strict=True)),
+            model, unit_prices, calls, dict(zip(TOKEN_COLUMNS, map(int, token_sums), strict=True)),
             late + rest,
         )  # fmt: skip
-        lines.extend(usage_lines(group))
-    for model, (calls, amount) in estimate.items():
-        if not calls:
-            continue
-        lines.append(
-            Line(model, "estimate", f"{model}: unsettled calls charged at their estimate",
-                 calls, "calls", None, Micros(amount))
-        )  # fmt: skip
-    for model, (calls, amount) in adjusted.items():
-        if not calls:
-            continue
-        lines.append(
-            Line(model, "adjustment", f"{model}: usage reported after an estimate was charged",
-                 calls, "calls", None, Micros(amount))
-        )  # fmt: skip
-    return merge(lines)
+        items.extend(usage_items(group))
+    for model, amounts in estimate.items():
+        items.extend(per_call_items(model, "estimate", amounts))
+    for model, amounts in adjusted.items():
+        items.extend(per_call_items(model, "adjustment", amounts))
+    return charge_lines(items, charged)
 
 
-def customer(session: Session, account_id: str, at: datetime) -> Party:
-    """The customer's details in force at ``at`` (the newest row set before it); none set: the
-    account id as the name."""
+def customer(session: Session, account_id: str, at: datetime) -> tuple[Party, TaxTerms]:
+    """The customer's details and tax terms in force at ``at`` (the newest row set before it);
+    none set: the account id as the name, no tax."""
     row = session.execute(
         select(customer_details)
         .where(customer_details.c.account_id == account_id, customer_details.c.set_at <= at)
@@ -161,9 +169,10 @@ def customer(session: Session, account_id: str, at: datetime) -> Party:
         .limit(1)
     ).first()
     if row is None:
-        return Party(account_id)
+        return Party(account_id), TaxTerms()
     address = tuple(line for line in (row.address or "").splitlines() if line.strip())
-    return Party(row.name, address, row.email, row.tax_id)
+    rate = None if row.tax_rate is None else Decimal(row.tax_rate)
+    return Party(row.name, address, row.email, row.tax_id), TaxTerms(rate, row.reverse_charge)
 
 
 def set_customer(
@@ -174,116 +183,17 @@ def set_customer(
     address: str | None,
     email: str | None,
     tax_id: str | None,
+    tax: TaxTerms = NO_TAX,
     who: str,
     now: datetime,
 ) -> None:
-    """Record the customer's details from ``now`` on (the earlier rows stay: older invoices)."""
+    """Record the customer's details from ``now`` on (the earlier rows stay: documents finalized
+    earlier keep what they printed)."""
     require_account(session, account_id)
     session.execute(
         customer_details.insert().values(
             account_id=account_id, name=name, address=address, email=email, tax_id=tax_id,
-            set_by=who, set_at=now,
+            tax_rate=None if tax.rate is None else str(tax.rate),
+            reverse_charge=tax.reverse_charge, set_by=who, set_at=now,
         )
     )  # fmt: skip
-
-
-def issue(
-    session_of: sessionmaker[Session], account_id: str, month: str, total: Micros, now: datetime
-) -> tuple[int, datetime]:
-    """The invoice number and issue time of (``account_id``, ``month``): the ones recorded, or the
-    next number, recorded now. Each attempt is one transaction, retried when another process took
-    the same number (or issued the same invoice) first. A recorded total that differs from
-    ``total`` raises: the month's ledger changed after the invoice was issued."""
-    for _ in range(MAX_ATTEMPTS):
-        try:
-            with session_of() as session, session.begin():
-                if session.get_bind().dialect.name == "postgresql":
-                    session.execute(select(func.pg_advisory_xact_lock(INVOICE_LOCK)))
-                found = session.execute(
-                    select(invoices.c.number, invoices.c.total_micros, invoices.c.issued_at).where(
-                        invoices.c.account_id == account_id, invoices.c.month == month
-                    )
-                ).first()
-                if found is not None:
-                    if found.total_micros != total:
-                        raise ReportError(
-                            f"invoice {found.number} ({account_id}, {month}) was issued for "
-                            f"{found.total_micros} micro-USD; the ledger now says {int(total)}"
-                        )
-                    return int(found.number), found.issued_at
-                highest = session.execute(select(func.max(invoices.c.number))).scalar()
-                number = int(highest or 0) + 1
-                session.execute(
-                    invoices.insert().values(
-                        number=number, account_id=account_id, month=month,
-                        total_micros=int(total), issued_at=now,
-                    )
-                )  # fmt: skip
-            return number, now
-        except IntegrityError:
-            continue
-    raise ReportError(f"could not allocate an invoice number in {MAX_ATTEMPTS} attempts")
-
-
-def invoice_number(prefix: str, number: int) -> str:
-    """The number as printed: ``<prefix>-<number, six digits at least>``."""
-    return f"{prefix}-{number:06d}"
-
-
-def check_prefix(prefix: str) -> str:
-    if not _PREFIX.fullmatch(prefix):
-        raise ReportError(
-            f"BILLING_INVOICE_PREFIX {prefix!r}: 1-16 letters, digits, '-' or '_', "
-            "starting with a letter or digit"
-        )
-    return prefix
-
-
-def run_invoice(
-    url: str,
-    account_id: str,
-    month: str,
-    *,
-    issuer: Party,
-    prefix: str,
-    now: datetime,
-) -> InvoiceDocument:
-    """The invoice of ``account_id`` for the closed ``month``: read in one snapshot, numbered
-    (``issue``), its customer's details as they were when it was first issued."""
-    from worker.ledger.database import make_engine, session_factory
-    from worker.reports import connect_args, snapshot
-
-    start, end = parse_month(month)
-    if now < end:
-        raise ReportError(
-            f"--month {month} is not over until {end.date().isoformat()} UTC: an invoice is "
-            "issued for a closed month (`billing statement` shows the month in progress)"
-        )
-    check_prefix(prefix)
-    month = f"{start:%Y-%m}"
-    reader = make_engine(url, readonly=True, **connect_args(url))
-    try:
-        with snapshot(reader) as conn, Session(bind=conn) as session:
-            found = content(session, account_id, start, end)
-    finally:
-        reader.dispose()
-    engine = make_engine(url, **connect_args(url))
-    try:
-        number, issued_at = issue(session_factory(engine), account_id, month, found.total, now)
-        with Session(engine) as session:
-            party = customer(session, account_id, issued_at)
-    finally:
-        engine.dispose()
-    return InvoiceDocument(
-        number=invoice_number(prefix, number),
-        account_id=account_id,
-        month=month,
-        start=start,
-        end=end,
-        issued_at=issued_at,
-        issuer=issuer,
-        customer=party,
-        lines=found.lines,
-        total=found.total,
-        prepaid=found.prepaid,
-    )

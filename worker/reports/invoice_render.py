@@ -1,5 +1,7 @@
 """An invoice as a customer receives it: a self-contained HTML page (no script, nothing fetched),
-JSON for machines, and PDF printed from the HTML by headless Chromium.
+JSON for machines, and PDF printed from the HTML by headless Chromium. A finalized document is
+rendered once, when it is finalized, and stored (``invoice_store``); these functions never run on
+it again.
 
 Every text from outside (names, addresses, model names) is HTML-escaped. Money is shown in USD with
 two decimals, up to six where the micro-dollars need them (``invoice_model.usd``); each amount cell
@@ -14,9 +16,20 @@ import json
 import shutil
 import subprocess
 import tempfile
+from decimal import Decimal
 from pathlib import Path
 
-from worker.reports.invoice_model import InvoiceDocument, Line, Party, rate_text, usd
+from worker.reports.invoice_model import (
+    CREDIT_NOTE,
+    INVOICE,
+    REVERSE_CHARGE_NOTE,
+    CreditEntry,
+    InvoiceDocument,
+    Line,
+    Party,
+    rate_text,
+    usd,
+)
 from worker.reports.spec import ReportError
 
 CHROMIUM_FLAGS = (
@@ -37,6 +50,8 @@ td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 .totals { margin-left: auto; width: 45%; margin-top: 1em; }
 .totals td { border: none; } .totals tr.due td { font-weight: bold; border-top: 2px solid #222; }
 .meta td { border: none; padding: 1px 6px 1px 0; }
+h2.section { font-size: 9pt; color: #666; text-transform: uppercase; margin-top: 1.5em; }
+.note { margin-top: 1.5em; font-style: italic; }
 """
 
 
@@ -64,49 +79,96 @@ def _party(title: str, party: Party, role: str) -> str:
     return f'<div class="party"><h2>{_e(title)}</h2>{"".join(rows)}</div>'
 
 
+PRICE_UNIT = {"tokens": " / 1M tokens", "requests": " / request", "calls": " / call", "items": ""}
+TITLE = {INVOICE: "Invoice", CREDIT_NOTE: "Credit note"}
+
+
 def _line(line: Line) -> str:
-    price = ""
-    if line.unit_price is not None:
-        per = "request" if line.unit == "requests" else "1M tokens"
-        price = f"${rate_text(line.unit_price)} / {per}"
+    price = f"{_money_rate(line.unit_price)}{PRICE_UNIT[line.unit]}"
     return (
         f'<tr data-kind="{_e(line.kind)}">'
         f"<td>{_e(line.description)}</td>"
         f'<td class="n" data-quantity="{line.quantity}">{line.quantity:,} {_e(_unit(line.quantity, line.unit))}</td>'
-        f'<td class="n">{_e(price)}</td>'
+        f'<td class="n" data-unit-price="{rate_text(line.unit_price)}">{_e(price)}</td>'
         f'<td class="n" data-micros="{int(line.amount)}">{_money(line.amount)}</td></tr>'
     )
 
 
+def _money_rate(rate: Decimal) -> str:
+    text = rate_text(rate)
+    return f"-${text[1:]}" if text.startswith("-") else f"${text}"
+
+
+def _credit(entry: CreditEntry) -> str:
+    when = "" if entry.at is None else entry.at.date().isoformat()
+    what = entry.note if entry.kind == "balance" else f"{entry.kind} {entry.key}: {entry.note}"
+    return (
+        f'<tr data-credit="{_e(entry.kind)}"><td>{when}</td><td>{_e(what)}</td>'
+        f'<td class="n" data-micros="{int(entry.amount)}">{_money(entry.amount)}</td></tr>'
+    )
+
+
+def _tax_label(doc: InvoiceDocument) -> str:
+    terms = doc.tax_terms
+    if terms.reverse_charge:
+        return "Tax (reverse charge)"
+    return "Tax" if terms.rate is None else f"Tax ({rate_text(terms.rate)}%)"
+
+
 def render_invoice_html(doc: InvoiceDocument) -> str:
     last_day = doc.end.date().fromordinal(doc.end.date().toordinal() - 1)
+    title = "Draft invoice" if doc.draft else TITLE[doc.kind]
     lines = "".join(_line(line) for line in doc.lines) or (
-        '<tr><td colspan="4">No usage in this period.</td></tr>'
+        '<tr><td colspan="4">No charges in this period.</td></tr>'
     )
     totals = (
-        ("total", "Total", doc.total),
+        ("subtotal", "Subtotal", doc.subtotal),
+        ("tax", _tax_label(doc), doc.tax),
         ("credits", "Prepaid credits applied", -doc.credits_applied),
-        ("due", "Amount due", doc.amount_due),
+        ("due", "Total due" if doc.kind == INVOICE else "Change to the amount due", doc.total),
     )
     total_rows = "".join(
-        f'<tr class="{key}"><td>{label}</td>'
+        f'<tr class="{key}"><td>{_e(label)}</td>'
         f'<td class="n" data-total="{key}" data-micros="{int(amount)}">{_money(amount)}</td></tr>'
         for key, label, amount in totals
     )
+    meta = [
+        ("number", f"{title} number", doc.number),
+        ("issued", "Issue date", doc.issued_at.date().isoformat()),
+    ]
+    if doc.due_date is not None:
+        meta.append(("due", "Due date", doc.due_date.isoformat()))
+    if doc.corrects is not None:
+        meta.append(("corrects", "Corrects invoice", doc.corrects))
+    meta += [
+        ("period", "Period", f"{doc.start.date().isoformat()} to {last_day.isoformat()} (UTC)"),
+        ("account", "Account", doc.account_id),
+    ]
+    meta_rows = "".join(
+        f'<tr><td>{_e(label)}</td><td data-invoice="{key}">{_e(value)}</td></tr>'
+        for key, label, value in meta
+    )
+    credits = "".join(_credit(entry) for entry in doc.credits)
+    credit_table = (
+        f'<h2 class="section">Prepaid credits</h2><table class="credits"><tbody>{credits}</tbody>'
+        f'<tfoot><tr><td></td><td>Prepaid funds</td><td class="n" data-total="prepaid" '
+        f'data-micros="{int(doc.prepaid)}">{_money(doc.prepaid)}</td></tr></tfoot></table>'
+        if credits
+        else ""
+    )
+    note = (
+        f'<p class="note" data-invoice="reverse-charge">{_e(REVERSE_CHARGE_NOTE)}</p>'
+        if doc.tax_terms.reverse_charge
+        else ""
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>Invoice {_e(doc.number)}</title>
+<title>{_e(title)} {_e(doc.number)}</title>
 <style>{STYLE}</style></head>
 <body>
 <div class="head">
-<div><h1>Invoice</h1>
-<table class="meta">
-<tr><td>Invoice number</td><td data-invoice="number">{_e(doc.number)}</td></tr>
-<tr><td>Issue date</td><td data-invoice="issued">{doc.issued_at.date().isoformat()}</td></tr>
-<tr><td>Period</td><td data-invoice="period">{doc.start.date().isoformat()} to \
-{last_day.isoformat()} (UTC)</td></tr>
-<tr><td>Account</td><td data-invoice="account">{_e(doc.account_id)}</td></tr>
-</table></div>
+<div><h1>{_e(title)}</h1>
+<table class="meta">{meta_rows}</table></div>
 </div>
 <div class="head">{_party("From", doc.issuer, "issuer")}{_party("Bill to", doc.customer, "customer")}</div>
 <table class="lines">
@@ -114,7 +176,9 @@ def render_invoice_html(doc: InvoiceDocument) -> str:
 <th class="n">Amount (USD)</th></tr></thead>
 <tbody>{lines}</tbody>
 </table>
+{credit_table}
 <table class="totals">{total_rows}</table>
+{note}
 </body></html>
 """
 
@@ -123,12 +187,17 @@ def invoice_dict(doc: InvoiceDocument) -> dict[str, object]:
     def party(p: Party) -> dict[str, object]:
         return {"name": p.name, "address": list(p.address), "email": p.email, "tax_id": p.tax_id}
 
+    terms = doc.tax_terms
     return {
+        "kind": doc.kind,
         "number": doc.number,
+        "draft": doc.draft,
+        "corrects": doc.corrects,
         "account": doc.account_id,
         "month": doc.month,
         "period": {"start": doc.start.isoformat(), "end": doc.end.isoformat()},
         "issued_at": doc.issued_at.isoformat(),
+        "due_date": None if doc.due_date is None else doc.due_date.isoformat(),
         "issuer": party(doc.issuer),
         "customer": party(doc.customer),
         "currency": "USD",
@@ -139,18 +208,37 @@ def invoice_dict(doc: InvoiceDocument) -> dict[str, object]:
                 "description": line.description,
                 "quantity": line.quantity,
                 "unit": line.unit,
-                "unit_price_usd": None if line.unit_price is None else rate_text(line.unit_price),
+                "unit_price_usd": rate_text(line.unit_price),
                 "amount_micros": int(line.amount),
                 "amount_usd": usd(line.amount),
             }
             for line in doc.lines
         ],
-        "total_micros": int(doc.total),
+        "tax": {
+            "rate_percent": None if terms.rate is None else rate_text(terms.rate),
+            "reverse_charge": terms.reverse_charge,
+            "note": REVERSE_CHARGE_NOTE if terms.reverse_charge else None,
+        },
+        "credits": [
+            {
+                "kind": entry.kind,
+                "at": None if entry.at is None else entry.at.isoformat(),
+                "key": entry.key,
+                "note": entry.note,
+                "amount_micros": int(entry.amount),
+                "amount_usd": usd(entry.amount),
+            }
+            for entry in doc.credits
+        ],
+        "subtotal_micros": int(doc.subtotal),
+        "tax_micros": int(doc.tax),
+        "prepaid_micros": int(doc.prepaid),
         "credits_applied_micros": int(doc.credits_applied),
-        "amount_due_micros": int(doc.amount_due),
-        "total_usd": usd(doc.total),
+        "total_micros": int(doc.total),
+        "subtotal_usd": usd(doc.subtotal),
+        "tax_usd": usd(doc.tax),
         "credits_applied_usd": usd(doc.credits_applied),
-        "amount_due_usd": usd(doc.amount_due),
+        "total_usd": usd(doc.total),
     }
 
 
@@ -158,8 +246,8 @@ def render_invoice_json(doc: InvoiceDocument) -> str:
     return json.dumps(invoice_dict(doc), indent=2) + "\n"
 
 
-def print_pdf(page_html: str, out: Path) -> None:
-    """Print ``page_html`` to ``out`` with headless Chromium (Debian's ``chromium``). A missing
+def print_pdf(page_html: str) -> bytes:
+    """``page_html`` printed to PDF with headless Chromium (Debian's ``chromium``). A missing
     browser or a failed print is a ``ReportError`` naming it."""
     binary = shutil.which("chromium")
     if binary is None:
@@ -184,5 +272,4 @@ def print_pdf(page_html: str, out: Path) -> None:
         if done.returncode != 0 or not target.is_file():
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise ReportError(f"chromium could not print the PDF: {tail}")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(target, out)
+        return target.read_bytes()

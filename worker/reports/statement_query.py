@@ -122,7 +122,7 @@ def build_statement(session: Session, account_id: str, month: str, *, now: datet
         generated_at=now,
         opening=_position(funds_of(session, account_id, as_of=start)),
         closing=_position(funds_of(session, account_id, as_of=as_of)),
-        credits=_credits(session, account_id, start, as_of),
+        credits=credit_lines(session, account_id, start, as_of),
         charges=_charges(session, account_id, start, as_of),
         holds=holds,
         releases=releases,
@@ -136,7 +136,7 @@ def _own(account_id: str) -> Any:
     )
 
 
-def _credits(
+def credit_lines(
     session: Session, account_id: str, start: datetime, end: datetime
 ) -> tuple[CreditLine, ...]:
     """The fund entries on the account's available balance, with their credit rows."""

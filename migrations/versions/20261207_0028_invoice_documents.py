@@ -14,7 +14,7 @@ Downgrade drops the new columns and index and restores the old uniques; it refus
 unique constraints) when credit notes or a re-invoiced void month exist.
 
 Revision ID: 0028
-Revises: 0026
+Revises: 0027
 Create Date: 2026-12-08 12:00:00.000000
 """
 
@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0028"
-down_revision: str | None = "0026"
+down_revision: str | None = "0027"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -648,4 +649,68 @@ def test_through_litellm_a_huge_or_compressed_answer_is_still_in_the_ledger(stac
     )  # fmt: skip
     dead = stack.redis.client().xrange(stack.keys.dead)
     assert any(b"larger" in fields.get(b"reason", b"") for _id, fields in dead)
+    _check_books(stack, calls)
+
+
+@contextmanager
+def _small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``path``: a disk that fills (ENOSPC). Needs the mount
+    privilege the test machine gives (root); without it the test fails, it is never skipped."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, f"cannot mount a small tmpfs for the disk-full case: {done.stderr}"
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+
+
+def test_the_spool_disk_filling_while_redis_is_away_serves_nothing_unrecorded(
+    stack: Stack, scale: Scale
+) -> None:
+    """Redis stopped and the spool on a disk that fills (a 64 KiB tmpfs): calls are served while
+    their admission fits, then refused with 503 before the upstream; once Redis is back every
+    served call is in the ledger (settled at the upstream's usage, or unsettled with a reason when
+    only its admission fitted), and no refused call reached the upstream."""
+    limit = scale.pick(60, 400)
+    served_accounts: list[str] = []
+    refused = 0
+    with _small_disk(stack.workdir / f"small-disk-{uuid.uuid4().hex[:6]}", "64k") as disk:
+        tee = Tee.from_url(stack.env["REDIS_URL"], stack.keys, spool_dir=disk / "spool",
+                           retry_seconds=0.2)  # fmt: skip
+        worker = stack.worker("worker-full")
+        try:
+            with served(create_app(stack.upstream.scenario_url("clean"), tee)) as url:
+                stack.redis.stop()
+                try:
+                    for account in _accounts(limit):
+                        client = openai.OpenAI(base_url=url + "/v1", api_key=account,
+                                               max_retries=0)  # fmt: skip
+                        before = len(stack.upstream.sent)
+                        try:
+                            client.chat.completions.create(model=MODEL, messages=MESSAGES)
+                        except openai.InternalServerError as exc:
+                            assert exc.status_code == 503 and exc.code == "billing_unavailable"
+                            assert len(stack.upstream.sent) == before  # never reached upstream
+                            refused += 1
+                            if refused >= 3:
+                                break
+                            continue
+                        served_accounts.append(account)
+                finally:
+                    stack.redis.start()
+                assert tee.flush(60)
+            worker.start()
+            assert served_accounts and refused, (len(served_accounts), refused)
+            calls = wait_decided(stack.sessions, served_accounts, len(served_accounts),
+                                 timeout=120, processes=(worker,))  # fmt: skip
+        finally:
+            tee.stop()
+            worker.stop()
+    assert sorted(c.account_id for c in calls) == sorted(served_accounts)  # none lost
+    for call in calls:
+        assert call.status == "settled" or (call.status == "unsettled" and call.reason), call
+    settled = [c for c in calls if c.status == "settled"]
+    assert settled and all(c.usage_source == "reported" and c.charge_micros for c in settled)
     _check_books(stack, calls)

@@ -497,7 +497,7 @@ class Settings:
     unbilled_routes: str = choice(
         "BILLING_UNBILLED_ROUTES",
         ("refuse", "pass"),
-        "a path or LiteLLM call type the gateway does not bill (not a chat completion, a model list"
+        "a path or LiteLLM call type the gateway does not bill (not a billed endpoint, a model list"
         " or a health check): `refuse` answers 403 `route_not_billed`; `pass` serves it unbilled,"
         " recorded as the anomaly `unbilled_route` and alerted ([gateway](docs/gateway.md))",
     )

@@ -249,3 +249,34 @@ def test_the_dead_letter_stream_is_bounded(redis_client, sessions, prefix) -> No
     drain(consumer)
     # MAXLEN ~: Redis trims whole nodes (100 entries by default), so a little over the cap
     assert redis_client.xlen(keys.dead) <= 10 + 100
+
+
+def test_a_held_call_whose_close_was_refused_by_size_is_finalized_by_the_sweeper(
+    consumer, publisher, sessions, redis_client, account, reads, monkeypatch
+) -> None:
+    """Its open read first (held), its close after the stream grew past the limits (a 51 MB
+    answer, on a loaded machine): the consumer dead-letters the close and quarantines the call;
+    the sweeper finalizes it unsettled ``unreadable`` at its hold, reading its admission entry at
+    most, never deferring it pass after pass (the admission head is no stream to reconcile)."""
+    monkeypatch.setattr(entries, "MAX_STREAM_BYTES", 50_000)
+    m = meta(account, reserved=7_000)
+    admitted = {**m, "messages": [], "omitted_messages": True}
+    fields = admission_fields(orjson.dumps(admitted), 1_796_000_000_000)
+    queue_commands(redis_client, admission_commands(consumer.keys, m["request_id"], fields))
+    publisher.open(m, admission=fields)
+    drain(consumer)
+    assert status(sessions, m["request_id"]) == "held"
+    publisher.frames(m["request_id"], ["data: " + "x" * 10_000 + "\n\n"] * 10 + frames())
+    publisher.close(m["request_id"])
+    drain(consumer)
+    assert redis_client.sismember(consumer.keys.quarantine, m["request_id"])
+    assert status(sessions, m["request_id"]) == "held"
+    Sweeper(consumer).run()
+    assert status(sessions, m["request_id"]) == "unsettled"
+    with sessions() as session:
+        reason = session.scalar(
+            select(Failure.reason)
+            .join(Reservation, Reservation.id == Failure.reservation_id)
+            .where(Reservation.request_id == m["request_id"])
+        )
+    assert reason == "unreadable"

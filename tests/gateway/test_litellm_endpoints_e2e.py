@@ -46,8 +46,9 @@ DEPLOYMENTS = {
     "claude": ("anthropic/claude-sonnet-4-5", "endpoints/messages_text", "/v1"),
     # the Messages API to an OpenAI deployment: LiteLLM asks its Responses API
     "claude-via-openai": ("gpt-4o-mini", "endpoints/responses_text", ""),
-    # the Responses API to a provider without one: LiteLLM bridges to chat completions
-    "bridged": ("deepseek/deepseek-chat", "clean", ""),
+    # the Responses API to a provider without one: LiteLLM bridges to chat completions (the
+    # recording answers as DeepSeek does, naming deepseek-chat, its usage with cache hits)
+    "bridged": ("deepseek/deepseek-chat", "deepseek/cache_hit_miss", ""),
 }
 
 
@@ -214,12 +215,6 @@ def test_an_anthropic_messages_call_is_billed_streamed_and_not(
     settled_twice(stack, account, model, usage["input_tokens"], usage["output_tokens"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LiteLLM 1.108.7's bridged non-streamed answer names the proxy's alias as its model "
-    "('bridged', where the stream names deepseek-chat); the worker reads that as a substituted "
-    "model and the twins settle 2 and 3 micro-USD apart",
-)
 def test_a_responses_call_bridged_to_chat_completions_is_billed_as_answered(stack: Stack) -> None:
     """A deployment without a Responses API: LiteLLM calls its chat completions and answers in
     the Responses shape; the hook publishes that answer, whose usage is the chat call's."""

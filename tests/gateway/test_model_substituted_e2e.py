@@ -37,7 +37,7 @@ from .upstream import SCENARIOS, Upstream, load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
-UNPRICED = "gpt-4o-mini-fallback-preview"
+UNPRICED = "o9-fallback-preview"  # not the requested name and a suffix: no price
 # USD per 1M tokens, for the oracle and the worker's book alike (BILLING_PRICE_BOOK): gpt-4o and
 # its dated snapshot at the same prices, as OpenAI lists them; UNPRICED in no book.
 PRICES = {

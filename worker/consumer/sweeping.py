@@ -187,7 +187,9 @@ class Finalize(_Transaction):
         closed = quarantined or foreign
         unreadable = (quarantined or refusal is not None) and not foreign
         result = call.result
-        if entries and refusal is None and not foreign and result is None:
+        # A quarantined call's entries are its admission head at most (``fetch``): no stream to
+        # reconcile, it is finalized from its reservation below.
+        if entries and refusal is None and not foreign and result is None and not quarantined:
             raise RuntimeError("its stream was read but not reconciled")
         if not entries or refusal is not None or foreign or result is None:
             # Gone, refused now, or refused before (quarantined): finalized from the reservation

@@ -1,7 +1,7 @@
 """A change of ``BILLING_PARTITIONS`` strands nothing: retired streams are found, drained, deleted.
 
 Real Redis, both databases, no Celery: what each beat tick's tasks run, in this process: a drain per
-configured partition, and a drain of each stream ``partitions.to_drain`` names (what
+configured partition, and a drain of each stream ``backlog.to_drain`` names (what
 ``billing.drain_retired`` sends a ``billing.drain`` for). ``test_partitions_e2e.py`` runs the same
 with real worker and beat processes, so the tasks' wiring is proved there.
 """
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models.reservations import Status
 from worker.config import MAX_PARTITIONS, Settings
-from worker.consumer import partitions
+from worker.consumer import backlog, partitions
 from worker.consumer.backlog import read_backlog
 from worker.consumer.consumer import Consumer
 from worker.consumer.sweeper import Sweeper
@@ -68,7 +68,7 @@ def run_worker(consumer: Consumer, ticks: int = 3) -> None:
     for _ in range(ticks):
         for partition in range(settings.partitions):
             consumer.drain(partition, seconds=seconds, block_ms=block_ms)
-        for stream in partitions.to_drain(consumer.client, consumer.keys):
+        for stream in backlog.to_drain(consumer.client, consumer.keys):
             consumer.drain(seconds=seconds, block_ms=block_ms, until_idle=True, stream=stream)
 
 

@@ -7,6 +7,7 @@ metrics exporter.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,8 @@ import redis
 
 from worker.consumer import partitions
 from worker.contract.keys import Keys
+
+log = logging.getLogger("worker.consumer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,3 +133,19 @@ def dead_letter_count(client: Any, keys: Keys) -> int:
 def recheck_count(client: Any, keys: Keys) -> int:
     """Unsettled calls whose streams are kept for late data."""
     return int(client.zcard(keys.recheck))
+
+
+def to_drain(client: Any, keys: Keys) -> list[str]:
+    """One look at the retired streams: those with work waiting, to be drained (each adopted into
+    the consumer group first when it has none); each of the others deleted if it is drained and
+    quiet (``partitions.retire``). What ``billing.drain_retired`` runs; it sends a drain for each named."""
+    due = []
+    for stream in partitions.retired(client, keys):
+        found = stream_backlog(client, stream, keys.group)
+        if found.waiting:
+            if not found.group:
+                partitions.adopt(client, keys, stream)
+            due.append(stream)
+        elif partitions.retire(client, stream):
+            log.info("%s: drained and quiet, deleted", stream)
+    return due

@@ -10,7 +10,7 @@ key, so this works unchanged on Redis Cluster.
 
 Each stream found that the configuration does not name (a *retired* stream) is drained through the
 same consumer group as a partition (``billing.drain_retired`` sends one ``billing.drain`` for each
-stream ``to_drain`` names), and the sweeper trims it like a partition. Once every entry was delivered
+stream ``backlog.to_drain`` names), and the sweeper trims it like a partition. Once every entry was delivered
 and acknowledged and nothing was written to it for ``RETIRE_QUIET_MS``, ``retire`` deletes it: one
 script on the one key, so an entry written in between keeps it. A gateway that writes there again
 later only creates it again, to be found and drained again.
@@ -18,14 +18,11 @@ later only creates it again, to be found and drained again.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import redis
 
 from worker.contract.keys import Keys
-
-log = logging.getLogger("worker.consumer")
 
 # A drained retired stream is deleted after this long without a new entry: long past the last drain
 # that read it (a drain of a retired stream stops at its first empty read).
@@ -85,26 +82,6 @@ def adopt(client: Any, keys: Keys, stream: str) -> None:
     except redis.ResponseError as exc:
         if "BUSYGROUP" not in str(exc) and "key to exist" not in str(exc):  # or deleted meanwhile
             raise
-
-
-def to_drain(client: Any, keys: Keys) -> list[str]:
-    """One look at the retired streams: those with work waiting, to be drained (each adopted into
-    the consumer group first when it has none); each of the others deleted if it is drained and
-    quiet (``retire``). What ``billing.drain_retired`` runs; it sends a drain for each named."""
-    # backlog reads the streams this module names: imported here, not at the top, to keep the
-    # modules' import order free.
-    from worker.consumer.backlog import stream_backlog
-
-    due = []
-    for stream in retired(client, keys):
-        found = stream_backlog(client, stream, keys.group)
-        if found.waiting:
-            if not found.group:
-                adopt(client, keys, stream)
-            due.append(stream)
-        elif retire(client, stream):
-            log.info("%s: drained and quiet, deleted", stream)
-    return due
 
 
 def retire(client: Any, stream: str, quiet_ms: int | None = None) -> bool:

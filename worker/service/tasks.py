@@ -17,7 +17,7 @@ from typing import Any
 from worker import metrics
 from worker.alerts.config import AlertConfig
 from worker.alerts.jobs import run_alerts, run_pairing
-from worker.consumer import partitions
+from worker.consumer import backlog
 from worker.contract.authorization import AuthorizationStore
 from worker.core.calibration import format_factor
 from worker.db.transient import is_transient
@@ -103,7 +103,7 @@ def drain(rt: runtime.Runtime, partition: int = 0, stream: str | None = None) ->
 def drain_retired(rt: runtime.Runtime) -> None:
     """Find the notification streams the configured partitions do not name (``partitions``): send
     a drain for each with work waiting, delete each that is drained and quiet."""
-    for stream in partitions.to_drain(rt.client, rt.consumer.keys):
+    for stream in backlog.to_drain(rt.client, rt.consumer.keys):
         drain.apply_async(kwargs={"stream": stream}, expires=RETIRED_DRAIN_EXPIRES)
 
 

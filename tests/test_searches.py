@@ -9,6 +9,7 @@ and ``search_context_cost_per_query`` 0.025 at every size; ``gpt-4o`` has no sea
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import pytest
@@ -95,6 +96,20 @@ def test_a_search_model_call_is_billed_its_search() -> None:
     result = reconcile_response(meta, 200, _body("gpt-4o-search-preview", USAGE), BOOK)
     assert (result.outcome, result.charge_micros) == (Outcome.SETTLED, 27_250)
     assert result.usage is not None and result.usage.web_search_requests == 1
+
+
+def test_a_search_model_call_without_usage_is_billed_its_search_too() -> None:
+    """No usage block (a body without one, settled at the estimate): the estimate counts no
+    search, and the call still made one: its fee is in the charge, 25,000 micro-USD above the
+    estimate's tokens at gpt-4o-search-preview's prices."""
+    body = {k: v for k, v in _body("gpt-4o-search-preview", USAGE).items() if k != "usage"}
+    result = reconcile_response(_meta("gpt-4o-search-preview"), 200, body, BOOK)
+    assert result.outcome is Outcome.SETTLED and result.charge_micros is not None
+    estimate = result.estimate
+    tokens = estimate.prompt_tokens * Decimal("2.50") + estimate.completion_tokens * Decimal(
+        "10.00"
+    )
+    assert result.charge_micros == int(tokens.quantize(Decimal(1), ROUND_HALF_UP)) + 25_000
 
 
 def test_a_search_the_row_has_no_fee_for_is_unpriced_component_not_free() -> None:

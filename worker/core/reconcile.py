@@ -211,6 +211,11 @@ def build_result(
     # An estimated call is charged, and an unsettled one exposed, at the calibrated estimate (its
     # segment's factors, ``worker.core.calibration``); the failure row keeps the raw counts.
     estimated = guess.as_usage() if factors is None else factors.usage(guess)
+    # An estimate counts no search: the ones the call was billed for are added as for a reported
+    # usage that states none (a request fee, a search model, ``web_search_options``).
+    estimated = with_searches(
+        estimated, stated=False, requested_size=meta.web_search, model=meta.model
+    )
     exposure = price(estimated)
     if exposure is None:
         anomalies.append("unpriced")

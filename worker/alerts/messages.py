@@ -98,7 +98,8 @@ def _thresholds(picture: Picture) -> str | None:
         mark = "crossed" if picture.exposure_crossed else "below"
         parts.append(f"exposure {usd(picture.exposure_micros)}, {mark} the {usd(limit)} threshold")
     if picture.paging:
-        parts.append(f"{plural(picture.paging, 'finding')} that page by themselves")
+        one, many = "finding that pages by itself", "findings that page by themselves"
+        parts.append(plural(picture.paging, one, many))
     return "; ".join(parts) or None
 
 

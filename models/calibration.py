@@ -5,13 +5,21 @@ direction (median ratio of reported to estimated tokens in ppm, its 95 % interva
 factor charged (1 000 000 = face value, when the fit is too small or an exact tokenizer's interval
 holds 1), and the error without and with it on the held-out calls. A new version is written when a
 factor changes (``worker.ledger.calibration``); the latest version's statistics are refreshed in
-place, its factors never. ``drifted``: this version's factor lies outside the previous version's
-interval (a drift alert). ``provider`` is ``''`` for calls that named none.
+place, its factors never. ``drifted``: a segment's ratio moved past its noise (``cause``
+``tokenizer``, a drift page). ``provider`` is ``''`` for calls that named none.
 
 Revision 0027: the factor charged is the ratio of sums of the fit's calls, and ``segment_factors``
 (JSON text, ``{"prompt": {segment: ppm}, "completion": {...}}``, NULL when none) holds the factors
 of the content segments fitted on their own; a version's factors, pooled and per segment, are
 written once and never updated.
+
+Revision 0030: ``cause`` says why the version was written (``first``; ``tokenizer``: a segment's
+ratio moved past its noise, a drift page; ``mix``: the pooled ratio moved with every segment
+steady; ``refit``: a factor moved by the reversion step within the noise, or a segment gained or
+lost its own factor; ``too_few_calls``: an approximate model under the minimum sample, charged
+uncalibrated). ``segment_stats`` (JSON text, ``{direction: {segment or "*": [ratio_ppm, se_ppm,
+samples]}}``) is the baseline later fits are compared with (``worker.core.calibration_drift``),
+written once; ``moves`` (JSON text) what moved for a ``tokenizer`` or ``mix`` version.
 """
 
 from __future__ import annotations
@@ -68,5 +76,8 @@ class CalibrationFactor(Base):
     held_out: Mapped[int]  # held-out calls the errors were measured on
     drifted: Mapped[bool]
     segment_factors: Mapped[str | None] = mapped_column(Text)
+    cause: Mapped[str | None] = mapped_column(String(16))
+    segment_stats: Mapped[str | None] = mapped_column(Text)
+    moves: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())  # this version was learnt
     learnt_at: Mapped[datetime] = mapped_column(UTCDateTime())  # its statistics last refreshed

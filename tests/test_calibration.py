@@ -22,7 +22,6 @@ from worker.core.calibration import (
     held_out,
     interval_ranks,
     learn_direction,
-    moved,
     ratio_ppm,
 )
 from worker.core.result import Estimate, Usage
@@ -82,14 +81,6 @@ def test_aggregate_error_is_what_a_bill_would_be_off_by() -> None:
     assert aggregate_error_ppm(pairs) == -166_666  # 300 vs 360: -16.67 %, truncated toward 0
     assert aggregate_error_ppm(pairs, 1_200_000) == 0
     assert aggregate_error_ppm([]) is None
-
-
-def test_moved_needs_two_full_fits() -> None:
-    before = Fit(1_000_000, 990_000, 1_010_000, 200)
-    assert moved(before, Fit(1_150_000, 1_140_000, 1_160_000, 200), 50)
-    assert not moved(before, Fit(1_005_000, 995_000, 1_015_000, 200), 50)
-    assert not moved(before, Fit(1_150_000, 1_100_000, 1_200_000, 10), 50)
-    assert not moved(None, before, 50)
 
 
 def test_the_table_is_looked_up_by_provider_and_model_exactly() -> None:

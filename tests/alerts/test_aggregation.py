@@ -162,9 +162,14 @@ def test_drift_past_the_threshold_on_the_median() -> None:
     assert found.model == "gpt-4o" and found.facts["median_drift_ppm"] == 120_000
     assert found.note.startswith("gpt-4o: median completion-token drift +12.00%")
     assert window_start(found.at, END - START) == START  # counted in the window it ends
-    assert not drift_past({"m": (-200_000, 2)}, START, END, threshold_pct=10, min_samples=3)
-    [negative] = drift_past({"m": (-200_000, 3)}, START, END, threshold_pct=10, min_samples=3)
+    assert not drift_past({"o3": (-200_000, 2)}, START, END, threshold_pct=10, min_samples=3)
+    [negative] = drift_past({"o3": (-200_000, 3)}, START, END, threshold_pct=10, min_samples=3)
     assert "-20.00%" in negative.note
+    # a model the worker estimates approximately drifts from its raw estimate by design: its
+    # calibration learns that ratio and speaks for it, so no median-drift finding, however far
+    assert not drift_past(
+        {"claude-haiku-4-5": (-300_000, 500)}, START, END, threshold_pct=10, min_samples=3
+    )
 
 
 def test_windows_are_aligned_and_closed_after_the_slack() -> None:

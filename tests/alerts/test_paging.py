@@ -182,3 +182,24 @@ def test_the_demo_sends_at_most_three_messages_a_window_with_every_old_fact() ->
         assert sum(a.window_start == start and a.window_end == end for a in alerts) <= 3
     digests = [a for a in alerts if a.reason == "digest"]
     assert len(digests) <= 3 and len(alerts) <= 3 * 3
+
+
+def test_a_finding_that_pages_by_itself_pages_and_drift_counts_models() -> None:
+    # one model drifting in two drift windows and another in one: 2 models, 3 findings
+    drifting = [
+        Finding("drift", "median_drift", T0 + timedelta(seconds=s), model=m)
+        for s, m in ((1, "o3"), (11, "o3"), (12, "gpt-4o"))
+    ]
+    quiet = messages(full_plan(limit=None), drifting, {})
+    assert [a.fields["severity"] for a in quiet] == ["digest"]  # no rate, no exposure: no page
+    [digest] = quiet
+    assert digest.text.startswith("DIGEST drift: 2 models with drift findings (3 findings) in")
+    assert (digest.fields["models"], digest.fields["count"]) == (2, 3)
+    # a tokenizer change pages its window by itself, resolved in the next quiet one
+    change = Finding("drift", "tokenizer_change", T0 + timedelta(seconds=25), model="m", pages=True)
+    sent = messages(full_plan(limit=None), [*drifting, change], {})
+    assert Counter(a.fields["severity"] for a in sent) == {"digest": 1, "page": 1, "resolved": 1}
+    [page] = [a for a in sent if a.fields["severity"] == "page"]
+    assert page.window_start == T0 + timedelta(seconds=20)
+    assert page.text.startswith("PAGE drift: 1 model with drift findings (1 finding)")
+    assert "thresholds: 1 finding that pages by itself" in page.text

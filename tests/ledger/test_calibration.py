@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import CalibrationFactor, Reservation, UsageRecord
-from worker.alerts.sources import calibration_shift
+from worker.alerts.sources import calibration
 from worker.cli.show import _text as show_text
 from worker.consumer.pricing import PriceSource
 from worker.core.calibration import PPM, calibrated
@@ -167,9 +167,15 @@ def test_learnt_factors_charge_estimates_and_a_shift_is_a_drift(
         .order_by(CalibrationFactor.version)
     ).all()
     assert versions == [1, 2]
-    found = calibration_shift(session, later, later + timedelta(minutes=1), None)  # type: ignore[arg-type]
-    assert [(f.kind, f.reason, f.model) for f in found] == [("drift", "calibration_shift", MODEL)]
+    assert second.cause == "tokenizer"
+    found = calibration(session, later, later + timedelta(minutes=1), None)  # type: ignore[arg-type]
+    assert [(f.kind, f.reason, f.model, f.pages) for f in found] == [
+        ("drift", "tokenizer_change", MODEL, True)
+    ]
     assert found[0].facts["calibration_version"] == 2
+    assert {(m["direction"], m["segment"]) for m in found[0].facts["moves"]} == {
+        ("prompt", "latin")
+    }
 
 
 def test_a_version_s_factors_never_change_once_written(session: Session, unique_id: str) -> None:

@@ -28,14 +28,29 @@ NOUNS = {
     "unsettled": ("call unsettled", "calls unsettled"),
     "anomaly": ("contract anomaly", "contract anomalies"),
     "parity_mismatch": ("parity mismatch", "parity mismatches"),
-    "drift": ("model drifting past its threshold", "models drifting past their threshold"),
+    "drift": ("model with drift findings", "models with drift findings"),
     "low_balance": ("funded account running low", "funded accounts running low"),
 }
+# Kinds whose headline counts the distinct models of their findings (a model drifting in three
+# drift windows is one model), the findings after them.
+BY_MODEL = frozenset({"drift"})
 
 
 def noun(kind: str, count: int) -> str:
     one, many = NOUNS.get(kind, (f"{kind} finding", f"{kind} findings"))
     return plural(count, one, many)
+
+
+def distinct_models(picture: Picture) -> int:
+    return len({g.model for g in picture.groups})
+
+
+def counted(picture: Picture) -> str:
+    """How many the headline says: findings, or for a ``BY_MODEL`` kind distinct models."""
+    if picture.kind not in BY_MODEL:
+        return noun(picture.kind, picture.count)
+    models = distinct_models(picture)
+    return f"{noun(picture.kind, models)} ({plural(picture.count, 'finding')})"
 
 
 def stamp(at: datetime) -> str:
@@ -82,6 +97,9 @@ def _thresholds(picture: Picture) -> str | None:
     if limit:
         mark = "crossed" if picture.exposure_crossed else "below"
         parts.append(f"exposure {usd(picture.exposure_micros)}, {mark} the {usd(limit)} threshold")
+    if picture.paging:
+        one, many = "finding that pages by itself", "findings that page by themselves"
+        parts.append(plural(picture.paging, one, many))
     return "; ".join(parts) or None
 
 
@@ -137,6 +155,8 @@ def _fields(picture: Picture, severity: str) -> dict[str, Any]:
     return {
         "severity": severity,
         "count": picture.count,
+        "models": distinct_models(picture),
+        "paging": picture.paging,
         "streams": picture.streams,
         "exposure_micros": picture.exposure_micros,
         "unpriced": picture.unpriced,
@@ -169,7 +189,7 @@ def _fields(picture: Picture, severity: str) -> dict[str, Any]:
 def page(picture: Picture) -> Alert:
     """The one page of a kind in a window that crossed a threshold."""
     headline = (
-        f"PAGE {picture.kind}: {noun(picture.kind, picture.count)} in the"
+        f"PAGE {picture.kind}: {counted(picture)} in the"
         f" {span(picture.end - picture.start)} from {stamp(picture.start)}{_exposure(picture)}"
     )
     lines = [
@@ -204,7 +224,7 @@ def digest(picture: Picture, paged: list[datetime], windows: list[Picture]) -> A
     picture each, whose groups the fields keep per window); ``paged`` are the starts of the windows
     that paged (their findings are in their pages)."""
     headline = (
-        f"DIGEST {picture.kind}: {noun(picture.kind, picture.count)} in the"
+        f"DIGEST {picture.kind}: {counted(picture)} in the"
         f" {span(picture.end - picture.start)} from {stamp(picture.start)}{_exposure(picture)}"
     )
     if paged:

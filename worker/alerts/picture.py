@@ -21,7 +21,8 @@ class Finding:
     """One occurrence. ``exposure_micros`` is what is at stake in integer micro-USD (0: nothing;
     None: unknown, an unpriced call); ``facts`` are the kind's own details, carried to the message
     fields as they are (a parity pair's request ids, a drift median), and ``note`` says them in one
-    line for the text."""
+    line for the text. ``pages``: the finding pages its window by itself, whatever the thresholds
+    (a tokenizer change: one is news enough)."""
 
     kind: str
     reason: str
@@ -33,6 +34,7 @@ class Finding:
     stream: bool | None = None
     note: str = ""
     facts: Mapping[str, Any] = field(default_factory=dict)
+    pages: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,7 @@ class Picture:
     notes: tuple[str, ...] = ()
     rate: Rate | None = None
     exposure_limit_micros: int | None = None
+    paging: int = 0  # findings that page by themselves (``Finding.pages``)
 
     @property
     def exposure_crossed(self) -> bool:
@@ -110,8 +113,10 @@ class Picture:
 
     @property
     def pages(self) -> bool:
-        """A rate or exposure threshold is crossed: this window pages; else it goes to the digest."""
-        return (self.rate is not None and self.rate.crossed) or self.exposure_crossed
+        """A rate or exposure threshold is crossed, or a finding pages by itself: this window
+        pages; else it goes to the digest."""
+        crossed = (self.rate is not None and self.rate.crossed) or self.exposure_crossed
+        return crossed or self.paging > 0
 
 
 def _ranked(totals: Mapping[str | None, list[int]]) -> tuple[Ranked, ...]:
@@ -139,7 +144,7 @@ def picture(
     request_ids: list[str] = []
     details: list[Mapping[str, Any]] = []
     notes: list[str] = []
-    count = exposure = unpriced = streams = 0
+    count = exposure = unpriced = streams = paging = 0
     for finding in findings:
         if finding.kind != kind:
             raise ValueError(f"a {finding.kind} finding in the picture of {kind}")
@@ -148,6 +153,7 @@ def picture(
         exposure += value
         unpriced += finding.exposure_micros is None
         streams += finding.stream is True
+        paging += finding.pages
         reasons[finding.reason] += 1
         group = groups[(finding.account_id, finding.model, finding.reason)]
         group[0] += 1
@@ -185,4 +191,5 @@ def picture(
         notes=tuple(sorted(notes)),
         rate=rate,
         exposure_limit_micros=exposure_limit_micros,
+        paging=paging,
     )

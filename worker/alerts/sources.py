@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
+import orjson
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -31,6 +33,8 @@ from worker.alerts.config import AlertConfig
 from worker.alerts.low_balance import low_balance_findings
 from worker.alerts.picture import Finding, Rate
 from worker.core.calibration import format_factor
+from worker.core.calibration_drift import POOLED, Z
+from worker.core.estimate import is_approximate
 from worker.core.money import Micros
 from worker.ledger.funds import levels_at
 
@@ -192,11 +196,14 @@ def drift_past(
     min_samples: int,
 ) -> list[Finding]:
     """Per model of one drift window, from (median drift in ppm, samples): a finding when the median
-    drift of reported vs estimated completion tokens is at or past ± ``threshold_pct`` %."""
+    drift of reported vs estimated completion tokens is at or past ± ``threshold_pct`` %. Only for
+    a model the worker tokenizes exactly: an approximate model's drift from the raw estimate is
+    what its calibration learns and charges for, and its calibration's findings speak for it
+    (``calibration``)."""
     found = []
     limit = threshold_pct * 10_000
     for model, (middle, samples) in sorted(medians.items()):
-        if samples < max(1, min_samples) or abs(middle) < limit:
+        if samples < max(1, min_samples) or abs(middle) < limit or is_approximate(model):
             continue
         sign = "-" if middle < 0 else "+"
         hundredths = abs(middle) // 100
@@ -242,26 +249,63 @@ def drift(session: Session, start: datetime, end: datetime, config: AlertConfig)
     return found
 
 
-def calibration_shift(
-    session: Session, start: datetime, end: datetime, _: AlertConfig
-) -> list[Finding]:
-    """One drift finding per calibration version learnt in the range whose fit moved beyond the
-    previous version's interval (``worker.ledger.calibration``): the provider's counting changed."""
+# Why a calibration version was written → its finding's reason; the causes not listed (``first``,
+# ``refit``) are no news.
+CALIBRATION_REASONS = {
+    "tokenizer": "tokenizer_change",
+    "mix": "mix_change",
+    "too_few_calls": "too_few_calls",
+}
+
+
+def _percent(ppm: int) -> str:
+    """A share in ppm as a percentage with two decimals, truncated: ``9_512`` is ``0.95%``."""
+    return f"{ppm // 10_000}.{ppm % 10_000 // 100:02d}%"
+
+
+def _calibration_note(row: Any, where: str, moves: list[dict[str, Any]]) -> str:
+    shown = ", ".join(
+        f"{m['direction']} {m['segment'] if m['segment'] != POOLED else 'pooled'}"
+        f" {format_factor(m['before_ppm'])} -> {format_factor(m['after_ppm'])}"
+        f" (moved past {_percent(m['threshold_ppm'])}, the larger of the reversion step and"
+        f" {Z} standard errors; {m['after_samples']} calls)"
+        for m in moves
+    )
+    if row.cause == "tokenizer":
+        return (
+            f"{where}: calibration v{row.version}: the provider's token counting changed: {shown};"
+            " estimated calls are charged at the new factors"
+        )
+    if row.cause == "mix":
+        return (
+            f"{where}: calibration v{row.version}: the traffic's mix of segments changed, every"
+            f" segment steady ({shown}); expected, nothing to do"
+        )
+    return (
+        f"{where}: calibration v{row.version}: {row.prompt_samples} calls with reported usage,"
+        " fewer than calibration needs: its estimates are charged uncalibrated (factor 1) until"
+        " it has enough; reported once"
+    )
+
+
+def calibration(session: Session, start: datetime, end: datetime, _: AlertConfig) -> list[Finding]:
+    """One drift finding per calibration version written in the range for a reason that is news
+    (``CALIBRATION_REASONS``, ``worker.ledger.calibration``): a tokenizer change pages by itself, a
+    mix change and a model under the minimum sample go to the digest. Each version is found once,
+    at the instant it was written: a model stays reported once until its calibration changes."""
     f = calibration_factors.c
     rows = session.execute(
         select(calibration_factors).where(
-            f.drifted.is_(True), f.created_at >= start, f.created_at < end
+            f.cause.in_(tuple(CALIBRATION_REASONS)), f.created_at >= start, f.created_at < end
         )
     )
     found = []
     for row in rows:
         where = f"{row.provider}/{row.model}" if row.provider else row.model
+        moves = orjson.loads(row.moves) if row.moves else []
         factors = {
             name: {
                 "factor_ppm": getattr(row, f"{name}_factor_ppm"),
-                "fit_ppm": getattr(row, f"{name}_fit_ppm"),
-                "low_ppm": getattr(row, f"{name}_low_ppm"),
-                "high_ppm": getattr(row, f"{name}_high_ppm"),
                 "samples": getattr(row, f"{name}_samples"),
             }
             for name in ("prompt", "completion")
@@ -269,21 +313,19 @@ def calibration_shift(
         found.append(
             Finding(
                 str(AlertKind.DRIFT),
-                "calibration_shift",
+                CALIBRATION_REASONS[row.cause],
                 row.created_at,
                 model=row.model,
-                note=(
-                    f"{where}: calibration v{row.version} moved beyond the previous interval"
-                    f" (prompt {format_factor(row.prompt_factor_ppm)}, completion"
-                    f" {format_factor(row.completion_factor_ppm)}): the provider's token"
-                    " counting changed"
-                ),
+                note=_calibration_note(row, where, moves),
                 facts={
                     "provider": row.provider,
                     "model": row.model,
                     "calibration_version": row.version,
+                    "cause": row.cause,
+                    "moves": moves,
                     **factors,
                 },
+                pages=row.cause == "tokenizer",
             )
         )
     return found
@@ -312,7 +354,7 @@ def upstream_leakage(
 
 
 READERS: tuple[Reader, ...] = (
-    unsettled, anomaly, parity_mismatch, drift, calibration_shift, low_balance, upstream_leakage,
+    unsettled, anomaly, parity_mismatch, drift, calibration, low_balance, upstream_leakage,
 )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ Contracts (every figure an integer; no float touches a count or a factor):
   weighs a 10-token call as much as a 10,000-token one). Calls whose ratio is outside
   [``MIN_RATIO_PPM``, ``MAX_RATIO_PPM``] (an uncounted file part, an all-image prompt) are left
   out. The *lower median* of the ratios (the value at 0-based rank ``(n - 1) // 2``) is kept beside
-  it with its interval, to tell whether the ratio moved.
+  it with its interval, to tell whether an exact tokenizer's factor 1 holds.
 * **Segments** — the factor is also fitted per content segment (``worker.core.segments``) of a
   model whose tokenizer is approximate: a segment with at least ``min_samples`` fitted calls is
   charged at its own ratio of sums, any other at the model's pooled factor. An exact tokenizer
@@ -32,9 +32,8 @@ Contracts (every figure an integer; no float touches a count or a factor):
   every machine. Held-out calls measure the error with and without the factor.
 * **Error** — ``aggregate_error_ppm``: ``(sum of counts charged - sum reported) / sum reported`` in
   ppm, truncated toward zero; what a bill over those calls would be off by.
-* **Moved** — a new fit whose median lies outside the previous version's interval (both of at
-  least ``min_samples`` ratios) means the provider's counting changed (a new tokenizer): a drift
-  alert.
+* **Moved** — whether the provider's counting changed is judged per segment on the ratios of
+  sums and their noise, not on the median (``worker.core.calibration_drift``).
 """
 
 from __future__ import annotations
@@ -155,17 +154,6 @@ def aggregate_error_ppm(
     difference = (charged - reported) * PPM
     magnitude = abs(difference) // reported
     return magnitude if difference >= 0 else -magnitude
-
-
-def moved(previous: Fit | None, new: Fit | None, min_samples: int = DEFAULT_MIN_SAMPLES) -> bool:
-    """Whether the ratio moved beyond the interval it was learnt with: both fits of at least
-    ``min_samples`` ratios, the new median outside the previous interval (whether or not the
-    previous factor was charged: an exact tokenizer's factor 1 can drift too)."""
-    if previous is None or new is None:
-        return False
-    if min(previous.samples, new.samples) < max(1, min_samples):
-        return False
-    return not previous.contains(new.factor_ppm)
 
 
 # ---------------------------------------------------------------- a direction's learning

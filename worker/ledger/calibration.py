@@ -8,11 +8,25 @@ per (provider, model), splits them by request id into the fit and the held-out c
 
 * no stored version, or a factor charged (pooled or a segment's) that differs from the latest
   version's by at least ``reversion_ppm`` (or from 1 to another value, or back, or a segment
-  gaining or losing its own factor), or a fit that drifted: a **new version** (version + 1);
-  ``drifted`` when its fit's median lies outside the interval of the previous version's fit
-  (``worker.core.calibration.moved``);
+  gaining or losing its own factor), or a segment whose ratio moved past its noise: a **new
+  version** (version + 1), with its ``cause`` (``worker.core.calibration_drift``, against the
+  statistics the latest version was written with, ``segment_stats``):
+
+  - ``first`` — no version before;
+  - ``tokenizer`` — a segment's ratio of sums moved past ``max(reversion_ppm, 5 standard
+    errors)``: the provider counts that text differently (``drifted``; a drift page);
+  - ``too_few_calls`` — an approximate model whose fit holds fewer than ``min_samples`` calls:
+    charged uncalibrated (factor 1); written once, reported once, until the model has enough;
+  - ``mix`` — every segment steady but the pooled ratio moved: the traffic's mix changed;
+  - ``refit`` — a factor moved by the reversion step within the noise, or a segment gained or lost
+    its own factor;
 * otherwise the latest version's fit, sample and errors are refreshed in place: its factors
-  (``*_factor_ppm``, ``segment_factors``), which usage records name by version, are never updated.
+  (``*_factor_ppm``, ``segment_factors``), which usage records name by version, and its
+  ``segment_stats`` (the baseline; filled once on a version written before they existed) are never
+  updated.
+
+Statistics are of every usable call of the window, fitted and held out: detection wants the
+largest sample; the factors are fitted on the fitted calls only.
 
 Each call is learnt with its content segment (``usage_records.estimate_segment``): the factors are
 ratios of sums, per segment where a segment has enough calls (``worker.core.calibration``).
@@ -47,11 +61,11 @@ from worker.core.calibration import (
     CalibrationTable,
     Direction,
     Factors,
-    Fit,
     held_out,
     learn_direction,
-    moved,
 )
+from worker.core.calibration_drift import MIX, TOKENIZER, Move, Stat, Stats, Verdict, verdict
+from worker.core.calibration_drift import direction_stats as stats_of
 from worker.core.estimate import is_approximate
 
 factors_table = CalibrationFactor.__table__
@@ -84,7 +98,8 @@ class CalibrationPolicy:
 @dataclass(frozen=True, slots=True)
 class Learnt:
     """One (provider, model) after a pass: its directions, the version now current, whether that
-    version is new and whether it drifted."""
+    version is new, why (``cause``, of the current version) and whether it drifted (a segment moved
+    past its noise: ``moves``)."""
 
     provider: str
     model: str
@@ -95,6 +110,8 @@ class Learnt:
     version: int
     new_version: bool
     drifted: bool
+    cause: str = "first"
+    moves: tuple[Move, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,14 +191,6 @@ def _latest(session: Session | Connection) -> dict[Key, Any]:
     return {(row.provider, row.model): row for row in rows}
 
 
-def _stored_fit(row: Any, name: str) -> Fit | None:
-    middle = getattr(row, f"{name}_fit_ppm")
-    if middle is None:
-        return None
-    low, high = getattr(row, f"{name}_low_ppm"), getattr(row, f"{name}_high_ppm")
-    return Fit(middle, low, high, getattr(row, f"{name}_samples"))
-
-
 def _factor_values(directions: dict[str, Direction]) -> dict[str, Any]:
     """The factors of a new version: written once, never updated."""
     segments = {name: dict(d.segments) for name, d in directions.items() if d.segments}
@@ -229,8 +238,60 @@ def _changed(previous: Any, name: str, learnt: Direction, reversion_ppm: int) ->
     return any(_moved_by(before[s], learnt.segments[s], reversion_ppm) for s in before)
 
 
-def _drifted(previous: Any, name: str, learnt: Direction, min_samples: int) -> bool:
-    return moved(_stored_fit(previous, name), learnt.fit, min_samples)
+def stats_json(stats: Stats) -> str:
+    """Statistics as stored: ``{direction: {segment: [ratio_ppm, se_ppm, samples]}}``."""
+    plain = {
+        d: {s: [v.ratio_ppm, v.se_ppm, v.samples] for s, v in by.items()} for d, by in stats.items()
+    }
+    return orjson.dumps(plain, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def stored_stats(row: Any) -> dict[str, dict[str, Stat]] | None:
+    """A version's baseline statistics; None on a version written before they were kept."""
+    text = getattr(row, "segment_stats", None)
+    if not text:
+        return None
+    data = orjson.loads(text)
+    return {d: {s: Stat(*map(int, v)) for s, v in by.items()} for d, by in data.items()}
+
+
+def moves_json(moves: tuple[Move, ...]) -> str | None:
+    """What moved, as stored and as the alert's facts carry it."""
+    if not moves:
+        return None
+    return orjson.dumps(
+        [
+            {
+                "direction": m.direction,
+                "segment": m.segment,
+                "before_ppm": m.before.ratio_ppm,
+                "before_se_ppm": m.before.se_ppm,
+                "before_samples": m.before.samples,
+                "after_ppm": m.after.ratio_ppm,
+                "after_se_ppm": m.after.se_ppm,
+                "after_samples": m.after.samples,
+                "threshold_ppm": m.threshold_ppm,
+            }
+            for m in moves
+        ]
+    ).decode()
+
+
+def _too_few(directions: dict[str, Direction], exact: bool, min_samples: int) -> bool:
+    """An approximate model none of whose directions has a fit of ``min_samples`` calls."""
+    return not exact and all(
+        d.fit is None or d.fit.samples < max(1, min_samples) for d in directions.values()
+    )
+
+
+def _cause(found: Verdict, previous: Any, too_few: bool) -> str:
+    if found.cause == TOKENIZER:
+        return TOKENIZER
+    if too_few:
+        return "too_few_calls"
+    if previous is None:
+        return "first"
+    return MIX if found.cause == MIX else "refit"
 
 
 def learn(session: Session, now: datetime, policy: CalibrationPolicy | None = None) -> list[Learnt]:
@@ -259,9 +320,16 @@ def learn(session: Session, now: datetime, policy: CalibrationPolicy | None = No
             "learnt_at": now,
         }
         previous = latest.get((provider, model))
-        drifted = previous is not None and any(
-            _drifted(previous, name, directions[name], policy.min_samples) for name in directions
+        stats = {
+            name: stats_of(getattr(p, name) for p in pairs) for name in ("prompt", "completion")
+        }
+        baseline = None if previous is None else stored_stats(previous)
+        found = (
+            verdict(baseline, stats, min_samples=policy.min_samples, floor_ppm=policy.reversion_ppm)
+            if baseline is not None
+            else Verdict("steady")
         )
+        drifted = found.cause == TOKENIZER
         changed = (
             previous is None
             or drifted
@@ -270,6 +338,8 @@ def learn(session: Session, now: datetime, policy: CalibrationPolicy | None = No
                 for name in directions
             )
         )
+        cause = _cause(found, previous, _too_few(directions, exact, policy.min_samples))
+        moves = found.moves if cause in (TOKENIZER, MIX) else ()
         if changed:
             version = 1 if previous is None else previous.version + 1
             session.execute(
@@ -279,13 +349,18 @@ def learn(session: Session, now: datetime, policy: CalibrationPolicy | None = No
                     version=version,
                     exact=exact,
                     drifted=drifted,
+                    cause=cause,
+                    segment_stats=stats_json(stats),
+                    moves=moves_json(moves),
                     created_at=now,
                     **_factor_values(directions),
                     **values,
                 )
             )
         else:
-            version = previous.version
+            version, cause, moves = previous.version, previous.cause or "first", ()
+            if baseline is None:  # a version written before its baseline was kept: fill it once
+                values["segment_stats"] = stats_json(stats)
             session.execute(
                 update(factors_table).where(factors_table.c.id == previous.id).values(**values)
             )
@@ -300,6 +375,8 @@ def learn(session: Session, now: datetime, policy: CalibrationPolicy | None = No
                 version,
                 changed,
                 drifted,
+                cause,
+                moves,
             )
         )
     return results

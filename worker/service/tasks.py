@@ -163,8 +163,8 @@ def calibrate(rt: runtime.Runtime) -> None:
     for item in learnt:
         if item.new_version:
             log.info(
-                "calibration: %s/%s v%d prompt %s completion %s%s",
+                "calibration: %s/%s v%d prompt %s completion %s (%s)",
                 item.provider or "-", item.model, item.version,
                 format_factor(item.prompt.factor_ppm), format_factor(item.completion.factor_ppm),
-                " (drifted)" if item.drifted else "",
+                item.cause,
             )  # fmt: skip

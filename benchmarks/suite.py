@@ -27,6 +27,7 @@ from benchmarks import (
     bench_naive,
     bench_pipeline,
     bench_reads,
+    bench_reads_pg,
     bench_report,
     bench_scaling,
     bench_spend,
@@ -646,6 +647,38 @@ READ_COMMANDS = (
 )
 
 
+PG_READ_COMMANDS = (
+    ("balance", "billing balance"),
+    ("unsettled", "billing unsettled list"),
+    ("show", "billing show"),
+    ("statement", "billing statement"),
+    ("report", "billing report"),
+    ("export", "billing export calls (one day, CSV)"),
+)
+
+
+def reads_pg(ctx: Context) -> list[Row]:
+    f = ctx.figures["reads_pg"] = bench_reads_pg.run(ctx.smoke)
+    peer = f"{f['psql_ms']:,.0f} ms (psql -c 'select 1', same database)"
+    return [
+        Row(
+            f"16. {title} on a PostgreSQL ledger of {f['calls']:,} calls",
+            f"{f[f'{name}_ms']:,.0f} ms ({f[f'{name}_cpu_ms']:,.0f} ms CPU)",
+            peer,
+            f[f"{name}_ratio"],
+            f"≤ {f['target_ms']:.0f} ms",
+            bool(f[f"{name}_meets_target"]),
+            [
+                f"`billing {f['commands'][name]}`; median wall (and CPU) time of {f['rounds']} "
+                f"fresh processes, started in turn with the peer; fastest "
+                f"{f[f'{name}_min_ms']:,.0f} ms vs {f['psql_min_ms']:,.0f} ms; psql's CPU "
+                f"{f['psql_cpu_ms']:,.0f} ms"
+            ],
+        )
+        for name, title in PG_READ_COMMANDS
+    ]
+
+
 def reads(ctx: Context) -> list[Row]:
     f = ctx.figures["reads"] = bench_reads.run(ctx.smoke)
     bare = f"{f['bare_ms']:,.0f} ms (python -c pass, same venv)"
@@ -942,9 +975,10 @@ BENCHMARKS: dict[str, Callable[[Context], list[Row]]] = {
     "spend": spend,
     "reads": reads,
     "export": export,
+    "reads_pg": reads_pg,
 }
 # In the order of the table, by row number.
 TABLE = (
     "assembly", "e2e", "naive", "latency", "estimate", "ledger", "report", "memory", "spaceless",
-    "scaling", "cli", "gateway", "capacity", "spend", "reads", "export",
+    "scaling", "cli", "gateway", "capacity", "spend", "reads", "export", "reads_pg",
 )  # fmt: skip

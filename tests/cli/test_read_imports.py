@@ -24,7 +24,10 @@ from worker.ledger.database import make_engine, session_factory, upgrade
 from worker.ledger.findings import record_findings
 from worker.ledger.operations import apply_result, hold
 
-HEAVY = ("celery", "kombu", "redis", "alembic", "tiktoken", "worker.core.prices.bundled")
+HEAVY = (
+    "celery", "kombu", "redis", "alembic", "tiktoken", "worker.core.prices.bundled", "rich",
+    "pyarrow",
+)  # fmt: skip
 
 # Runs each command of argv (commands separated by "--") in turn in one interpreter, then reports
 # the exit status of each and the heavy modules loaded by them all (none loaded means none by each).
@@ -98,6 +101,25 @@ def test_the_read_commands_load_no_heavy_library(ledger: tuple[str, dict[str, st
     assert (
         about["request_id"] in found["stdout"] and f"account {about['account']}" in found["stdout"]
     )
+
+
+def test_the_report_shaped_commands_load_no_heavy_library(
+    ledger: tuple[str, dict[str, str]],
+) -> None:
+    """``statement`` and ``export`` share the report's queries, not its tokenizer or terminal
+    library (issue 52). The bundled price list is still loaded through ``worker.upstream.query``
+    (the report's --upstream section), so it is left out of this check."""
+    url, about = ledger
+    month = AT.strftime("%Y-%m")
+    found = probe(
+        url,
+        "statement", about["account"], "--month", month, "--format", "json",
+        "--", "export", "calls", "--format", "csv", "--since", AT.strftime("%Y-%m-%d"),
+        "--until", "2100-01-01", "--out", "calls.csv",
+    )  # fmt: skip
+    heavy = [name for name in found["heavy"] if name != "worker.core.prices.bundled"]  # type: ignore[union-attr]
+    assert (found["codes"], heavy) == ([0, 0], []), found
+    assert about["account"] in found["stdout"]  # the statement of the seeded account
 
 
 def test_the_probe_sees_a_heavy_import(ledger: tuple[str, dict[str, str]]) -> None:

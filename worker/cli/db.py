@@ -49,6 +49,27 @@ def settings(command: str) -> Settings:
         fail(command, str(exc))
 
 
+def check_sqlite_file(url: str) -> None:
+    """A missing SQLite file would be created empty; say it is missing instead (``ReportError``:
+    the report, statement, invoice and export commands print it as one line)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from worker.reports.spec import ReportError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ReportError(f"DATABASE_URL: {exc}") from None
+    missing = parsed.get_backend_name() == "sqlite" and parsed.database not in (
+        None,
+        "",
+        ":memory:",
+    )
+    if missing and not Path(str(parsed.database)).exists():
+        raise ReportError(f"database: {parsed.database} does not exist (run `billing db upgrade`)")
+
+
 @contextmanager
 def ledger_session(command: str, *, readonly: bool = False) -> Iterator[Session]:
     """A session in one transaction for one command; errors end the command with status 2.

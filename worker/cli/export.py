@@ -33,8 +33,7 @@ def calls_command(since: str, until: str, fmt: str, per_day: bool, out: Path) ->
     reason, tokens by kind, unit prices, charge, hold, times."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from worker.cli.db import database_error
-    from worker.cli.report import _check_sqlite_file
+    from worker.cli.db import check_sqlite_file, database_error
     from worker.core.errors import BillingError
     from worker.reports.export import run_export
     from worker.reports.spec import parse_spec
@@ -42,7 +41,7 @@ def calls_command(since: str, until: str, fmt: str, per_day: bool, out: Path) ->
     try:
         spec = parse_spec(since, until, "")
         url = settings("export calls").database_url
-        _check_sqlite_file(url)
+        check_sqlite_file(url)
         written = run_export(url, spec.since, spec.until, fmt, out, per_day=per_day)
     except BillingError as exc:
         fail("export calls", str(exc))

@@ -79,6 +79,14 @@ def _numbering(command: str) -> tuple[Any, Any]:
                              config.invoice_due_days)  # fmt: skip
 
 
+def _queue_finalized(*args: Any, **kwargs: Any) -> Any:
+    """``worker.alerts.invoices.queue_finalized``, imported when a document is finalized: the
+    re-issue of a stored invoice (a read) does not load the alerts' outbox."""
+    from worker.alerts.invoices import queue_finalized
+
+    return queue_finalized(*args, **kwargs)
+
+
 @main.command("invoice")
 @click.argument("account")
 @click.option("--month", required=True, help="YYYY-MM (UTC), a month that is over.")
@@ -94,9 +102,7 @@ def invoice_command(
     credit note, finalized then."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from worker.alerts.invoices import queue_finalized
-    from worker.cli.db import database_error
-    from worker.cli.report import _check_sqlite_file
+    from worker.cli.db import check_sqlite_file, database_error
     from worker.core.errors import BillingError
     from worker.ledger.database import make_engine, session_factory
     from worker.reports import connect_args
@@ -113,11 +119,11 @@ def invoice_command(
     issuer, numbering = _numbering("invoice")
     config = settings("invoice")
     try:
-        _check_sqlite_file(config.database_url)
+        check_sqlite_file(config.database_url)
         found = run_invoice(
             config.database_url, account, month, issuer=issuer, numbering=numbering,
             now=datetime.now(UTC), draft=draft, allow_empty=allow_empty,
-            on_finalized=queue_finalized,
+            on_finalized=_queue_finalized,
         )  # fmt: skip
         if not isinstance(found, Issued):
             doc = found

@@ -16,18 +16,15 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy import Connection
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from worker.cli import main
-from worker.cli.db import database_error, fail, settings, write_output
+from worker.cli.db import check_sqlite_file, database_error, fail, settings, write_output
 from worker.core.errors import BillingError
-from worker.core.prices import PriceBook
 from worker.core.terminal import printable
 from worker.reports import ReportError, run_rebuild, run_report, run_verify
 from worker.reports.render_csv import SECTIONS, render_csv, render_sections
@@ -36,30 +33,17 @@ from worker.reports.render_json import render_json
 from worker.reports.render_table import render_table
 from worker.reports.spec import ReportSpec, parse_spec
 
+if TYPE_CHECKING:  # the price book (and its bundled list) is loaded for --upstream alone
+    from worker.core.prices import PriceBook
+
 RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "html": render_html}
-
-
-def _check_sqlite_file(url: str) -> None:
-    """A missing SQLite file would be created empty; say it is missing instead."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ReportError(f"DATABASE_URL: {exc}") from None
-    missing = parsed.get_backend_name() == "sqlite" and parsed.database not in (
-        None,
-        "",
-        ":memory:",
-    )
-    if missing and not Path(str(parsed.database)).exists():
-        raise ReportError(f"database: {parsed.database} does not exist (run `billing db upgrade`)")
 
 
 @contextmanager
 def _progress_display() -> Iterator[object]:
     """A spinner per section on a terminal's stderr; off a terminal nothing at all (a disabled
     ``rich`` progress still writes a line end when it stops, before any error line)."""
-    console = Console(stderr=True)
-    if not console.is_terminal:
+    if not sys.stderr.isatty():
 
         @contextmanager
         def quiet(_name: str) -> Iterator[None]:
@@ -67,6 +51,10 @@ def _progress_display() -> Iterator[object]:
 
         yield quiet
         return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
     columns = (SpinnerColumn(), TextColumn("report: {task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
 
@@ -140,7 +128,7 @@ def report_command(
             raise ReportError(f"unknown --format {fmt!r}: use {', '.join(RENDERERS)}")
         config = settings("report")
         url = config.database_url
-        _check_sqlite_file(url)
+        check_sqlite_file(url)
         with _progress_display() as section:
             found = run_report(
                 url,
@@ -179,7 +167,7 @@ def _write_sections(found: object, out: Path) -> None:
 def _rollup(since: str | None, until: str | None, *, rebuild: bool) -> None:
     try:
         url = settings("report").database_url
-        _check_sqlite_file(url)
+        check_sqlite_file(url)
         if rebuild:
             if since or until:
                 raise ReportError("--rebuild-rollup recomputes every day: no --since/--until")

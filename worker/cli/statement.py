@@ -26,8 +26,7 @@ def statement_command(account: str, month: str, fmt: str, out: Path | None) -> N
     """Opening balance, credits, charges by model and day, releases, open failures, closing."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from worker.cli.db import database_error
-    from worker.cli.report import _check_sqlite_file
+    from worker.cli.db import check_sqlite_file, database_error
     from worker.reports.spec import ReportError
     from worker.reports.statement_query import parse_month, run_statement
     from worker.reports.statement_render import RENDERERS
@@ -40,7 +39,7 @@ def statement_command(account: str, month: str, fmt: str, out: Path | None) -> N
         except ValueError:  # past datetime's range: 9999-12 ends in the year 10000
             raise ReportError(f"--month {month!r} is out of range: the last is 9999-11") from None
         url = settings("statement").database_url
-        _check_sqlite_file(url)
+        check_sqlite_file(url)
         found = run_statement(url, account, month)
     except ReportError as exc:
         fail("statement", str(exc))

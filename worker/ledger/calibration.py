@@ -66,7 +66,6 @@ from worker.core.calibration import (
 )
 from worker.core.calibration_drift import MIX, TOKENIZER, Move, Stat, Stats, Verdict, verdict
 from worker.core.calibration_drift import direction_stats as stats_of
-from worker.core.estimate import is_approximate
 
 factors_table = CalibrationFactor.__table__
 usage_records = UsageRecord.__table__
@@ -298,6 +297,8 @@ def learn(session: Session, now: datetime, policy: CalibrationPolicy | None = No
     """One learning pass over the calls settled in [now - window, now) (see the module)."""
     policy = policy or CalibrationPolicy()
     observed = _observations(session, now - policy.window, now, policy.max_samples)
+    from worker.core.estimate import is_approximate  # tiktoken: learning only, never a read
+
     latest = _latest(session)
     results: list[Learnt] = []
     for (provider, model), pairs in sorted(observed.items()):

@@ -14,11 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
-from worker.core.prices import PriceBook
 from worker.db.schema import revisions
 from worker.ledger.database import make_engine
 from worker.reports.model import Report
@@ -33,6 +32,9 @@ from worker.reports.query import (
     verify_money,
 )
 from worker.reports.spec import ReportError, ReportSpec
+
+if TYPE_CHECKING:  # the price book (and its bundled list) only where --upstream asks for it
+    from worker.core.prices import PriceBook
 
 __all__ = [
     "MoneyDifference",

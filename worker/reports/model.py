@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from worker.core.money import Micros
 from worker.core.result import Reason
-from worker.upstream.matching import Reconciliation
+
+if TYPE_CHECKING:  # an annotation only: matching brings the price book, --upstream's
+    from worker.upstream.matching import Reconciliation
 
 # Every reason a call can be unsettled for: a column each, so no unsettled call is left uncounted.
 REASONS = tuple(str(reason) for reason in Reason)

@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Connection,
@@ -82,7 +82,6 @@ from models import (
     Transaction,
     UsageRecord,
 )
-from worker.core.prices import PriceBook
 from worker.core.result import Reason
 from worker.core.usage import unpriced_field_names
 from worker.ledger.calibration import latest_rows as latest_calibration
@@ -102,6 +101,9 @@ from worker.reports.model import (
 )
 from worker.reports.spec import ReportError, ReportSpec
 from worker.upstream import query as upstream_query
+
+if TYPE_CHECKING:  # an annotation only: the price book is --upstream's
+    from worker.core.prices import PriceBook
 
 reservations = Reservation.__table__
 usage_records = UsageRecord.__table__

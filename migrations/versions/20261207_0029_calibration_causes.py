@@ -9,7 +9,7 @@ moved past its threshold when ``cause`` is ``tokenizer`` or ``mix``).
 
 Downgrade drops the three columns.
 
-Revision ID: 0030
+Revision ID: 0029
 Revises: 0028
 Create Date: 2026-12-08 18:00:00.000000
 """
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0030"
+revision: str = "0029"
 down_revision: str | None = "0028"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

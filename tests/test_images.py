@@ -224,7 +224,7 @@ def test_gpt_image_charges_are_the_published_rates(
 
 def test_the_request_entry_carries_size_and_quality_checked() -> None:
     assert meta("dall-e-3", image={"size": "1024x1792", "quality": "hd"}).image_size == "1024x1792"
-    with pytest.raises(RequestMetaError, match="image.size"):
+    with pytest.raises(RequestMetaError, match=r"image\.size"):
         meta("dall-e-3", image={"size": "big"})
 
 

@@ -52,6 +52,12 @@ def test_the_billed_endpoints_are_exactly_the_worker_readers() -> None:
     assert set(BILLED_KINDS) >= LITELLM_BILLED
 
 
+def test_image_generation_is_billed_over_http_and_refused_as_a_litellm_call_type() -> None:
+    assert http_route("POST", "/v1/images/generations") == Route(Treatment.BILLED, "images")
+    assert "images" not in LITELLM_BILLED
+    assert call_type_route("aimage_generation") == Route(Treatment.REFUSED, "images")
+
+
 @pytest.mark.parametrize(
     ("path", "endpoint"),
     [
@@ -62,12 +68,6 @@ def test_the_billed_endpoints_are_exactly_the_worker_readers() -> None:
         ("/v1/rerank", "rerank"),
     ],
 )
-def test_image_generation_is_billed_over_http_and_refused_as_a_litellm_call_type() -> None:
-    assert http_route("POST", "/v1/images/generations") == Route(Treatment.BILLED, "images")
-    assert "images" not in LITELLM_BILLED
-    assert call_type_route("aimage_generation") == Route(Treatment.REFUSED, "images")
-
-
 def test_endpoints_without_a_reader_are_refused_and_named(path: str, endpoint: str) -> None:
     route = http_route("POST", path)
     assert (route.treatment, route.endpoint) == (Treatment.REFUSED, endpoint)

@@ -36,7 +36,8 @@ terminating chunk, so the client sees a broken body, never a clean end.
 
 Prompts are not kept: ``sent`` records what the upstream replied, never what it was asked.
 
-The other endpoints (``…/completions``, ``…/responses``, ``…/embeddings``, ``…/messages``) replay
+The other endpoints (``…/completions``, ``…/responses``, ``…/embeddings``, ``…/messages``,
+``…/images/generations``) replay
 an endpoint recording: a JSON document with ``endpoint``, ``events`` (its stream: chunk objects,
 ``"[DONE]"``, or ``{"event": name, "data": object}`` for a named SSE event) and ``body`` (its
 non-streamed answer), picked by scenario as chat's are. Legacy completions' usage chunk follows ``include_usage`` as chat's does.
@@ -302,7 +303,7 @@ FIXED = {"embeddings": EMBEDDINGS, "moderations": MODERATIONS}
 # The endpoints a recording may be of (its ``endpoint``), by the path's end; chat is ``chat``.
 ENDPOINT_PATHS = (
     ("/chat/completions", "chat"), ("/completions", "completions"), ("/responses", "responses"),
-    ("/embeddings", "embeddings"), ("/messages", "messages"),
+    ("/embeddings", "embeddings"), ("/messages", "messages"), ("/images/generations", "images"),
 )  # fmt: skip
 
 

@@ -81,6 +81,12 @@ class UsageRecord(Base):
     # usage named (its row's multiplier applies; NULL: none named).
     citation_tokens: Mapped[int] = mapped_column(server_default=text("0"))
     inference_geo: Mapped[str | None] = mapped_column(String(16))
+    # Revision 0031: image output tokens (a part of completion_tokens), images billed per image
+    # and their size and quality (which pick the row's per-image price; NULL: none stated).
+    image_completion_tokens: Mapped[int] = mapped_column(server_default=text("0"))
+    images: Mapped[int] = mapped_column(server_default=text("0"))
+    image_size: Mapped[str | None] = mapped_column(String(16))
+    image_quality: Mapped[str | None] = mapped_column(String(16))
     # Where the gateway routed the call, the usage shape it reported in (``worker.core.usage.Shape``;
     # NULL when billed at the estimate), the service tier the response reported, and the provider's
     # own charge for the call when it sent one: the report's per-provider cost cross-check.

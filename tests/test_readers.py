@@ -136,7 +136,7 @@ def test_an_embeddings_total_that_is_not_its_prompt_is_inconsistent() -> None:
 
 def test_an_unknown_endpoint_is_refused_at_the_boundary() -> None:
     with pytest.raises(RequestMetaError, match="endpoint"):
-        meta("images", "gpt-image-1", stream=False)
+        meta("speech", "tts-1", stream=False)
     assert meta("chat_completions", "gpt-4o", stream=False).endpoint == "chat_completions"
 
 

@@ -205,3 +205,46 @@ def test_an_anthropic_messages_call_is_billed_streamed_and_not(stack: Stack) -> 
         usage["input_tokens"],
         usage["output_tokens"],
     )
+
+
+# USD per image (DALL·E 3, by size and quality) and per 1M tokens (gpt-image-1: text input, image
+# input, image output), from platform.openai.com/docs/pricing ("Image generation", "Image tokens").
+DALL_E_3_HD_PORTRAIT = Decimal("0.12")
+GPT_IMAGE_1 = (Decimal(5), Decimal(10), Decimal(40))
+
+
+def test_an_image_generation_is_billed_per_image_and_by_image_tokens(stack: Stack) -> None:
+    account = new_account()
+    dalle = stack.openai(account, "images_dall_e_3").images.generate(
+        model="dall-e-3", prompt="A cute baby sea otter", size="1024x1792", quality="hd"
+    )
+    assert dalle.data[0].url is not None
+    (call,) = stack.decided(account, 1)
+    assert (call.status, call.reason, call.usage_source) == ("settled", None, "reported"), call
+    assert call.charge_micros == int(DALL_E_3_HD_PORTRAIT * 1_000_000) == 120_000
+
+    account = new_account()
+    client = stack.openai(account, "images_gpt_image_1")
+    plain = client.images.generate(model="gpt-image-1", prompt="A cute baby sea otter")
+    streamed = client.images.generate(
+        model="gpt-image-1", prompt="A cute baby sea otter", stream=True, partial_images=1
+    )
+    kinds = [event.type for event in streamed]
+    assert kinds == ["image_generation.partial_image", "image_generation.completed"]
+    assert plain.usage is not None
+    usage = recording("images_gpt_image_1")["body"]["usage"]
+    image_in = usage["input_tokens_details"]["image_tokens"]
+    text_in = usage["input_tokens_details"]["text_tokens"]
+    rate_text, rate_image, rate_out = GPT_IMAGE_1
+    expected = int(
+        (text_in * rate_text + image_in * rate_image + usage["output_tokens"] * rate_out).quantize(
+            Decimal(1), rounding=ROUND_HALF_UP
+        )
+    )
+    calls = stack.decided(account, 2)
+    assert sorted(call.stream for call in calls) == [False, True]
+    for call in calls:
+        assert (call.status, call.reason, call.usage_source) == ("settled", None, "reported"), call
+        assert (call.prompt_tokens, call.completion_tokens) == (50, 50)
+        assert call.charge_micros == expected == 2_450
+    assert stack.endpoints(account) == {"images"}

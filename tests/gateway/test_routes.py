@@ -52,10 +52,15 @@ def test_the_billed_endpoints_are_exactly_the_worker_readers() -> None:
     assert set(BILLED_KINDS) >= LITELLM_BILLED
 
 
+def test_image_generation_is_billed_over_http_and_refused_as_a_litellm_call_type() -> None:
+    assert http_route("POST", "/v1/images/generations") == Route(Treatment.BILLED, "images")
+    assert "images" not in LITELLM_BILLED
+    assert call_type_route("aimage_generation") == Route(Treatment.REFUSED, "images")
+
+
 @pytest.mark.parametrize(
     ("path", "endpoint"),
     [
-        ("/v1/images/generations", "images"),
         ("/v1/images/edits", "image_edits"),
         ("/v1/audio/speech", "speech"),
         ("/v1/audio/transcriptions", "transcriptions"),

@@ -393,6 +393,7 @@ def test_which_shows_the_bands(runner: CliRunner) -> None:
                 "audio_input",
                 "audio_output",
                 "citation",
+                "image_output",
             ],
         }
     ]

@@ -144,7 +144,14 @@ def test_which_shows_every_dimension_it_applied(runner: CliRunner) -> None:
     assert tuned["kinds"] == {
         "priced": {"input": "0.3", "cached_input": "0.15", "output": "1.2"},
         "reasoning_at_output_price": True,
-        "unpriced": ["cache_write", "cache_write_1h", "audio_input", "audio_output", "citation"],
+        "unpriced": [
+            "cache_write",
+            "cache_write_1h",
+            "audio_input",
+            "audio_output",
+            "citation",
+            "image_output",
+        ],
         "prompt_limit": None,
         "bands": [],
         "unpriced_prompts": None,

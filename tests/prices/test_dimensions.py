@@ -229,7 +229,7 @@ def test_resolve_names_every_dimension_it_applied(bundled: PriceBook) -> None:
     assert path["kinds"] == (
         "prices input 0.15, cached_input 0.075, output 0.6, reasoning at the output price 0.6, "
         "image_input at the input price 0.15; leaves unpriced cache_write, cache_write_1h, "
-        "audio_input, audio_output, citation (a call with such tokens is unsettled unpriced_component)"
+        "audio_input, audio_output, citation, image_output (a call with such tokens is unsettled unpriced_component)"
     )
     assert path["fees"].startswith("no web search price")
     assert "fedramp_uplift_multiplier" in path["unapplied"]

@@ -17,6 +17,7 @@ from worker.core.assembly import Assembled
 from worker.core.calibration import EMPTY, CalibrationTable
 from worker.core.errors import BillingError, InputError
 from worker.core.estimate import estimate
+from worker.core.images import with_image_options
 from worker.core.money import Micros
 from worker.core.outcome import (
     IMPLAUSIBLE_USAGE,
@@ -146,6 +147,9 @@ def read_reported(meta: RequestMeta, assembled: Assembled, prices: PriceBook) ->
             stated=reading.searches_stated,
             requested_size=meta.web_search,
             model=meta.model,
+        )
+        searched = with_image_options(
+            searched, size=meta.image_size, quality=meta.image_quality, model=meta.model
         )
         reading = replace(reading, usage=searched)
     return against_output(reading, produced_output(assembled.choices))

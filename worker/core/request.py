@@ -90,6 +90,11 @@ class RequestMeta:
     # The endpoint the call was made to (``worker.core.readers.ENDPOINTS``), which picks the reader
     # of its answer; entries without one are chat completions.
     endpoint: str = "chat_completions"
+    # The size and quality an image generation request asked for (entry ``image``: ``{"size",
+    # "quality"}``), which price an image billed per image whose answer names neither
+    # (``worker.core.images``); None when the request names none.
+    image_size: str | None = None
+    image_quality: str | None = None
 
 
 def request_digest(entry_id: bytes, meta: RequestMeta) -> str:
@@ -297,6 +302,28 @@ def _web_search(data: dict[str, Any]) -> str | None:
     return str(size)
 
 
+_IMAGE_SIZE = re.compile(r"auto|[1-9][0-9]{1,4}x[1-9][0-9]{1,4}")
+_IMAGE_QUALITY = re.compile(r"[a-z0-9_-]{1,16}")
+
+
+def _image(data: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The ``image`` entry field: the size (``1024x1792``, ``auto``) and quality (a lower-case
+    name) an image generation request asked for, each optional."""
+    image = data.get("image")
+    if image is None:
+        return None, None
+    if not isinstance(image, dict):
+        raise RequestMetaError("image: expected an object of size and quality")
+    size, quality = image.get("size"), image.get("quality")
+    if size is not None and (not isinstance(size, str) or not _IMAGE_SIZE.fullmatch(size)):
+        raise RequestMetaError("image.size: WIDTHxHEIGHT (1024x1024) or auto")
+    if quality is not None and (
+        not isinstance(quality, str) or not _IMAGE_QUALITY.fullmatch(quality)
+    ):
+        raise RequestMetaError("image.quality: a lower-case name (standard, hd, low, high)")
+    return size, quality
+
+
 def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMeta:
     """Validate a decoded metadata object; raises ``RequestMetaError`` naming the bad field.
 
@@ -340,6 +367,7 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
     account_id = _identifier(data, "account_id")
     model = _identifier(data, "model")
     created_at = _created_at(data)
+    image = _image(data)
     endpoint = data.get("endpoint", CHAT)
     if endpoint not in ENDPOINTS:
         raise RequestMetaError(f"endpoint: one of {', '.join(ENDPOINTS)}, not {endpoint!r:.60}")
@@ -373,6 +401,8 @@ def request_from_dict(data: object, entry_id: bytes | None = None) -> RequestMet
         else _digest(entry_id, request_id, account_id, model, stream, reserved, created_at),
         client_request_id=client_request_id,
         endpoint=endpoint,
+        image_size=image[0],
+        image_quality=image[1],
     )
 
 

@@ -68,7 +68,13 @@ class Usage:
     ``web_search_requests`` counts the call's billable web search requests (a fee each, not
     tokens), at ``search_context_size`` (``low``, ``medium``, ``high``) when the provider says.
     ``inference_geo`` is where the provider says inference ran (Anthropic: ``us``, ``global``),
-    lower-cased; None when it does not say."""
+    lower-cased; None when it does not say.
+
+    ``image_completion_tokens`` (image output tokens: GPT Image models) are a part of
+    ``completion_tokens``, priced at a row's ``image_output`` rate. ``images`` counts the images a
+    call generated that are billed per image (DALL·E: no tokens reported), at ``image_size`` and
+    ``image_quality`` (``1024x1024``, ``hd``) when the request or the response says; a row prices
+    them by its ``per_image`` prices (``worker.core.images``)."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -83,6 +89,10 @@ class Usage:
     search_context_size: str | None = None
     citation_tokens: int = 0
     inference_geo: str | None = None
+    image_completion_tokens: int = 0
+    images: int = 0
+    image_size: str | None = None
+    image_quality: str | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -298,4 +308,6 @@ def _counts(usage: Usage) -> dict[str, int]:
         "image_prompt_tokens": usage.image_prompt_tokens,
         "web_search_requests": usage.web_search_requests,
         "citation_tokens": usage.citation_tokens,
+        "image_completion_tokens": usage.image_completion_tokens,
+        "images": usage.images,
     }

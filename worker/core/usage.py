@@ -19,6 +19,16 @@ blocks). It decides which rule applies from the block's shape and the provider, 
   ``output_tokens`` (``output_tokens_details.reasoning_tokens`` is a part of it), ``total_tokens``
   = input + output. Told from Anthropic's block by its fields: a ``*_details`` object, or a
   ``total_tokens`` equal to input + output; Anthropic's has ``cache_*_input_tokens`` and no total.
+* **openai_images** — OpenAI's image generation (``…/images/generations``), as its reader
+  (``worker.core.readers.images``) hands it on: the answer's ``usage`` when it came (GPT Image
+  models: ``input_tokens``, ``input_tokens_details.text_tokens`` / ``image_tokens``,
+  ``output_tokens``, ``output_tokens_details.image_tokens`` / ``text_tokens``, ``total_tokens``),
+  and ``generated_images``: the images billed per image (an answer without usage: DALL·E), with
+  ``image_size`` / ``image_quality`` where the answer states them. Image tokens of the input are
+  ``image_prompt_tokens``; the output's image tokens are ``image_completion_tokens`` — every
+  output token when the block states no ``output_tokens_details`` (the API reference:
+  ``output_tokens`` is "the number of image tokens in the output image"). Told by its
+  ``generated_images`` key, which only the images reader writes.
 * **reasoning_apart** — the openai fields from a provider that counts reasoning *outside*
   ``completion_tokens`` (Gemini's and xAI's OpenAI-compatible endpoints): ``total_tokens`` =
   prompt + completion + reasoning, the reasoning stated in ``reasoning_tokens`` (xAI) or only in
@@ -101,6 +111,10 @@ _ANTHROPIC_READ = frozenset({
 _PERPLEXITY_READ = _OPENAI_READ | frozenset({
     "citation_tokens", "reasoning_tokens", "num_search_queries",
 })  # fmt: skip
+_IMAGES_READ = frozenset({
+    "input_tokens", "output_tokens", "generated_images",
+    "input_tokens_details.image_tokens", "output_tokens_details.image_tokens",
+})  # fmt: skip
 _RESPONSES_READ = frozenset({
     "input_tokens", "output_tokens",
     "input_tokens_details.cached_tokens", "output_tokens_details.reasoning_tokens",
@@ -166,6 +180,7 @@ _PATHS = {
         ("perplexity", _PERPLEXITY_READ),
         ("anthropic", _ANTHROPIC_READ),
         ("responses", _RESPONSES_READ),
+        ("images", _IMAGES_READ),
         ("free", FREE_FIELDS),
     )
 }
@@ -179,6 +194,7 @@ class Shape(StrEnum):
     ANTHROPIC = "anthropic"
     REASONING_APART = "reasoning_apart"
     OPENAI_RESPONSES = "openai_responses"
+    OPENAI_IMAGES = "openai_images"
 
 
 class Verdict(StrEnum):
@@ -448,6 +464,8 @@ def _read_block(block: object, family: str | None, where: str) -> tuple[Usage, S
     if type(block) is not dict:
         raise _Problem(f"{where} is not an object")
     text = _read_text(block, where)
+    if IMAGES_KEY in block:
+        return _read_images(block, where), Shape.OPENAI_IMAGES
     if "prompt_tokens" not in block and ("input_tokens" in block or "output_tokens" in block):
         if _responses_shaped(block, where):
             return replace(_read_responses(block, where), **text), Shape.OPENAI_RESPONSES
@@ -733,10 +751,60 @@ def _read_responses(block: dict[str, Any], where: str) -> Usage:
     return usage
 
 
+IMAGES_KEY = "generated_images"
+"""The key the images reader writes into the block it hands on (module docstring)."""
+_IMAGE_NAME = re.compile(r"[a-z0-9_-]{1,16}")
+
+
+def _image_text(block: dict[str, Any], key: str, where: str) -> str | None:
+    value = block.get(key)
+    if value is None:
+        return None
+    name = value.strip().lower() if isinstance(value, str) else None
+    if name is None or not _IMAGE_NAME.fullmatch(name):
+        raise _Problem(f"{where}.{key} is not a name (got {value!r:.40})")
+    return name
+
+
+def _read_images(block: dict[str, Any], where: str) -> Usage:
+    """Image generation's usage (module docstring): tokens where reported, images billed per
+    image, and ``total_tokens`` = input + output."""
+    images = _count(block, IMAGES_KEY, where)
+    input_tokens = _count(block, "input_tokens", where)
+    output = _count(block, "output_tokens", where)
+    iwhere, owhere = where + ".input_tokens_details", where + ".output_tokens_details"
+    image_in = _count(_details(block, "input_tokens_details", where), "image_tokens", iwhere)
+    _part(image_in, input_tokens, "input image_tokens", "input_tokens")
+    details = _details(block, "output_tokens_details", where)
+    image_out = _count(details, "image_tokens", owhere) if details else output
+    _part(image_out, output, "output image_tokens", "output_tokens")
+    usage = Usage(
+        input_tokens,
+        output,
+        image_prompt_tokens=image_in,
+        image_completion_tokens=image_out,
+        images=images,
+        image_size=_image_text(block, "image_size", where),
+        image_quality=_image_text(block, "image_quality", where),
+    )
+    total = block.get("total_tokens")
+    if total is not None:
+        total = _count(block, "total_tokens", where)
+        if total != input_tokens + output:
+            raise _Disagreement(
+                f"total_tokens {total} != input {input_tokens} + output {output}",
+                usage,
+                _widened(usage, total),
+            )
+    return usage
+
+
 def _read_set(block: dict[str, Any], family: str | None) -> frozenset[tuple[str, ...]]:
     """The key paths ``_read_block`` reads from ``block``, told by the same fields it decides by (a
     Responses block without a ``*_details`` object reads as Anthropic's without cache fields: the
     same two counts)."""
+    if IMAGES_KEY in block:
+        return _PATHS["images"]
     if "prompt_tokens" in block or ("input_tokens" not in block and "output_tokens" not in block):
         return _PATHS["perplexity" if family == "perplexity" else "openai"]
     if "input_tokens_details" in block or "output_tokens_details" in block:

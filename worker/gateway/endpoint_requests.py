@@ -11,6 +11,12 @@ other endpoint's request is mapped onto them here, once, so that one set of rule
 | ``responses`` | ``instructions`` a system message; ``input`` items as messages | ``max_output_tokens`` | always sent |
 | ``embeddings`` | each ``input`` a user message | 0: an embedding produces no tokens | not streamed |
 | ``messages`` | ``system`` a system message; Anthropic content blocks as parts | ``max_tokens`` | always sent |
+| ``images`` | ``prompt`` a user message | none written: ``n`` images (``image``: size, quality, partial images) | always sent |
+
+An image generation request's hold is priced by ``reservation.hold_for`` from ``image``
+(``ImageAsk``): ``n`` images at the dearest per-image price of the requested size and quality
+(any, where the request names none or ``auto``), or, for a model billed by tokens, its
+``max_output_tokens`` (the tokens of its largest image) and 100 per partial image, times ``n``.
 
 A prompt given as token ids (``completions`` and ``embeddings`` take lists of integers) is
 counted exactly: ``prompt_tokens`` holds their number, the entry's ``prompt_estimate``.
@@ -39,6 +45,24 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 USAGE_ASKED_BY_OPTION = frozenset({CHAT, "completions"})
 
 
+# Image output tokens billed per partial image of a streamed image generation (OpenAI's image
+# generation guide, "Streaming": "Each partial image incurs an additional 100 image output tokens").
+PARTIAL_IMAGE_TOKENS = 100
+# The most partial images a request may ask for (the API reference: ``partial_images`` 0 to 3).
+MAX_PARTIAL_IMAGES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ImageAsk:
+    """What an image generation request asks for, as its hold prices it: ``n`` images of
+    ``size`` and ``quality`` (None: not named, or ``auto``), ``partial_images`` each."""
+
+    n: int
+    size: str | None
+    quality: str | None
+    partial_images: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class EndpointRequest:
     """``body``: the request as a chat request (see the module docstring); ``limit_field``: where
@@ -51,6 +75,7 @@ class EndpointRequest:
     limit_field: str | None = None
     whole_context: bool = False
     prompt_tokens: int | None = None
+    image: ImageAsk | None = None
 
     @property
     def usage_by_option(self) -> bool:
@@ -225,6 +250,34 @@ def _embeddings(body: dict[str, Any]) -> EndpointRequest:
     return EndpointRequest("embeddings", view, None, prompt_tokens=tokens)
 
 
+# -- Images --------------------------------------------------------------------------------------
+
+
+def _name(value: object) -> str | None:
+    return value if isinstance(value, str) and value and value != "auto" else None
+
+
+def _images(body: dict[str, Any]) -> EndpointRequest:
+    n = body.get("n", 1)
+    partial = body.get("partial_images", 0) if body.get("stream") else 0
+    if not isinstance(partial, int) or isinstance(partial, bool):
+        partial = MAX_PARTIAL_IMAGES
+    ask = ImageAsk(
+        n if isinstance(n, int) and not isinstance(n, bool) else 1,
+        _name(body.get("size")),
+        _name(body.get("quality")),
+        min(max(partial, 0), MAX_PARTIAL_IMAGES),
+    )
+    view: dict[str, Any] = {
+        "model": body.get("model"),
+        "messages": [{"role": "user", "content": _text(body.get("prompt", ""))}],
+        "stream": body.get("stream"),
+        "n": body.get("n"),
+        "image": {key: body[key] for key in ("size", "quality") if isinstance(body.get(key), str)},
+    }
+    return EndpointRequest("images", view, None, image=ask)
+
+
 # -- Anthropic Messages ---------------------------------------------------------------------------
 
 
@@ -302,4 +355,6 @@ def endpoint_request(endpoint: str | None, body: dict[str, Any]) -> EndpointRequ
         return _embeddings(body)
     if endpoint == "messages":
         return _messages(body)
+    if endpoint == "images":
+        return _images(body)
     raise ValueError(f"no request view for endpoint {endpoint!r}")

@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from worker.core.prices import PriceBook
+from worker.gateway.endpoint_requests import ImageAsk
 from worker.gateway.refusals import Refusal
 from worker.gateway.reservation import DEFAULT_MAX_TOKENS, Hold, Unpriced, hold_for
 
@@ -91,6 +92,7 @@ async def price_hold(
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     field: str | None = None,
     whole_context: bool = False,
+    image: ImageAsk | None = None,
 ) -> Hold | Unpriced:
     """``hold_for`` of the request (of each of ``routes`` when given: ``hold_of_routes``), priced
     off the event loop (see the module docstring). ``size``: the request's bytes when known (at
@@ -100,6 +102,7 @@ async def price_hold(
         routes = [(model if isinstance(model, str) else "", provider)]
     options = {
         "default_max_tokens": default_max_tokens, "field": field, "whole_context": whole_context,
+        "image": image,
     }  # fmt: skip
     if size is not None and size <= INLINE_BYTES:
         return hold_of_routes(book, body, at, routes, **options)

@@ -241,6 +241,8 @@ def request_entry(
     }
     if body.get("web_search_options") is not None:  # a search its usage will not count
         entry["web_search_options"] = body["web_search_options"]
+    if body.get("image"):  # the size and quality an image generation request asked for
+        entry["image"] = body["image"]
     if problem is not None:
         entry["account_fallback"] = problem
     if client_request_id is not None:  # the client's reference, checked as an id (below)
@@ -258,6 +260,7 @@ ADMISSION_FACTS = (
     "request_id", "account_id", "model", "stream", "include_usage", "reserved_micros",
     "created_at", "n", "max_tokens", "idempotency_key", "provider", "account_fallback",
     "authorization", "web_search_options", "client_request_id", "endpoint", "prompt_estimate",
+    "image",
 )  # fmt: skip
 
 

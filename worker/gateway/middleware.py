@@ -71,7 +71,7 @@ from worker.core.prices import PriceBook, load_price_book
 from worker.core.request import check_identifier
 from worker.gateway.authorize import Admission, Authorizer
 from worker.gateway.content_coding import ResponseDecoder
-from worker.gateway.endpoint_requests import CHAT, endpoint_request
+from worker.gateway.endpoint_requests import CHAT, ImageAsk, endpoint_request
 from worker.gateway.events import EventSplitter
 from worker.gateway.holds import price_hold, unpriced_hold, with_limit
 from worker.gateway.metadata import (
@@ -160,6 +160,7 @@ class _Priced:
     body: dict[str, Any]
     field: str | None
     whole_context: bool
+    image: ImageAsk | None = None
 
 
 class _Call:
@@ -497,7 +498,7 @@ class BillingMiddleware:
             raw_sent = forward if forward is not None else inflated
             call.priced = _Priced(
                 {**body, "messages": entry["messages"]}, info.provider, raw_sent,  # type: ignore[arg-type]
-                original, view.limit_field, view.whole_context,
+                original, view.limit_field, view.whole_context, view.image,
             )  # fmt: skip
         return call
 
@@ -515,7 +516,7 @@ class BillingMiddleware:
             found = await price_hold(
                 self.prices, priced.view, call.created_at, provider=priced.provider,
                 size=len(priced.raw), default_max_tokens=self.default_max_tokens,
-                field=priced.field, whole_context=priced.whole_context,
+                field=priced.field, whole_context=priced.whole_context, image=priced.image,
             )  # fmt: skip
         except Exception:  # a bug in pricing: unpriced, never held at 0 under spend control
             log.exception("billing: the hold of %s not priced", call.request_id)

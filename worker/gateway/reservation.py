@@ -23,6 +23,13 @@
   Times ``n``; a ``prediction``'s bytes are added to each choice's output (rejected prediction
   tokens are billed as completion tokens).
 
+An image generation request (``image``, an ``endpoint_requests.ImageAsk``) holds its prompt and
+its ``n`` images: at the row's dearest ``per_image`` price for the size and quality asked (any,
+where it names none), and, where the row prices image output tokens, the model's
+``max_output_tokens`` per image (the tokens of its largest image, at its highest quality) plus
+``PARTIAL_IMAGE_TOKENS`` per partial image; a row that prices neither, or a size and quality it
+has no price for, is ``Unpriced``. No limit is written: the images API takes none.
+
 The hold is capped at the contract's ``MAX_RESERVED_MICROS``.
 """
 
@@ -43,9 +50,10 @@ from worker.core.estimate import (
     prompt_bytes_bound,
 )
 from worker.core.money import Micros
-from worker.core.prices import PriceBook, normalize_provider
+from worker.core.prices import Price, PriceBook, normalize_provider
 from worker.core.request import MAX_CHOICES, MAX_RESERVED_MICROS
 from worker.core.result import Usage
+from worker.gateway.endpoint_requests import PARTIAL_IMAGE_TOKENS, ImageAsk
 
 # The output limit held (and written) for a request that states none, where the book does not
 # know the model's ``max_output_tokens``: the gateway writes it, so it bounds the answer.
@@ -196,6 +204,7 @@ def hold_for(
     tokenize: bool = True,
     field: str | None = None,
     whole_context: bool = False,
+    image: ImageAsk | None = None,
 ) -> Hold | Unpriced:
     """The hold of the request ``body`` (the parsed chat-completion JSON) made at ``at`` and
     routed to ``provider`` (see the module docstring). ``tokenize`` False: the prompt by byte
@@ -218,6 +227,8 @@ def hold_for(
             reason = f"the price of {model!r} states no input window to hold a stored prompt at"
             return Unpriced(model, reason, book.budget_model(model))
         prompt = max(prompt, window)
+    if image is not None:
+        return _image_hold(book, price, model, image, prompt, estimated)
     limit = _client_limit(body)
     write = None
     if limit is None:
@@ -244,6 +255,42 @@ def hold_for(
         return Unpriced(model, reason, book.budget_model(model))
     micros = Micros(min(int(charge), MAX_RESERVED_MICROS))
     return Hold(micros, book.budget_model(model), limit, write, prompt, estimated)
+
+
+def _image_hold(
+    book: PriceBook, price: Price, model: str, image: ImageAsk, prompt: int, estimated: bool
+) -> Hold | Unpriced:
+    """The hold of an image generation request (module docstring)."""
+    n = _count(image.n, 1, MAX_CHOICES) or 1
+    size = quality = None
+    if price.per_image:
+        dearest = price.dearest_image(image.size, image.quality)
+        if dearest is None:
+            reason = (
+                f"the price of {model!r} has no per-image price for size {image.size or 'any'}, "
+                f"quality {image.quality or 'any'}"
+            )
+            return Unpriced(model, reason, book.budget_model(model))
+        size, quality = dearest
+    tokens = 0
+    if price.image_output is not None:
+        if price.max_output_tokens is None:
+            reason = f"the price of {model!r} states no output tokens to hold an image at"
+            return Unpriced(model, reason, book.budget_model(model))
+        tokens = (price.max_output_tokens + image.partial_images * PARTIAL_IMAGE_TOKENS) * n
+    elif not price.per_image:
+        reason = f"the price of {model!r} prices no image (no per_image, no image_output)"
+        return Unpriced(model, reason, book.budget_model(model))
+    usage = Usage(
+        prompt_tokens=prompt, completion_tokens=tokens, image_completion_tokens=tokens,
+        images=n if price.per_image else 0, image_size=size, image_quality=quality,
+    )  # fmt: skip
+    charge = price.charge(usage)
+    if charge is None:
+        reason = f"the price of {model!r} does not cover a prompt of {prompt} tokens"
+        return Unpriced(model, reason, book.budget_model(model))
+    micros = Micros(min(int(charge), MAX_RESERVED_MICROS))
+    return Hold(micros, book.budget_model(model), tokens, None, prompt, estimated)
 
 
 def reserve(

@@ -59,7 +59,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("embeddings", "/embeddings", ("aembedding", "embedding"), billed=True),
     Endpoint("responses", "/responses", ("aresponses", "responses"), billed=True),
     Endpoint("messages", "/messages", ("anthropic_messages", "aanthropic_messages"), True),
-    Endpoint("images", "/images/generations", ("aimage_generation", "image_generation"), False),
+    Endpoint("images", "/images/generations", ("aimage_generation", "image_generation"), True),
     Endpoint("image_edits", "/images/edits", ("aimage_edit", "image_edit"), billed=False),
     Endpoint("speech", "/audio/speech", ("aspeech", "speech"), billed=False),
     Endpoint("transcriptions", "/audio/transcriptions", ("atranscription", "transcription"), False),
@@ -101,7 +101,8 @@ BILLED_KINDS = tuple(endpoint.kind for endpoint in ENDPOINTS if endpoint.billed)
 FREE = Route(Treatment.FREE)
 UNKNOWN = Route(Treatment.REFUSED)
 # The endpoints whose answers the LiteLLM hook publishes (``litellm_hook``): its other call types
-# are refused even where the ASGI middleware bills the endpoint. Today: every billed endpoint.
+# are refused even where the ASGI middleware bills the endpoint: every billed endpoint but image
+# generation (its LiteLLM call type is refused: the hook does not publish its answer yet).
 LITELLM_BILLED = frozenset(
     {"chat_completions", "completions", "embeddings", "responses", "messages"}
 )

@@ -46,6 +46,10 @@ USAGE_COLUMNS = (
     "search_context_size",
     "citation_tokens",
     "inference_geo",
+    "image_completion_tokens",
+    "images",
+    "image_size",
+    "image_quality",
     "service_tier",
     "provider",
     "charge_micros",
@@ -125,6 +129,10 @@ def _side(row: Any, prefix: str, model: str, at: datetime, book: PriceBook | Non
             value("search_context_size"),
             value("citation_tokens"),
             value("inference_geo"),
+            value("image_completion_tokens"),
+            value("images"),
+            value("image_size"),
+            value("image_quality"),
         )
         priced = book.charge(
             model, usage, at, tier=value("service_tier"), provider=value("provider")

@@ -53,9 +53,13 @@ KIND_LABELS: tuple[tuple[str, str], ...] = (
     ("output", "output tokens"),
     ("reasoning", "reasoning tokens"),
     ("audio_output", "audio output tokens"),
+    ("image_output", "image output tokens"),
     ("web_search", "web search requests"),
+    ("per_image", "images"),
 )
 KINDS = tuple(kind for kind, _ in KIND_LABELS)
+# The kinds priced per unit rather than per 1M tokens (their rate is USD per request or image).
+_UNITS = {"web_search": "requests", "per_image": "items"}
 LABEL = dict(KIND_LABELS)
 # Line kinds after the token kinds, in listing order.
 OTHER_KINDS = ("unrecorded", "estimate", "adjustment", "correction", "rounding")
@@ -64,6 +68,7 @@ TOKEN_COLUMNS = (
     "prompt_tokens", "cached_tokens", "cache_write_tokens", "cache_write_1h_tokens",
     "audio_prompt_tokens", "image_prompt_tokens", "completion_tokens", "reasoning_tokens",
     "audio_completion_tokens", "web_search_requests", "citation_tokens",
+    "image_completion_tokens", "images",
 )  # fmt: skip
 # Micro-USD per unit of quantity for a unit price of 1: tokens are priced per 1M tokens (USD per 1M
 # tokens = micro-USD per token), everything else in USD per unit.
@@ -96,10 +101,13 @@ def quantities(sums: Mapping[str, int]) -> dict[str, int]:
         "citation": sums["citation_tokens"],
         "output": sums["completion_tokens"]
         - sums["reasoning_tokens"]
-        - sums["audio_completion_tokens"],
+        - sums["audio_completion_tokens"]
+        - sums["image_completion_tokens"],
         "reasoning": sums["reasoning_tokens"],
         "audio_output": sums["audio_completion_tokens"],
+        "image_output": sums["image_completion_tokens"],
         "web_search": sums["web_search_requests"],
+        "per_image": sums["images"],
     }
 
 
@@ -172,7 +180,7 @@ def usage_items(group: UsageGroup) -> list[tuple[Item, int]]:
         )
     return [
         (Item(group.model, kind, f"{group.model}: {LABEL[kind]}",
-              "requests" if kind == "web_search" else "tokens", rates[kind]), counts[kind])
+              _UNITS.get(kind, "tokens"), rates[kind]), counts[kind])
         for kind in KINDS
         if counts[kind] != 0
     ]  # fmt: skip

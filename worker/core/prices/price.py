@@ -43,11 +43,15 @@ DIMENSION_KEYS = (
     "cache_write_1h",
     "citation",
     "image_input",
+    "image_output",
     "inference_geo",
     "off_peak",
+    "per_image",
     "unapplied",
     "web_search",
 )
+_IMAGE_KEY = re.compile(r"[1-9][0-9]{1,4}x[1-9][0-9]{1,4}/[a-z0-9_-]{1,16}")
+"""A ``per_image`` key: the image's size and its quality, ``1024x1792/hd``."""
 MAX_MULTIPLIER = Decimal(10)
 """The highest inference-geography multiplier a row may hold (the dearest published one is 1.1)."""
 DEFAULT_GEO = "global"
@@ -80,8 +84,11 @@ KINDS = (
     "audio_output",
     "image_input",
     "citation",
+    "image_output",
 )
-OPTIONAL_KINDS = ("cache_write", "cache_write_1h", "audio_input", "audio_output", "citation")
+OPTIONAL_KINDS = (
+    "cache_write", "cache_write_1h", "audio_input", "audio_output", "citation", "image_output",
+)  # fmt: skip
 """The kinds with no default price: a row that does not state one leaves them unpriced."""
 _CHARGE_ORDER = (
     "input",
@@ -94,6 +101,7 @@ _CHARGE_ORDER = (
     "output",
     "reasoning",
     "audio_output",
+    "image_output",
 )
 """The kinds in the order ``charge`` multiplies them (text input, then the parts of the prompt,
 text output, then the parts of the completion)."""
@@ -129,6 +137,7 @@ class Band:
     audio_output: Decimal | None = None
     image_input: Decimal | None = None
     citation: Decimal | None = None
+    image_output: Decimal | None = None
 
     def __post_init__(self) -> None:
         where = f"band above {self.above!r} tokens"
@@ -214,6 +223,13 @@ class Price:
     * ``image_input``: image tokens of the prompt; None: at the ``input`` price;
     * ``citation``: USD per 1M citation tokens (Perplexity: search results read, a part of the
       prompt); no default: a call with them is unpriced without it;
+    * ``image_output``: USD per 1M image output tokens (GPT Image models: the generated image, a
+      part of the completion, priced apart from text output); no default: a call with them is
+      unpriced without it;
+    * ``per_image``: USD per generated image by ``SIZE/QUALITY`` (``1024x1024/standard``: DALL·E
+      bills per image, no tokens); a call with images billed per image is unpriced without it,
+      or when its size or quality is not known and the prices it could be differ
+      (``image_fee``);
     * ``inference_geo``: multipliers of every token rate by the geography the usage says
       inference ran in (Anthropic's ``inference_geo``: ``us`` 1.1); a call in no geography, or in
       ``global`` when the row states none for it, is priced at 1x; in any other geography the row
@@ -252,6 +268,8 @@ class Price:
     citation: Decimal | None = None
     inference_geo: tuple[tuple[str, Decimal], ...] = ()
     web_search: tuple[tuple[str, Decimal], ...] = ()
+    image_output: Decimal | None = None
+    per_image: tuple[tuple[str, Decimal], ...] = ()
     off_peak: OffPeak | None = None
     unapplied: tuple[str, ...] = ()
     source: str = field(default="", compare=False)
@@ -331,6 +349,16 @@ class Price:
         for size, value in self.web_search:
             check_fee(value, f"{where}: web_search {size}")
         object.__setattr__(self, "web_search", tuple(sorted(self.web_search)))
+        images = dict(self.per_image)
+        if len(images) != len(self.per_image) or not all(
+            isinstance(key, str) and _IMAGE_KEY.fullmatch(key) for key in images
+        ):
+            raise PriceBookError(
+                f"{where}: per_image is one price per SIZE/QUALITY (1024x1024/standard)"
+            )
+        for key, value in self.per_image:
+            check_fee(value, f"{where}: per_image {key}")
+        object.__setattr__(self, "per_image", tuple(sorted(self.per_image)))
         geos = dict(self.inference_geo)
         if len(geos) != len(self.inference_geo) or not all(
             isinstance(name, str) and _GEO.fullmatch(name) for name in geos
@@ -370,6 +398,7 @@ class Price:
             self.output,
             self.output if self.reasoning is None else self.reasoning,
             self.audio_output,
+            self.image_output,
         )
 
     def _band_rates(self, band: Band) -> tuple[Decimal | None, ...]:
@@ -395,6 +424,7 @@ class Price:
             band.output,
             reasoning,
             band.audio_output,
+            band.image_output,
         )
 
     def _off_peak_rates(self) -> tuple[Decimal | None, ...]:
@@ -423,6 +453,7 @@ class Price:
             out,
             reasoning,
             self.audio_output,
+            self.image_output,
         )
 
     @property
@@ -445,6 +476,7 @@ class Price:
             self.off_peak,
             self.unapplied,
             self.inference_geo,
+            self.per_image,
         )
 
     def in_force(self, at: datetime) -> bool:
@@ -595,6 +627,9 @@ class Price:
                     "no web search price (a call with searches is unsettled unpriced_component)",
                 )
             )
+        if self.per_image:
+            fees = ", ".join(f"{key} {value}" for key, value in self.per_image)
+            path.append(("per_image", f"USD per generated image by size/quality: {fees}"))
         if self.unapplied:
             path.append(
                 (
@@ -616,7 +651,9 @@ class Price:
             + usage.image_prompt_tokens
             + usage.citation_tokens
         )
-        completion_parts = usage.reasoning_tokens + usage.audio_completion_tokens
+        completion_parts = (
+            usage.reasoning_tokens + usage.audio_completion_tokens + usage.image_completion_tokens
+        )
         return (
             usage.prompt_tokens - prompt_parts,
             usage.cached_tokens,
@@ -628,6 +665,7 @@ class Price:
             usage.completion_tokens - completion_parts,
             usage.reasoning_tokens,
             usage.audio_completion_tokens,
+            usage.image_completion_tokens,
         )
 
     def search_fee(self, usage: Usage) -> tuple[Decimal | None, str | None]:
@@ -654,6 +692,42 @@ class Price:
             )
         return sizes[size], None
 
+    def image_fee(self, usage: Usage) -> tuple[Decimal | None, str | None]:
+        """(USD per image for ``usage``'s images, why none): the ``per_image`` price of the
+        image's size and quality; a size or quality the call does not state matches every price
+        the row has for it, and prices the call only when those prices are one."""
+        if not self.per_image:
+            return None, (
+                f"the call has {usage.images} images billed per image and the row has no "
+                "per-image price"
+            )
+        found = {
+            value
+            for key, value in self.per_image
+            if _image_matches(key, usage.image_size, usage.image_quality)
+        }
+        what = f"size {usage.image_size or 'not stated'}, quality {usage.image_quality or 'not stated'}"
+        if not found:
+            return None, f"the row has no per-image price for an image of {what}"
+        if len(found) > 1:
+            return None, (
+                f"an image of {what}: the row's per-image prices for it differ, so the call "
+                "cannot be priced without them"
+            )
+        return next(iter(found)), None
+
+    def dearest_image(self, size: str | None, quality: str | None) -> tuple[str, str] | None:
+        """The (size, quality) of the dearest per-image price an image of ``size`` and
+        ``quality`` (None: any) can have, for a hold; None when the row prices none of them."""
+        found = [
+            (value, key) for key, value in self.per_image if _image_matches(key, size, quality)
+        ]
+        if not found:
+            return None
+        key = max(found)[1]
+        dimensions, quality_of = key.split("/")
+        return dimensions, quality_of
+
     def geo_multiplier(self, usage: Usage) -> tuple[Decimal | None, str | None]:
         """(the multiplier of every token rate for where ``usage`` says inference ran, why none)."""
         geo = usage.inference_geo
@@ -677,6 +751,10 @@ class Price:
             ), None
         if usage.web_search_requests:
             _, why = self.search_fee(usage)
+            if why is not None:
+                return why, index
+        if usage.images:
+            _, why = self.image_fee(usage)
             if why is not None:
                 return why, index
         why = self.geo_multiplier(usage)[1]
@@ -708,6 +786,7 @@ class Price:
             (usage.citation_tokens, self.citation, "citation"),
             (usage.audio_prompt_tokens, self.audio_input, "audio input"),
             (usage.audio_completion_tokens, self.audio_output, "audio output"),
+            (usage.image_completion_tokens, self.image_output, "image output"),
         ):
             if count and price is None:
                 return f"the call has {count} {kind} tokens and the row has no {kind} price", None
@@ -727,6 +806,9 @@ class Price:
         if usage.web_search_requests and self.search_fee(usage)[1] is not None:
             missing.append(("web_search_requests", str(usage.web_search_requests)))
             rest = replace(rest, web_search_requests=0)
+        if usage.images and self.image_fee(usage)[1] is not None:
+            missing.append(("images", str(usage.images)))
+            rest = replace(rest, images=0)
         if self.geo_multiplier(usage)[1] is not None:
             # the tokens priced at 1x: a lower bound (every published multiplier is above 1)
             missing.append(("inference_geo", str(usage.inference_geo)))
@@ -785,6 +867,8 @@ class Price:
         }
         if usage.web_search_requests:
             view["web_search"] = str(self.search_fee(usage)[0])
+        if usage.images:
+            view["per_image"] = str(self.image_fee(usage)[0])
         return view
 
     def charge(self, usage: Usage, at: datetime | None = None) -> Micros | None:
@@ -803,7 +887,7 @@ class Price:
         if why is not None:
             return None
         parts = self._parts(usage)
-        if min(parts) < 0 or usage.web_search_requests < 0:
+        if min(parts) < 0 or usage.web_search_requests < 0 or usage.images < 0:
             raise InputError(f"usage parts exceed their totals or are negative: {usage}")
         if index is not None:
             scale, units = self._band_units[index]
@@ -819,15 +903,19 @@ class Price:
             digits = max(0, -int(multiplier.as_tuple().exponent))
             scaled *= int(multiplier.scaleb(digits))
             scale += digits
-        if usage.web_search_requests:
-            fee = self.search_fee(usage)[0]
+        for count, fee in (
+            (usage.web_search_requests, self.search_fee(usage)[0]),
+            (usage.images, self.image_fee(usage)[0]),
+        ):
+            if not count:
+                continue
             assert fee is not None  # _chosen said so
-            micros = fee.scaleb(6)  # USD per request -> micro-USD per request
+            micros = fee.scaleb(6)  # USD per request (or image) -> micro-USD
             exponent = -int(micros.as_tuple().exponent)
             if exponent > scale:
                 scaled *= 10 ** (exponent - scale)
                 scale = exponent
-            scaled += usage.web_search_requests * int(micros.scaleb(scale))
+            scaled += count * int(micros.scaleb(scale))
         charged, rest = divmod(scaled, 10**scale)
         if 2 * rest >= 10**scale:  # half up, once; never negative here
             charged += 1
@@ -847,8 +935,15 @@ _COMPONENT_FIELDS = {
     "output": "completion_tokens",
     "reasoning": "reasoning_tokens",
     "audio_output": "audio_completion_tokens",
+    "image_output": "image_completion_tokens",
 }
 """The ``Usage`` field that counts each kind (the name a missing price is reported under)."""
+
+
+def _image_matches(key: str, size: str | None, quality: str | None) -> bool:
+    """Whether a ``per_image`` key prices an image of ``size`` and ``quality`` (None: any)."""
+    key_size, key_quality = key.split("/")
+    return size in (None, key_size) and quality in (None, key_quality)
 
 
 def _without(usage: Usage, kind: str, count: int) -> Usage:
@@ -889,17 +984,19 @@ def check_fee(value: object, where: str) -> Decimal:
 
 def dimensions_to_json(price: Price) -> str:
     """The text the ``prices`` table keeps for a row's dimensions beyond the seven token columns
-    ('' for none): ``cache_write_1h``, ``image_input``, ``citation`` (decimal text),
-    ``inference_geo`` (geography → decimal text), ``web_search`` (size →
-    decimal text), ``off_peak`` (``OffPeak.to_json``), ``unapplied`` (source keys)."""
+    ('' for none): ``cache_write_1h``, ``image_input``, ``citation``, ``image_output`` (decimal
+    text), ``inference_geo`` (geography → decimal text), ``web_search`` (size → decimal text),
+    ``per_image`` (SIZE/QUALITY → decimal text), ``off_peak`` (``OffPeak.to_json``), ``unapplied`` (source keys)."""
     data: dict[str, object] = {}
-    for kind in ("cache_write_1h", "image_input", "citation"):
+    for kind in ("cache_write_1h", "image_input", "citation", "image_output"):
         if getattr(price, kind) is not None:
             data[kind] = str(getattr(price, kind))
     if price.inference_geo:
         data["inference_geo"] = {name: str(value) for name, value in price.inference_geo}
     if price.web_search:
         data["web_search"] = {size: str(value) for size, value in price.web_search}
+    if price.per_image:
+        data["per_image"] = {key: str(value) for key, value in price.per_image}
     if price.off_peak is not None:
         data["off_peak"] = price.off_peak.to_json()
     if price.unapplied:
@@ -920,7 +1017,7 @@ def dimensions_from_json(text: str | None, where: str) -> dict[str, Any]:
         raise PriceBookError(f"{where}: expected an object of {', '.join(DIMENSION_KEYS)}")
     found: dict[str, Any] = {}
     try:
-        for kind in ("cache_write_1h", "image_input", "citation"):
+        for kind in ("cache_write_1h", "image_input", "citation", "image_output"):
             if kind in data:
                 found[kind] = Decimal(str(data[kind]))
         if "inference_geo" in data:
@@ -931,6 +1028,10 @@ def dimensions_from_json(text: str | None, where: str) -> dict[str, Any]:
         if "web_search" in data:
             found["web_search"] = tuple(
                 (str(size), Decimal(str(value))) for size, value in dict(data["web_search"]).items()
+            )
+        if "per_image" in data:
+            found["per_image"] = tuple(
+                (str(key), Decimal(str(value))) for key, value in dict(data["per_image"]).items()
             )
     except (ArithmeticError, TypeError, ValueError):
         raise PriceBookError(f"{where}: a rate is not decimal text") from None

@@ -21,6 +21,11 @@ Every row of a TOML book is an ``override`` row. Keys (USD per 1M tokens as deci
     image_input = "1.25"             # image tokens of the prompt; default: input
     citation = "2.00"                # citation tokens (Perplexity); default: none (calls with them
                                      # unpriced)
+    image_output = "40.00"           # image output tokens (GPT Image); default: none (calls with
+                                     # them unpriced)
+    per_image = { "1024x1024/standard" = "0.04", "1024x1024/hd" = "0.08" }
+                                     # USD per generated image by SIZE/QUALITY (DALL·E); a call
+                                     # billed per image without its price is unpriced
     web_search = "0.01"              # USD per web search request, any context size, or a table
                                      # web_search = { low = "0.006", medium = "0.01", high = "0.014" }
     inference_geo = { us = "1.1" }   # token rates times this where the usage says inference ran
@@ -78,7 +83,7 @@ _PRICES = KINDS
 _COUNTS = ("max_input_tokens", "max_output_tokens", "prompt_limit")
 KEYS = frozenset(
     {"model", "aliases", "snapshots", "provider", "tier", "effective_from", "until", "band"}
-    | {"web_search", "off_peak", "inference_geo"}
+    | {"web_search", "off_peak", "inference_geo", "per_image"}
     | set(_PRICES)
     | set(_COUNTS)
 )
@@ -151,6 +156,27 @@ def _web_search(entry: dict[str, Any], where: str) -> tuple[tuple[str, Decimal],
         except InvalidOperation:
             raise PriceBookError(f"{where}: web_search {size} is not a decimal: {fee!r}") from None
         found.append((size, plain(check_fee(amount, f"{where}: web_search {size}"))))
+    return tuple(found)
+
+
+def _per_image(entry: dict[str, Any], where: str) -> tuple[tuple[str, Decimal], ...]:
+    """``per_image = { "1024x1024/standard" = "0.04", ... }``: USD per image by size/quality."""
+    table = entry.get("per_image")
+    if table is None:
+        return ()
+    if not isinstance(table, dict) or not table:
+        raise PriceBookError(
+            f'{where}: per_image is a table such as {{ "1024x1024/standard" = "0.04" }}'
+        )
+    found = []
+    for key, fee in table.items():
+        if isinstance(fee, bool) or not isinstance(fee, str):
+            raise PriceBookError(f'{where}: per_image {key} must be a decimal string ("0.04")')
+        try:
+            amount = Decimal(fee.strip())
+        except InvalidOperation:
+            raise PriceBookError(f"{where}: per_image {key} is not a decimal: {fee!r}") from None
+        found.append((key, plain(check_fee(amount, f"{where}: per_image {key}"))))
     return tuple(found)
 
 
@@ -238,8 +264,10 @@ def _price(entry: Any, where: str, source: str, default_from: datetime) -> Price
         cache_write_1h=prices.get("cache_write_1h"),
         image_input=prices.get("image_input"),
         citation=prices.get("citation"),
+        image_output=prices.get("image_output"),
         inference_geo=_inference_geo(entry, where),
         web_search=_web_search(entry, where),
+        per_image=_per_image(entry, where),
         off_peak=_off_peak(entry, where),
         tier=normalize_tier(tier),
         provider=normalize_provider(provider),

@@ -12,6 +12,7 @@ came (``usage_raw``, read by ``worker.core.usage``), an error when one arrived.
 | ``responses`` | ``…/responses`` | ``responses`` | Responses API ``input_tokens``/``output_tokens`` |
 | ``embeddings`` | ``…/embeddings`` | ``embeddings`` | ``prompt_tokens`` (and ``total_tokens``) |
 | ``messages`` | ``…/messages`` | ``messages`` | Anthropic's, cumulative over the stream |
+| ``images`` | ``…/images/generations`` | ``images`` | GPT Image's tokens; else the images, billed per image |
 
 ``ENDPOINTS`` is the one list of endpoints the worker reads; a gateway bills exactly these
 (``worker.gateway.routes``), and a request entry naming another is refused at the boundary.
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from worker.core.assembly import Assembled, assemble_response, assemble_stream
-from worker.core.readers import completions, embeddings, messages, responses
+from worker.core.readers import completions, embeddings, images, messages, responses
 
 CHAT = "chat_completions"
 
@@ -34,6 +35,7 @@ _STREAMS: dict[str, Callable[[Any], Assembled]] = {
     "responses": responses.assemble_stream,
     "embeddings": embeddings.assemble_stream,
     "messages": messages.assemble_stream,
+    "images": images.assemble_stream,
 }
 _BODIES: dict[str, Callable[[Any], Assembled]] = {
     CHAT: assemble_response,
@@ -41,6 +43,7 @@ _BODIES: dict[str, Callable[[Any], Assembled]] = {
     "responses": responses.assemble_body,
     "embeddings": embeddings.assemble_body,
     "messages": messages.assemble_body,
+    "images": images.assemble_body,
 }
 ENDPOINTS: tuple[str, ...] = tuple(_STREAMS)
 

@@ -9,8 +9,8 @@ text, revision 0018): no column.
 
 Downgrade drops the four columns: stored calls lose them (their charges stay as posted).
 
-Revision ID: 0031
-Revises: 0028 (0029 and 0030 are other branches' numbers: renumbered on merge if needed)
+Revision ID: 0030
+Revises: 0029 (0029 and 0030 are other branches' numbers: renumbered on merge if needed)
 Create Date: 2026-12-08 12:00:00.000000
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0031"
-down_revision: str | None = "0028"
+revision: str = "0030"
+down_revision: str | None = "0029"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

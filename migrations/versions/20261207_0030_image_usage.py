@@ -10,7 +10,7 @@ text, revision 0018): no column.
 Downgrade drops the four columns: stored calls lose them (their charges stay as posted).
 
 Revision ID: 0030
-Revises: 0029 (0029 and 0030 are other branches' numbers: renumbered on merge if needed)
+Revises: 0029
 Create Date: 2026-12-08 12:00:00.000000
 """
 

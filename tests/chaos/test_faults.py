@@ -61,7 +61,7 @@ def test_kill_9_random_worker(scale, private_redis, private_pg, workdir, record)
 def test_postgres_restart_mid_run(scale, private_redis, private_pg, workdir, record) -> None:
     """Restart the private PostgreSQL twice while calls stream in: once cleanly, once as a crash."""
     seed, rate = 202, scale.pick(150, 120)
-    calls = _plan(scale.pick(700, 20_000), seed, "pg")
+    calls = _plan(scale.pick(500, 20_000), seed, "pg")
     publish_seconds = len(calls) / rate
     run = ChaosRun("postgres-restart", private_redis, private_pg, workdir)
     with run:
@@ -91,7 +91,7 @@ def test_redis_restart_mid_run(scale, private_redis, private_pg, workdir, record
     (compose `restart: unless-stopped`), and the exits are counted in the figures.
     """
     seed, rate = 303, scale.pick(150, 120)
-    calls = _plan(scale.pick(700, 20_000), seed, "redis")
+    calls = _plan(scale.pick(500, 20_000), seed, "redis")
     publish_seconds = len(calls) / rate
     restarts = scale.pick(1, 3)
     gate = Gate()
@@ -123,7 +123,7 @@ def test_duplicated_and_reordered_notifications(
 ) -> None:
     """Every notification twice, each call's in shuffled order: the same books as a clean run."""
     seed = 404
-    calls = _plan(scale.pick(600, 20_000), seed, "dup")
+    calls = _plan(scale.pick(400, 20_000), seed, "dup")
     digests = {}
     for twice in (False, True):
         name = "dup-reorder" if twice else "dup-clean"
@@ -148,12 +148,12 @@ def test_duplicated_and_reordered_notifications(
 
 
 def test_burst_of_ten_times_the_rate(scale, private_redis, private_pg, workdir, record) -> None:
-    """Steady rate, then ten times that for a minute (SHORT: 8 s), then steady again: lag grows,
+    """Steady rate, then ten times that for a minute (SHORT: 6 s), then steady again: lag grows,
     then drains, and nothing is lost."""
     seed = 505
     steady = scale.pick(12, 30)
-    burst_seconds = scale.pick(8, 60)
-    calm_seconds = scale.pick(6, 35)
+    burst_seconds = scale.pick(6, 60)
+    calm_seconds = scale.pick(5, 35)
     total = steady * calm_seconds * 2 + 10 * steady * burst_seconds
     calls = _plan(total, seed, "burst")
 

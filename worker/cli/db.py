@@ -61,13 +61,13 @@ def check_sqlite_file(url: str) -> None:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise ReportError(f"DATABASE_URL: {exc}") from None
-    missing = parsed.get_backend_name() == "sqlite" and parsed.database not in (
-        None,
-        "",
-        ":memory:",
-    )
-    if missing and not Path(str(parsed.database)).exists():
-        raise ReportError(f"database: {parsed.database} does not exist (run `billing db upgrade`)")
+    if parsed.get_backend_name() == "sqlite":
+        from worker.db.engine import NoDatabase, require_sqlite_file
+
+        try:
+            require_sqlite_file(url)
+        except NoDatabase as exc:
+            raise ReportError(str(exc)) from None
 
 
 @contextmanager

@@ -82,6 +82,14 @@ def read_only(engine: Engine) -> Engine:
     return engine.execution_options(**options)
 
 
+def require_sqlite_file(url: str) -> None:
+    """``NoDatabase`` when ``url`` names a SQLite file that does not exist: the one check of every
+    command that must not create it (the read commands, ``billing doctor``)."""
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        raise NoDatabase(f"database: {path} does not exist (run `billing db upgrade`)")
+
+
 def engine_for(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
     """An engine for ``url`` with the per-engine settings above; creates a SQLite file's directory.
     The ledger's engines add the money rollup to it (``worker.ledger.database.make_engine``).
@@ -89,11 +97,10 @@ def engine_for(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
     ``NoDatabase``, and neither it nor its directory is made."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        path = sqlite_file(url)
         if create:
             ensure_sqlite_dir(url)
-        elif path is not None and not path.is_file():
-            raise NoDatabase(f"no SQLite database at {path} (run `billing db upgrade`)")
+        else:
+            require_sqlite_file(url)
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)

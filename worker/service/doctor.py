@@ -20,7 +20,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from worker import fingerprint_key
-from worker.config import Settings, redact_url
+from worker.config import Settings, redact_url, sqlite_file
 from worker.consumer.backlog import dead_letter_count, live_consumers, read_backlog
 from worker.consumer.poison import MAX_DELIVERIES
 from worker.contract.authorization import AuthorizationStore
@@ -195,20 +195,13 @@ def check_broker(ctx: Context) -> Iterator[Check]:
     yield ok("broker", f"{where} answers")
 
 
-def _sqlite_file(url: str) -> Path | None:
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and ":memory:" not in url:
-        return Path(url[len(prefix) :].split("?", 1)[0])
-    return None
-
-
 def check_database(ctx: Context) -> Iterator[Check]:
     from worker.ledger.database import make_engine
 
     assert ctx.settings is not None
     url = ctx.settings.database_url
     where = redact_url(url)
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     if path is not None and not path.is_file():
         yield problem(
             "database",

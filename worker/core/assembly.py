@@ -32,7 +32,7 @@ what the gateway sees in practice:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
@@ -59,18 +59,21 @@ _CHUNK_OBJECT = "chat.completion.chunk"
 
 @dataclass(slots=True)
 class Assembled:
+    """A call's answer as the outcome rules read it, whichever endpoint's reader built it
+    (``worker.core.readers``); a field a reader has no word for keeps its default."""
+
     choices: list[Choice]
-    usage_raw: dict[str, Any] | None
-    completion_id: str | None
-    model: str | None
-    created: int | None
-    system_fingerprint: str | None
-    error: dict[str, Any] | None
-    frame_errors: list[FrameError]
-    mixed_id_count: int
-    saw_done: bool
-    chunk_count: int
-    foreign_objects: int
+    usage_raw: dict[str, Any] | None = None
+    completion_id: str | None = None
+    model: str | None = None
+    created: int | None = None
+    system_fingerprint: str | None = None
+    error: dict[str, Any] | None = None
+    frame_errors: list[FrameError] = field(default_factory=list)
+    mixed_id_count: int = 0
+    saw_done: bool = False
+    chunk_count: int = 0
+    foreign_objects: int = 0
     groq_usage: dict[str, Any] | None = None
     service_tier: str | None = None
     frames_after_done: int = 0

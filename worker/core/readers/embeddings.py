@@ -16,7 +16,7 @@ from typing import Any
 
 from worker.core.assembly import Assembled
 from worker.core.errors import FrameError
-from worker.core.readers.frames import frames_of
+from worker.core.readers.frames import frames_of, text_of
 from worker.core.result import Choice
 from worker.core.sse import json_kind
 
@@ -34,16 +34,11 @@ def _assembled(
     return Assembled(
         choices=choices,
         usage_raw=usage,
-        completion_id=None,
-        model=model if isinstance(model, str) else None,
-        created=None,
-        system_fingerprint=None,
+        model=text_of(model),
         error=error,
         frame_errors=frame_errors,
-        mixed_id_count=0,
         saw_done=done,
         chunk_count=1 if done else 0,
-        foreign_objects=0,
     )
 
 

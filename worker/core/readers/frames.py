@@ -26,3 +26,13 @@ def frames_of(body: _Body | Iterable[Any]) -> Iterator[Frame]:
         for frame in iter_frames(record, index):
             index = frame.index + 1
             yield frame
+
+
+def text_of(value: object) -> str | None:
+    """``value`` when it is a string (an id, a model name, a tier the answer states), else None."""
+    return value if isinstance(value, str) else None
+
+
+def count_of(value: object) -> int | None:
+    """``value`` when it is an integer (not a boolean), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

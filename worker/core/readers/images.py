@@ -25,7 +25,7 @@ from typing import Any
 
 from worker.core.assembly import Assembled
 from worker.core.errors import FrameError
-from worker.core.readers.frames import frames_of
+from worker.core.readers.frames import count_of, frames_of
 from worker.core.result import Choice
 from worker.core.sse import BadFrame, Chunk, json_kind
 from worker.core.usage import IMAGES_KEY
@@ -98,16 +98,11 @@ def _assembled(
     return Assembled(
         choices=choices,
         usage_raw=usage,
-        completion_id=None,
-        model=None,
-        created=created if isinstance(created, int) and not isinstance(created, bool) else None,
-        system_fingerprint=None,
+        created=count_of(created),
         error=error,
         frame_errors=errors,
-        mixed_id_count=0,
         saw_done=done,
         chunk_count=chunks,
-        foreign_objects=0,
     )
 
 

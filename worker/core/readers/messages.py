@@ -26,7 +26,7 @@ import orjson
 
 from worker.core.assembly import Assembled
 from worker.core.errors import FrameError
-from worker.core.readers.frames import frames_of
+from worker.core.readers.frames import frames_of, text_of
 from worker.core.result import Choice, ToolCall
 from worker.core.sse import BadFrame, Chunk, json_kind
 
@@ -98,16 +98,12 @@ def _assembled(
     return Assembled(
         choices=[answer.choice()] if answer is not None else [],
         usage_raw=usage,
-        completion_id=mid if isinstance(mid, str) else None,
-        model=model if isinstance(model, str) else None,
-        created=None,
-        system_fingerprint=None,
+        completion_id=text_of(mid),
+        model=text_of(model),
         error=error,
         frame_errors=frame_errors,
-        mixed_id_count=0,
         saw_done=done,
         chunk_count=chunks,
-        foreign_objects=0,
     )  # the tier Anthropic names in ``usage`` prices the call (``reconcile``: ``usage_tier``)
 
 

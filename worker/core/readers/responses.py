@@ -28,7 +28,7 @@ from typing import Any
 
 from worker.core.assembly import Assembled
 from worker.core.errors import FrameError
-from worker.core.readers.frames import frames_of
+from worker.core.readers.frames import count_of, frames_of, text_of
 from worker.core.result import Choice, ToolCall
 from worker.core.sse import BadFrame, Chunk, json_kind
 
@@ -133,17 +133,14 @@ def _assembled(
     return Assembled(
         choices=[answer.choice(finish)] if response is not None or chunks else [],
         usage_raw=usage,
-        completion_id=rid if isinstance(rid, str) else None,
-        model=model if isinstance(model, str) else None,
-        created=created if isinstance(created, int) and not isinstance(created, bool) else None,
-        system_fingerprint=None,
+        completion_id=text_of(rid),
+        model=text_of(model),
+        created=count_of(created),
         error=error,
         frame_errors=frame_errors,
-        mixed_id_count=0,
         saw_done=done,
         chunk_count=chunks,
-        foreign_objects=0,
-        service_tier=tier if isinstance(tier, str) else None,
+        service_tier=text_of(tier),
     )
 
 
